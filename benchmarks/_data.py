@@ -1,0 +1,42 @@
+"""Shared synthetic data for the benchmarks (seeded, deterministic)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fsmem import Event, MediaAttachment, Timestamp, ToolOutput  # noqa: E402
+
+_WORDS = ("记忆 咖啡机 猫粮 光伏板 体检 报告 钢琴 签证 memory coffee solar piano visa "
+          "report cat food schedule 周末 计划 天气 rain sunny").split()
+
+
+def text(rng: random.Random, chars: int) -> str:
+    out: list[str] = []
+    n = 0
+    while n < chars:
+        w = rng.choice(_WORDS)
+        out.append(w)
+        n += len(w) + 1
+    return " ".join(out)[:chars]
+
+
+def image(rng: random.Random, size: int) -> bytes:
+    return b"\x89PNG\r\n\x1a\n" + rng.randbytes(size - 8)
+
+
+def ten_event_unit(rng: random.Random, image_bytes: int = 200_000) -> list[Event]:
+    """10 events, input and response of about 300 characters each, one 200 KB image."""
+    base = 1_790_000_000_000_000_000 + rng.randrange(10**12)
+    events = []
+    for i in range(10):
+        atts = [MediaAttachment(data=image(rng, image_bytes), mime="image/png")] if i == 0 else []
+        events.append(Event(timestamp=Timestamp(base + i * 1_000_000_123, 8 * 3600), source="qq",
+                            input=text(rng, 300), response=text(rng, 300), attachments=atts,
+                            tools_used=["search"] if i % 3 == 0 else [],
+                            tool_results=[ToolOutput(name="search", output=text(rng, 100))]
+                            if i % 3 == 0 else []))
+    return events

@@ -1,0 +1,18 @@
+"""fsmem: a filesystem-native, three-layer memory store for LLM agents."""
+
+from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError, FsmemError,
+                     InvalidName, NotFound, StorageError, StoreLocked)
+from .flows import Memory
+from .fsck import Finding
+from .model import (FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput)
+from .plugins import ChannelDef, Plugins, ToolDef
+from .timestamps import Timestamp
+from .views import Document, Hit
+
+__all__ = [
+    "Memory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
+    "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
+    "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
+    "AlreadyExists", "AmbiguousDigest", "StorageError",
+]
+__version__ = "0.1.0"

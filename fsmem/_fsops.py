@@ -1,0 +1,203 @@
+"""Every filesystem call that changes the store goes through this module.
+
+One narrow layer makes faults injectable (a crash or an errno at the Nth call), which is how
+the crash-point sweeps and ENOSPC/EIO tests drive the real code paths. Set ``FSMEM_CRASH_AT=N``
+to ``os._exit(77)`` just before the Nth mutating call, or ``FSMEM_FAIL_AT=N:ERRNO[:op]`` to raise
+``OSError(ERRNO)`` at the Nth call (of ``op`` only, when given). ``set_hook`` does the same from code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from typing import Callable
+
+__all__ = [
+    "set_hook", "call_count", "open_", "write_all", "fsync", "fsync_dir", "syncfs", "close",
+    "link", "unlink", "mkdir", "rmdir", "rename", "replace", "rename_noreplace",
+    "renameat2_supported", "CRASH_EXIT_CODE",
+]
+
+CRASH_EXIT_CODE = 77
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+Hook = Callable[[str], None]
+_hook: Hook | None = None
+_calls = 0
+
+
+def set_hook(hook: Hook | None) -> None:
+    """Install ``hook(op)``, run before every mutating call; it may raise or exit."""
+    global _hook, _calls
+    _hook, _calls = hook, 0
+
+
+def call_count() -> int:
+    """How many mutating calls have run since the hook was (re)set."""
+    return _calls
+
+
+def _env_hook() -> Hook | None:
+    crash = os.environ.get("FSMEM_CRASH_AT")
+    fail = os.environ.get("FSMEM_FAIL_AT")
+    if not crash and not fail:
+        return None
+    crash_n = int(crash) if crash else -1
+    fail_n, fail_errno, fail_op, fail_every = -1, 0, "", False
+    if fail:
+        parts = fail.split(":")
+        fail_n = int(parts[0].rstrip("+"))
+        fail_every = parts[0].endswith("+")
+        fail_errno = getattr(errno, parts[1]) if not parts[1].isdigit() else int(parts[1])
+        fail_op = parts[2] if len(parts) > 2 else ""
+    seen_op = 0
+
+    def hook(op: str) -> None:
+        nonlocal seen_op
+        if _calls == crash_n:
+            os._exit(CRASH_EXIT_CODE)
+        if fail_n >= 0 and (not fail_op or op == fail_op):
+            seen_op += 1
+            if seen_op == fail_n or (fail_every and seen_op > fail_n):
+                raise OSError(fail_errno, f"injected {os.strerror(fail_errno)} at {op} #{seen_op}")
+    return hook
+
+
+def _enter(op: str) -> None:
+    global _calls
+    _calls += 1
+    if _hook is not None:
+        _hook(op)
+
+
+def open_(path: str | os.PathLike, flags: int, mode: int = 0o666, *, dir_fd: int | None = None) -> int:
+    if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+        _enter("open")
+    return os.open(path, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write every byte; a short write is retried, a zero-length write is an error."""
+    _enter("write")
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, "write returned 0")
+        view = view[n:]
+
+
+def fsync(fd: int) -> None:
+    _enter("fsync")
+    os.fsync(fd)
+
+
+def close(fd: int) -> None:
+    os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory so the names it holds are durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_syncfs = getattr(_libc, "syncfs", None)
+_renameat2 = getattr(_libc, "renameat2", None)
+if _renameat2 is not None:
+    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    _renameat2.restype = ctypes.c_int
+
+
+def syncfs(path: str | os.PathLike) -> None:
+    """Flush the whole filesystem holding ``path`` (one call for all files of a unit)."""
+    _enter("fsync")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if _syncfs is None:
+            os.sync()
+            return
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}", os.fspath(path))
+    finally:
+        os.close(fd)
+
+
+def link(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    _enter("link")
+    os.link(src, dst, follow_symlinks=False)
+
+
+def unlink(path: str | os.PathLike) -> None:
+    _enter("unlink")
+    os.unlink(path)
+
+
+def mkdir(path: str | os.PathLike, mode: int = 0o777) -> None:
+    _enter("mkdir")
+    os.mkdir(path, mode)
+
+
+def rmdir(path: str | os.PathLike) -> None:
+    _enter("rmdir")
+    os.rmdir(path)
+
+
+def rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Plain rename: only for files, or directories to a name known not to exist."""
+    _enter("rename")
+    os.rename(src, dst)
+
+
+def replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Atomically replace a file (never used onto a directory)."""
+    _enter("rename")
+    os.replace(src, dst)
+
+
+def rename_noreplace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """renameat2(RENAME_NOREPLACE): EEXIST if ``dst`` exists, even as an empty directory.
+
+    Raises OSError(EINVAL/ENOSYS) where the filesystem or libc lacks it; callers probe with
+    ``renameat2_supported`` and fall back to a mkdir claim under the store lock.
+    """
+    _enter("rename")
+    if _renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 not in libc")
+    rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
+
+
+def renameat2_supported(scratch_dir: str | os.PathLike) -> bool:
+    """Probe RENAME_NOREPLACE on the filesystem of ``scratch_dir`` (an existing directory)."""
+    if _renameat2 is None:
+        return False
+    base = os.fspath(scratch_dir)
+    src = os.path.join(base, f"probe-{os.getpid()}-a")
+    dst = os.path.join(base, f"probe-{os.getpid()}-b")
+    os.makedirs(src, exist_ok=True)
+    try:
+        rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if rc == 0:
+            os.rmdir(dst)
+            return True
+        return False
+    finally:
+        for p in (src, dst):
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass
+
+
+_hook = _env_hook()

@@ -1,0 +1,238 @@
+"""One unit directory: ``manifest.json``, ``vectors.npy`` and block files named by digest.
+
+``UnitBuilder`` assembles a unit in staging (blocks first, the manifest last, the commit record);
+``read_manifest``/``verify_unit`` read one back. Nothing here knows what an event means
+beyond the manifest's shape, and nothing here decides which layer a unit lives in.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import uuid
+
+import numpy as np
+
+from . import _fsops as fsops
+from .blocks import (block_filename, check_digest, hash_bytes, link_block, verify_block,
+                     write_block, write_block_from_fd)
+from .errors import FormatError, NotFound
+from .media import image_size, modality_of
+from .model import (FORMAT_VERSION, BlockRef, Manifest, VectorsRef, check_name,
+                    decode_manifest, encode_pretty)
+from .timestamps import Timestamp
+
+__all__ = [
+    "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
+    "block_path", "read_vectors", "write_manifest_in_place", "staging_name", "staging_owner",
+]
+
+MANIFEST = "manifest.json"
+VECTORS = "vectors.npy"
+TEXT_MIME = "text/plain; charset=utf-8"
+DIR_MODE = 0o755
+
+
+def staging_name(unit_id: str) -> str:
+    """``<unit-id>~<pid>~<random>``: recovery can tell whose it is and whether it is alive."""
+    return f"{unit_id}~{os.getpid()}~{uuid.uuid4().hex[:12]}"
+
+
+def staging_owner(name: str) -> int | None:
+    """The pid encoded in a staging entry's name, or None if the name is not ours."""
+    parts = name.split("~")
+    if len(parts) == 3 and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
+def block_path(unit_dir: str, ref: BlockRef) -> str:
+    return os.path.join(unit_dir, block_filename(ref.digest, ref.mime))
+
+
+class UnitBuilder:
+    """Builds one unit directory in staging; ``finish`` writes the manifest last."""
+
+    def __init__(self, staging_root: str, unit_id: str, *, sync: bool) -> None:
+        self.unit_id = check_name(unit_id)
+        self.sync = sync
+        self.path = os.path.join(staging_root, staging_name(unit_id))
+        fsops.mkdir(self.path, DIR_MODE)
+        self._files: set[str] = set()
+
+    def add_bytes(self, data: bytes | memoryview, mime: str, *, role: str, created_at: Timestamp,
+                  name: str = "", semantic_type: str = "", sha256: str = "") -> BlockRef:
+        """Store ``data`` as a block (deduplicated within the unit) and return its reference."""
+        digest, path = write_block(self.path, data, mime, sync=self.sync)
+        self._files.add(os.path.basename(path))
+        dims = image_size(bytes(data[:65536]), mime) if mime.startswith("image/") else None
+        return BlockRef(digest=digest, modality=modality_of(mime), mime=mime, size=len(data),
+                        created_at=created_at, role=role, name=name, sha256=sha256,
+                        semantic_type=semantic_type,
+                        width=dims[0] if dims else None, height=dims[1] if dims else None)
+
+    def add_text(self, text: str, *, role: str, created_at: Timestamp) -> BlockRef:
+        return self.add_bytes(text.encode("utf-8"), TEXT_MIME, role=role, created_at=created_at)
+
+    def add_fd(self, fd: int, mime: str, *, role: str, created_at: Timestamp, name: str = "",
+               size_cap: int | None = None, head: bytes = b"") -> BlockRef:
+        """Store an open file's bytes as a block, hashing exactly what is written."""
+        digest, path, size = write_block_from_fd(self.path, fd, mime, sync=self.sync,
+                                                 size_cap=size_cap)
+        self._files.add(os.path.basename(path))
+        dims = image_size(head, mime) if mime.startswith("image/") else None
+        return BlockRef(digest=digest, modality=modality_of(mime), mime=mime, size=size,
+                        created_at=created_at, role=role, name=name,
+                        width=dims[0] if dims else None, height=dims[1] if dims else None)
+
+    def add_existing(self, src_unit_dir: str, ref: BlockRef) -> BlockRef:
+        """Link a block of another unit into this one: same inode, no bytes copied."""
+        link_block(block_path(src_unit_dir, ref), self.path, ref.digest, ref.mime, sync=self.sync)
+        self._files.add(block_filename(ref.digest, ref.mime))
+        return ref
+
+    def set_vectors(self, rows: list[str], matrix: np.ndarray, embedder: str) -> VectorsRef:
+        """Write ``vectors.npy`` (float32, one row per key) and return its reference."""
+        mat = np.ascontiguousarray(matrix, dtype=np.float32)
+        if mat.ndim != 2 or mat.shape[0] != len(rows):
+            raise ValueError(f"vectors: {mat.shape} does not match {len(rows)} rows")
+        buf = io.BytesIO()
+        np.save(buf, mat, allow_pickle=False)
+        data = buf.getvalue()
+        self._write_file(VECTORS, data)
+        return VectorsRef(file=VECTORS, digest=hash_bytes(data), embedder=embedder,
+                          dim=int(mat.shape[1]), rows=list(rows))
+
+    def finish(self, manifest: Manifest) -> str:
+        """Write the manifest (the commit record) and make the directory durable."""
+        if manifest.id != self.unit_id:
+            raise ValueError(f"manifest id {manifest.id!r} != unit id {self.unit_id!r}")
+        self._write_file(MANIFEST, encode_pretty(manifest))
+        if self.sync:
+            fsops.fsync_dir(self.path)
+        return self.path
+
+    def _write_file(self, name: str, data: bytes) -> None:
+        tmp = os.path.join(self.path, f".{name}.tmp")
+        fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fsops.write_all(fd, data)
+            if self.sync:
+                fsops.fsync(fd)
+        finally:
+            os.close(fd)
+        fsops.rename(tmp, os.path.join(self.path, name))
+
+
+def read_manifest(unit_dir: str, *, expect_id: str | None = None) -> Manifest:
+    """Decode a unit's manifest strictly; the id must match the directory name."""
+    path = os.path.join(unit_dir, MANIFEST)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise NotFound(f"{path}: no manifest") from exc
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot open manifest: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read()
+    manifest = decode_manifest(raw, path)
+    if manifest.format < 1:
+        raise FormatError(f"{path}: format version {manifest.format} is not valid")
+    want = expect_id if expect_id is not None else os.path.basename(unit_dir)
+    if manifest.id != want:
+        raise FormatError(f"{path}: field 'id' is {manifest.id!r}, directory is {want!r}")
+    _check_refs(manifest, path)
+    return manifest
+
+
+def _check_refs(manifest: Manifest, path: str) -> None:
+    check_name(manifest.id, f"unit id in {path}")
+    for ev in manifest.events:
+        check_name(ev.id, f"event id in {path}")
+        for ref in ev.blocks:
+            check_digest(ref.digest, f"block digest in {path} event {ev.id}")
+            if ref.size < 0:
+                raise FormatError(f"{path}: event {ev.id}: negative block size")
+        digests = {r.digest for r in ev.blocks}
+        for tr in ev.tool_results:
+            if tr.block not in digests:
+                raise FormatError(f"{path}: event {ev.id}: tool result {tr.name!r} names "
+                                  f"block {tr.block[:12]} that the event does not hold")
+    if manifest.vectors is not None:
+        check_digest(manifest.vectors.digest, f"vectors digest in {path}")
+        if manifest.vectors.file != VECTORS:
+            raise FormatError(f"{path}: vectors.file must be {VECTORS!r}")
+
+
+def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarray] | None:
+    """The unit's stored vectors as (row keys, float32 matrix), or None if it has none."""
+    ref = manifest.vectors
+    if ref is None:
+        return None
+    path = os.path.join(unit_dir, VECTORS)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if hash_bytes(data) != ref.digest:
+        raise FormatError(f"{path}: bytes do not match the digest in the manifest")
+    mat = np.load(io.BytesIO(data), allow_pickle=False)
+    if mat.shape != (len(ref.rows), ref.dim):
+        raise FormatError(f"{path}: shape {mat.shape} != ({len(ref.rows)}, {ref.dim})")
+    return ref.rows, mat
+
+
+def verify_unit(unit_dir: str, *, read_data: bool = True) -> tuple[Manifest | None, list[str]]:
+    """Check a unit: manifest, every block (size, BLAKE3), vectors, no stray files."""
+    problems: list[str] = []
+    try:
+        manifest = read_manifest(unit_dir)
+    except (FormatError, NotFound, ValueError) as exc:
+        return None, [str(exc)]
+    if manifest.format > FORMAT_VERSION:
+        return manifest, [f"format {manifest.format} newer than {FORMAT_VERSION}"]
+    expected = {MANIFEST}
+    for ev in manifest.events:
+        for ref in ev.blocks:
+            name = block_filename(ref.digest, ref.mime)
+            expected.add(name)
+            path = os.path.join(unit_dir, name)
+            problem = verify_block(path, ref.digest, ref.size) if read_data else (
+                None if os.path.isfile(path) else "missing block")
+            if problem:
+                problems.append(f"{name}: {problem}")
+    if manifest.vectors is not None:
+        expected.add(VECTORS)
+        try:
+            read_vectors(unit_dir, manifest)
+        except (OSError, FormatError, ValueError) as exc:
+            problems.append(f"{VECTORS}: {exc}")
+    for name in sorted(os.listdir(unit_dir)):
+        if name not in expected:
+            st = os.lstat(os.path.join(unit_dir, name))
+            kind = "symlink" if stat.S_ISLNK(st.st_mode) else "entry"
+            problems.append(f"{name}: unexpected {kind}")
+    return manifest, problems
+
+
+def write_manifest_in_place(unit_dir: str, manifest: Manifest, *, scratch_dir: str,
+                            sync: bool) -> None:
+    """Replace a published unit's manifest atomically (access statistics only).
+
+    Blocks are never touched after publish. The new manifest is written in ``scratch_dir``
+    (staging, same filesystem), fsynced, then renamed over the old one, so a crash leaves the
+    old or the new record, never a torn one, and a leftover temp file sits in staging.
+    """
+    tmp = os.path.join(scratch_dir, f"{manifest.id}~{os.getpid()}~{uuid.uuid4().hex[:12]}")
+    fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fsops.write_all(fd, encode_pretty(manifest))
+        if sync:
+            fsops.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    fsops.replace(tmp, os.path.join(unit_dir, MANIFEST))
+    if sync:
+        fsops.fsync_dir(unit_dir)

@@ -1,0 +1,153 @@
+"""Crash safety of publish: a crash at every fs call, injected ENOSPC/EIO, concurrent writers."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, make_png, run_py
+from fsmem import Memory, StorageError, StoreLocked
+from fsmem import _fsops as fsops
+
+CHILD = """
+import sys
+from fsmem import Memory, MediaAttachment
+from conftest_png import png
+mem = Memory.open(sys.argv[1])
+for i in range(2):
+    uid = mem.commit(f"unit {i} 内容 " * 50, attachments=[MediaAttachment(data=png, mime="image/png")])
+    print(uid, flush=True)
+"""
+
+
+def _child_env(tmp_path):
+    (tmp_path / "conftest_png.py").write_text(f"png = {make_png()!r}\n")
+    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+
+
+def test_crash_point_sweep_commit(tmp_path):
+    env = _child_env(tmp_path)
+    n, completed = 0, False
+    while not completed:
+        n += 1
+        root = tmp_path / f"s{n}"
+        Memory.open(root)
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(root)], capture_output=True,
+                              text=True, env={**env, "FSMEM_CRASH_AT": str(n)}, timeout=60)
+        assert proc.returncode in (0, fsops.CRASH_EXIT_CODE), proc.stderr
+        completed = proc.returncode == 0
+        acked = proc.stdout.split()
+        mem = Memory.open(root)  # recovery runs here
+        visible = mem.units("documents")
+        assert set(acked) <= set(visible), f"N={n}: acked unit lost"
+        assert len(visible) <= len(acked) + 1, f"N={n}: more units than commits"
+        for uid in visible:
+            assert mem.document(uid).events[0].input.startswith("unit ")
+        assert mem.fsck() == [], f"N={n}"
+        assert os.listdir(root / ".fsmem" / "staging") == [], f"N={n}: staging not cleaned"
+        assert n < 200
+    assert n > 20  # the sweep really stepped through the publish protocol
+
+
+@pytest.mark.parametrize("op", ["write", "fsync", "open", "link", "mkdir", "rename"])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
+def test_injected_errors_publish_nothing(root, op, err):
+    mem = Memory.open(root)
+    keep = mem.commit("already stored")
+    ops_after: list[str] = []
+    for nth in range(1, 12):
+        seen = {"n": 0, "failed": False}
+
+        def hook(name: str) -> None:
+            if seen["failed"]:
+                ops_after.append(name)
+            if name == op:
+                seen["n"] += 1
+                if seen["n"] == nth:
+                    seen["failed"] = True
+                    raise OSError(err, f"injected {os.strerror(err)}")
+        fsops.set_hook(hook)
+        try:
+            uid = mem.commit("new unit", attachments=[])
+        except StorageError as exc:
+            assert exc.errno == err and str(root) in str(exc)
+            assert "fsync" not in ops_after, "a failed fsync must not be retried"
+            assert mem.units("documents") == [keep]
+            assert os.listdir(root / ".fsmem" / "staging") == []
+        else:
+            fsops.set_hook(None)
+            assert not seen["failed"]
+            assert mem.document(uid).events[0].input == "new unit"
+            mem.store.discard(mem.store.unit_dir("documents", uid))
+            break
+        finally:
+            fsops.set_hook(None)
+            ops_after.clear()
+    assert mem.fsck() == []
+    assert mem.document(keep).events[0].input == "already stored"
+    assert mem.document(mem.commit("a re-add works")).events[0].input == "a re-add works"
+
+
+def test_env_fault_injection_in_child(root):
+    Memory.open(root)
+    proc = run_py(f"""
+        from fsmem import Memory, StorageError
+        mem = Memory.open({str(root)!r})
+        try:
+            mem.commit("x")
+        except StorageError as exc:
+            print("ERR", exc.errno)
+    """, env={"FSMEM_FAIL_AT": "1:ENOSPC:fsync"})
+    assert proc.stdout.strip() == f"ERR {errno.ENOSPC}", proc.stderr
+    assert Memory.open(root).units("documents") == []
+
+
+def test_two_processes_committing(root):
+    Memory.open(root)
+    code = f"""
+import sys, time
+from fsmem import Memory
+mem = Memory.open({str(root)!r})
+end = time.time() + 3
+i = 0
+while time.time() < end:
+    print(mem.commit(f"writer {{sys.argv[1]}} item {{i}}"), flush=True)
+    i += 1
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(k)], stdout=subprocess.PIPE,
+                              text=True, env=env) for k in range(2)]
+    acked = []
+    for p in procs:
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0
+        acked.append(out.split())
+    mem = Memory.open(root)
+    assert all(len(a) > 10 for a in acked)
+    assert set(acked[0]) | set(acked[1]) == set(mem.units("documents"))
+    assert mem.fsck() == []
+
+
+def test_second_writer_waits_then_store_locked(root):
+    Memory.open(root)
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from fsmem import Memory
+mem = Memory.open({str(root)!r})
+with mem.store.locked():
+    print("held", flush=True)
+    time.sleep(3)
+"""], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.monotonic()
+    with pytest.raises(StoreLocked, match="lock"):
+        Memory.open(root, lock_timeout=0.3)
+    assert time.monotonic() - t0 >= 0.3
+    holder.wait(timeout=30)
+    mem = Memory.open(root, lock_timeout=5)  # free again: the waiter gets it
+    assert mem.commit("after") in mem.units("documents")
