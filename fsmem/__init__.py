@@ -1,5 +1,6 @@
 """fsmem: a filesystem-native, three-layer memory store for LLM agents."""
 
+from .docmemory import Doc, DocMemory
 from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError, FsmemError,
                      InvalidName, NotFound, StorageError, StoreLocked)
 from .flows import Memory
@@ -10,7 +11,7 @@ from .timestamps import Timestamp
 from .views import Document, Hit
 
 __all__ = [
-    "Memory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
+    "Memory", "Doc", "DocMemory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
     "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
     "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
     "AlreadyExists", "AmbiguousDigest", "StorageError",

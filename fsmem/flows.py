@@ -340,6 +340,14 @@ class Memory:
         from .prune import prune_context
         return prune_context(self, query)
 
+    def remove(self, unit_id: str, layer: str = "documents") -> None:
+        """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""
+        path = self.store.unit_dir(layer, unit_id)
+        with self.store.locked():
+            if not os.path.isdir(path) or os.path.islink(path):
+                raise NotFound(f"{path}: no such unit")
+            self.store.discard(path)
+
     # -- maintenance ----------------------------------------------------------------------
     def fsck(self, *, fix: bool = False, read_data: bool = True):
         from .fsck import fsck

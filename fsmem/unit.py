@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import time
 import uuid
 
 import numpy as np
@@ -109,6 +110,8 @@ class UnitBuilder:
         if manifest.id != self.unit_id:
             raise ValueError(f"manifest id {manifest.id!r} != unit id {self.unit_id!r}")
         self._write_file(MANIFEST, encode_pretty(manifest))
+        now = time.time_ns()  # the directory's mtime is its arrival time in a layer
+        os.utime(self.path, ns=(now, now))
         if self.sync:
             fsops.fsync_dir(self.path)
         return self.path

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+# FSMEM_TEST_PKG_ROOT points the suite at another copy of the package (the mutation check).
+REPO = Path(os.environ.get("FSMEM_TEST_PKG_ROOT") or Path(__file__).resolve().parent.parent)
 sys.path.insert(0, str(REPO))
 
 from fsmem import Memory  # noqa: E402
@@ -59,7 +60,7 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120
            check: bool = False) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter with the repo importable."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+    proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env=full_env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

@@ -37,7 +37,7 @@ def test_crash_point_sweep_commit(tmp_path):
         n += 1
         root = tmp_path / f"s{n}"
         Memory.open(root)
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(root)], capture_output=True,
+        proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", CHILD, str(root)], capture_output=True,
                               text=True, env={**env, "FSMEM_CRASH_AT": str(n)}, timeout=60)
         assert proc.returncode in (0, fsops.CRASH_EXIT_CODE), proc.stderr
         completed = proc.returncode == 0
@@ -120,7 +120,7 @@ while time.time() < end:
     i += 1
 """
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(k)], stdout=subprocess.PIPE,
+    procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code, str(k)], stdout=subprocess.PIPE,
                               text=True, env=env) for k in range(2)]
     acked = []
     for p in procs:
@@ -135,7 +135,7 @@ while time.time() < end:
 
 def test_second_writer_waits_then_store_locked(root):
     Memory.open(root)
-    holder = subprocess.Popen([sys.executable, "-c", f"""
+    holder = subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", f"""
 import time
 from fsmem import Memory
 mem = Memory.open({str(root)!r})

@@ -1,0 +1,66 @@
+"""The fsmem command: verbs, --root/--json, exit codes 0/1/2, messages naming the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO, make_png
+
+
+def fsmem(*args: str, stdin: str | None = None, env: dict | None = None):
+    return subprocess.run(cwd=str(REPO), args=[sys.executable, "-m", "fsmem.cli", *args], capture_output=True,
+                          text=True, input=stdin, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def test_init_commit_ls_show_fsck(tmp_path):
+    root = str(tmp_path / "m")
+    assert fsmem("init", "--root", root).returncode == 0
+    png = tmp_path / "p.png"
+    png.write_bytes(make_png())
+    r = fsmem("commit", "--root", root, "--json", "--attach", str(png), "--summary", "s",
+              "咖啡机的说明书")
+    assert r.returncode == 0, r.stderr
+    uid = json.loads(r.stdout)["unit_id"]
+    r = fsmem("commit", "--root", root, stdin="from stdin 🐱")
+    assert r.returncode == 0
+    uid2 = r.stdout.strip()
+    ls = json.loads(fsmem("ls", "--root", root, "--json", "--layer", "documents").stdout)
+    assert {row["unit_id"] for row in ls} == {uid, uid2}
+    show = fsmem("show", "--root", root, uid)
+    assert show.returncode == 0 and "咖啡机的说明书" in show.stdout and "image/png 64×48" in show.stdout
+    data = json.loads(fsmem("show", "--root", root, "--json", uid2).stdout)
+    assert data["events"][0]["input"] == "from stdin 🐱"
+    assert fsmem("fsck", "--root", root).returncode == 0
+
+
+def test_root_from_environment(tmp_path):
+    root = str(tmp_path / "envroot")
+    assert fsmem("commit", "hello", env={"FSMEM_ROOT": root}).returncode == 0
+    assert os.path.isdir(os.path.join(root, "documents"))
+
+
+def test_exit_codes_and_messages(tmp_path):
+    root = str(tmp_path / "m")
+    assert fsmem("init", "--root", root).returncode == 0
+    assert fsmem("frobnicate").returncode == 2
+    assert fsmem("show").returncode == 2
+    r = fsmem("show", "--root", root, "u-missing")
+    assert r.returncode == 1 and "u-missing" in r.stderr
+    r = fsmem("commit", "--root", root, "--attach", str(tmp_path / "nope.png"), "x")
+    assert r.returncode == 1 and "nope.png" in r.stderr
+    uid = fsmem("commit", "--root", root, "x").stdout.strip()
+    manifest = os.path.join(root, "documents", uid, "manifest.json")
+    with open(manifest, "w") as fh:
+        fh.write("{broken")
+    r = fsmem("fsck", "--root", root, "--json")
+    assert r.returncode == 1
+    findings = json.loads(r.stdout)
+    assert findings[0]["kind"] == "damaged-unit" and uid in findings[0]["path"]
+    r = fsmem("show", "--root", root, uid)
+    assert r.returncode == 1 and "manifest.json" in r.stderr
+    assert fsmem("fsck", "--root", root, "--fix").returncode == 0
+    assert fsmem("fsck", "--root", root).returncode == 0

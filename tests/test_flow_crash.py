@@ -1,0 +1,117 @@
+"""Exactly once across crashes: SIGKILL-equivalent exits at every fs call of prune and recall,
+and two processes recalling and pruning at once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+
+from conftest import REPO, make_png
+from fsmem import Event, MediaAttachment, Memory, ToolOutput
+from fsmem import _fsops as fsops
+
+CHILD = """
+import sys
+from fsmem import Memory
+mem = Memory.open(sys.argv[1], context_capacity=4, context_protected=1, auto_prune=False)
+print("pruned", mem.prune(query="topic alpha"), flush=True)
+print("recalled", mem.recall("topic beta archived", top_k=2), flush=True)
+print("pruned", mem.prune(query="topic beta"), flush=True)
+"""
+
+
+def _all_events(root) -> Counter:
+    mem = Memory.open(root)
+    seen: Counter = Counter()
+    for layer in ("context", "documents", "stablemem"):
+        for unit in mem.units(layer):
+            for ev in mem.document(unit).events:
+                seen[(ev.id, ev.input, ev.response)] += 1
+    return seen
+
+
+def _template(path) -> Counter:
+    mem = Memory.open(path, context_capacity=100, auto_prune=False)
+    mem.commit_events([Event(source="qq", input=f"topic beta archived {i}",
+                             response="r" * 300) for i in range(3)])
+    for i in range(7):
+        word = "alpha" if i % 2 else "gamma"
+        mem.append(Event(source="qq", input=f"topic {word} {i}", response=f"answer {i}",
+                         tools_used=["t"], tool_results=[ToolOutput(name="t", output=f"o{i}")],
+                         attachments=[MediaAttachment(data=make_png(seed=i), mime="image/png")]
+                         if i == 3 else []))
+    return _all_events(path)
+
+
+def test_crash_point_sweep_prune_and_recall(tmp_path):
+    template = tmp_path / "template"
+    expected = _template(template)
+    assert all(c == 1 for c in expected.values()) and len(expected) == 10
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    n, done = 0, False
+    while not done:
+        n += 1
+        root = tmp_path / f"c{n}"
+        shutil.copytree(template, root, symlinks=True)
+        proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", CHILD, str(root)], capture_output=True,
+                              text=True, env={**env, "FSMEM_CRASH_AT": str(n)}, timeout=60)
+        assert proc.returncode in (0, fsops.CRASH_EXIT_CODE), proc.stderr
+        done = proc.returncode == 0
+        got = _all_events(root)          # reopening runs recovery
+        assert got == expected, f"N={n}: events lost or duplicated: {got - expected} {expected - got}"
+        mem = Memory.open(root)
+        assert mem.fsck() == [], f"N={n}: {mem.fsck()}"
+        assert os.listdir(root / ".fsmem" / "staging") == [], f"N={n}"
+        assert os.listdir(root / ".fsmem" / "journal") == [], f"N={n}"
+        shutil.rmtree(root)
+        assert n < 400
+    assert n > 30
+    assert "recalled ['u-" in proc.stdout
+
+
+def test_two_processes_recalling_and_pruning(tmp_path):
+    root = tmp_path / "m"
+    mem = Memory.open(root, auto_prune=False)
+    for i in range(12):
+        mem.commit_events([Event(source="qq", input=f"shared topic number {i} keyword{i % 3}")])
+    expected = _all_events(root)
+    code = f"""
+import sys, time
+from fsmem import Memory, Event
+mem = Memory.open({str(root)!r}, context_capacity=5, context_protected=1)
+end = time.time() + 3
+k = 0
+while time.time() < end:
+    mem.recall(f"shared topic keyword{{k % 3}}", top_k=2)
+    mem.prune(query=f"keyword{{(k + 1) % 3}}")
+    k += 1
+print(k)
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env=env) for _ in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=90)
+        assert p.returncode == 0 and int(out) > 3
+    assert _all_events(root) == expected
+    assert Memory.open(root).fsck() == []
+
+
+def test_two_processes_recall_the_same_unit_exactly_one_gets_it(tmp_path):
+    root = tmp_path / "m"
+    mem = Memory.open(root, auto_prune=False)
+    unit = mem.commit("the one and only 唯一")
+    code = f"""
+from fsmem import Memory
+mem = Memory.open({str(root)!r}, auto_prune=False)
+print(",".join(mem.recall("the one and only 唯一", top_k=1)))
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert sorted(outs) == ["", unit]
+    assert Memory.open(root).units("context") == [unit]
