@@ -97,15 +97,16 @@ def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: Jou
     """Build one unit from existing events in staging (links, copied vector rows)."""
     store = mem.store
     builder = store.builder(new_unit_id("u"))
-    keys, rows = [], []
+    keys, rows, records = [], [], []
     for unit, rec in pairs:
         for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
+        records.append(rec)
         for k, v in unit.rows.items():
             if k.split(":", 1)[0] == rec.id:
                 keys.append(k)
                 rows.append(v)
-    records = sorted((r for _, r in pairs), key=lambda r: (r.timestamp.ns, r.id))
+    records.sort(key=lambda r: (r.timestamp.ns, r.id))
     now = Timestamp.now()
     if archive:
         sources = sorted({r.source for r in records})

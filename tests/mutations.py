@@ -1,0 +1,132 @@
+"""Mutation check of the flow criteria (repair plan section 三): each mutation named in the plan is
+applied to a temporary copy of the package, and the flow criteria tests must fail for every one.
+A mutation that survives is a missing test. Run: python tests/mutations.py  (exit 1 if any survives)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = ["tests/test_flow_criteria.py"]
+
+_ARCHIVE_LOOP = '''        for ref in rec.blocks:
+            builder.add_existing(unit.path, ref)
+        records.append(rec)'''
+
+_RECALL_MOVE = '''                self.store.move(hit.unit_id, "documents", "context")'''
+
+
+def _after_recall(body: str) -> str:
+    """Code run right after the recall rename, rewriting the recalled unit (a wrong recall)."""
+    pad = " " * 16
+    lines = ["import msgspec as _ms", "from .unit import read_manifest as _rm",
+             "from .unit import write_manifest_in_place as _wm",
+             "_p = self.store.unit_dir('context', hit.unit_id)", "_m = _rm(_p)",
+             *body.strip().splitlines(),
+             "_wm(_p, _m, scratch_dir=self.store.staging, sync=False)"]
+    return _RECALL_MOVE + "\n" + "\n".join(pad + line for line in lines)
+
+
+MUTATIONS: dict[str, tuple[str, str, str]] = {
+    "response truncated to 100 on archive": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+        _blocks = []
+        for ref in rec.blocks:
+            if archive and ref.role == "response":
+                _t = open(f"{unit.path}/{ref.digest}.txt", encoding="utf-8").read()
+                ref = builder.add_text(_t[:100] + "...", role="response", created_at=ref.created_at)
+            else:
+                builder.add_existing(unit.path, ref)
+            _blocks.append(ref)
+        records.append(_ms.structs.replace(rec, blocks=_blocks))'''),
+    "tools_used dropped": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+        for ref in rec.blocks:
+            builder.add_existing(unit.path, ref)
+        records.append(_ms.structs.replace(rec, tools_used=[]) if archive else rec)'''),
+    "timestamp rounded to HH:MM": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+        for ref in rec.blocks:
+            builder.add_existing(unit.path, ref)
+        _ts = Timestamp(rec.timestamp.ns // 60_000_000_000 * 60_000_000_000, rec.timestamp.offset)
+        records.append(_ms.structs.replace(rec, timestamp=_ts) if archive else rec)'''),
+    "no text blocks (text only in a view)": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+        _keep = [r for r in rec.blocks if not (archive and r.modality == "text")]
+        for ref in _keep:
+            builder.add_existing(unit.path, ref)
+        records.append(_ms.structs.replace(rec, blocks=_keep, tool_results=[]) if archive else rec)'''),
+    "input and response merged into one block": ("fsmem/flows.py", '''        if draft.input:
+            text_block(draft.input, "input", compute.source_text(draft.source, draft.input))
+        if draft.response:''', '''        if draft.input or draft.response:
+            _merged = draft.input + " → " + draft.response
+            text_block(_merged, "input", compute.source_text(draft.source, _merged))
+        if False:'''),
+    "recall uses the document's created_at as the event time": (
+        "fsmem/flows.py", _RECALL_MOVE, _after_recall(
+            "_m.events = [_ms.structs.replace(e, timestamp=_m.created_at) for e in _m.events]")),
+    "recall does not carry the blocks": ("fsmem/flows.py", _RECALL_MOVE, _after_recall('''
+_m.events = [_ms.structs.replace(e, blocks=[b for b in e.blocks if b.modality == "text"]) for e in _m.events]
+import os as _os
+[_os.unlink(_os.path.join(_p, n)) for n in _os.listdir(_p) if not n.endswith((".txt", ".json", ".npy"))]''')),
+    "recall truncates text to 2000 characters": ("fsmem/flows.py", _RECALL_MOVE, _after_recall('''
+from .blocks import write_block as _wb
+_evs = []
+for _e in _m.events:
+    _bl = []
+    for _b in _e.blocks:
+        if _b.modality == "text":
+            _t = open(f"{_p}/{_b.digest}.txt", encoding="utf-8").read()
+            if len(_t) > 2000:
+                _d, _ = _wb(_p, _t[:2000].encode(), _b.mime, sync=False)
+                _tr = [_ms.structs.replace(x, block=_d) if x.block == _b.digest else x for x in _e.tool_results]
+                _e = _ms.structs.replace(_e, tool_results=_tr)
+                _b = _ms.structs.replace(_b, digest=_d, size=len(_t[:2000].encode()))
+        _bl.append(_b)
+    _evs.append(_ms.structs.replace(_e, blocks=_bl))
+_m.events = _evs''')),
+}
+
+
+def run_suite(pkg_root: Path) -> tuple[int, str]:
+    """(pytest exit code, first failing test). Exit 1 means a test failed: a kill; any other
+    non-zero code (collection error, crash) means the mutant was broken, not caught."""
+    env = {**os.environ, "FSMEM_TEST_PKG_ROOT": str(pkg_root)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                           *TESTS], cwd=REPO, env=env, capture_output=True, text=True)
+    failed = next((ln.split(" ")[1] for ln in proc.stdout.splitlines()
+                   if ln.startswith("FAILED ")), "")
+    return proc.returncode, failed
+
+
+def main() -> int:
+    survivors = []
+    with tempfile.TemporaryDirectory(prefix="fsmem-mut-") as tmp:
+        base = Path(tmp) / "clean"
+        shutil.copytree(REPO / "fsmem", base / "fsmem")
+        if run_suite(base)[0] != 0:
+            print("the unmutated package fails the criteria tests; fix that first")
+            return 1
+        for i, (name, (rel, old, new)) in enumerate(MUTATIONS.items()):
+            copy = Path(tmp) / f"m{i}"
+            shutil.copytree(REPO / "fsmem", copy / "fsmem")
+            path = copy / rel
+            text = path.read_text(encoding="utf-8")
+            if text.count(old) != 1:
+                print(f"MUTATION NOT APPLICABLE ({rel} changed?): {name}")
+                survivors.append(name)
+                continue
+            path.write_text(text.replace(old, new), encoding="utf-8")
+            code, failed = run_suite(copy)
+            verdict = {0: "SURVIVED", 1: "killed"}.get(code, f"BROKEN({code})")
+            print(f"{verdict:>8}: {name}  [{failed}]")
+            if verdict != "killed":
+                survivors.append(name)
+    print(f"{len(MUTATIONS) - len(survivors)} of {len(MUTATIONS)} mutations killed")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
