@@ -17,7 +17,7 @@ from typing import Callable
 __all__ = [
     "set_hook", "call_count", "open_", "write_all", "fsync", "fsync_dir", "syncfs", "close",
     "link", "unlink", "mkdir", "rmdir", "rename", "replace", "rename_noreplace",
-    "renameat2_supported", "CRASH_EXIT_CODE",
+    "renameat2_supported", "CRASH_EXIT_CODE", "has_syncfs",
 ]
 
 CRASH_EXIT_CODE = 77
@@ -114,6 +114,10 @@ _renameat2 = getattr(_libc, "renameat2", None)
 if _renameat2 is not None:
     _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     _renameat2.restype = ctypes.c_int
+
+
+def has_syncfs() -> bool:
+    return _syncfs is not None
 
 
 def syncfs(path: str | os.PathLike) -> None:

@@ -103,26 +103,18 @@ class HashEmbedder:
         cjk_runs: list[str] = []
         cjk_rows: list[int] = []
         words: list[int] = []    # word hashes; 0 marks a break (CJK run or text end)
-        word_rows: list[int] = []
+        word_counts: list[int] = []
         cache = self._words
+        miss = self._word_hash
         for row, text in enumerate(texts):
-            norm = unicodedata.normalize("NFKC", text).lower()
-            for cjk, word in _TOKEN_RE.findall(norm):
-                if cjk:
-                    cjk_runs.append(cjk)
-                    cjk_rows.append(row)
-                    words.append(0)
-                else:
-                    h = cache.get(word)
-                    if h is None:
-                        h = zlib.crc32(word.encode("utf-8")) | (len(word) << 32) | (1 << 48)
-                        if len(cache) > 1_000_000:
-                            cache.clear()
-                        cache[word] = h
-                    words.append(h)
-                word_rows.append(row)
+            pairs = _TOKEN_RE.findall(unicodedata.normalize("NFKC", text).lower())
+            runs = [c for c, _ in pairs if c]
+            cjk_runs += runs
+            cjk_rows += [row] * len(runs)
+            words += [(cache.get(w) or miss(w)) if w else 0 for _, w in pairs]
             words.append(0)
-            word_rows.append(row)
+            word_counts.append(len(pairs) + 1)
+        word_rows = np.repeat(np.arange(len(texts), dtype=np.int64), word_counts)
         out_rows, out_feats = [], []
         if cjk_runs:
             cps = np.frombuffer("\0".join(cjk_runs).encode("utf-32-le") + b"\0\0\0\0",
@@ -137,7 +129,7 @@ class HashEmbedder:
             out_feats.append(_mix(cps[:-1][both] * _M1 ^ cps[1:][both] * _M2))
         if words:
             w = np.array(words, dtype=np.uint64)
-            rows = np.array(word_rows, dtype=np.int64)
+            rows = word_rows
             live = w != 0
             out_rows.append(rows[live])
             out_feats.append(_mix(w[live] * _M2 + _UNI))
@@ -147,3 +139,10 @@ class HashEmbedder:
         if not out_rows:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
         return np.concatenate(out_rows), np.concatenate(out_feats)
+
+    def _word_hash(self, word: str) -> int:
+        h = zlib.crc32(word.encode("utf-8")) | (len(word) << 32) | (1 << 48)
+        if len(self._words) > 1_000_000:
+            self._words.clear()
+        self._words[word] = h
+        return h

@@ -64,3 +64,19 @@ def test_exit_codes_and_messages(tmp_path):
     assert r.returncode == 1 and "manifest.json" in r.stderr
     assert fsmem("fsck", "--root", root, "--fix").returncode == 0
     assert fsmem("fsck", "--root", root).returncode == 0
+
+
+def test_demo_builds_a_browsable_memory(tmp_path):
+    demo = tmp_path / "demo"
+    r = fsmem("demo", str(demo))
+    assert r.returncode == 0, r.stderr
+    for step in ("append", "prune", "query", "recall", "timeline", "fsck"):
+        assert step in r.stdout
+    assert "咖啡机" in r.stdout and "clean" in r.stdout
+    units = os.listdir(demo / "context")
+    assert units and all((demo / "context" / u / "manifest.json").is_file() for u in units)
+    png = [f for u in units for f in os.listdir(demo / "context" / u) if f.endswith(".png")]
+    assert len(png) == 1
+    tl = json.loads(fsmem("timeline", "--root", str(demo), "--json").stdout)
+    assert len(tl) == 10 and tl[0]["timestamp"] == "2026-11-28T08:01:12.120000001+08:00"
+    assert fsmem("demo", str(demo)).returncode == 2   # refuses a non-empty directory

@@ -30,8 +30,9 @@ def _child_env(tmp_path):
     return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
 
 
-def test_crash_point_sweep_commit(tmp_path):
-    env = _child_env(tmp_path)
+@pytest.mark.parametrize("strategy", ["syncfs", "fsync"])
+def test_crash_point_sweep_commit(tmp_path, strategy):
+    env = {**_child_env(tmp_path), "FSMEM_SYNC": strategy}
     n, completed = 0, False
     while not completed:
         n += 1
@@ -56,8 +57,10 @@ def test_crash_point_sweep_commit(tmp_path):
 
 @pytest.mark.parametrize("op", ["write", "fsync", "open", "link", "mkdir", "rename"])
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
-def test_injected_errors_publish_nothing(root, op, err):
+@pytest.mark.parametrize("strategy", ["syncfs", "fsync"])
+def test_injected_errors_publish_nothing(root, op, err, strategy):
     mem = Memory.open(root)
+    mem.store.sync_strategy = strategy
     keep = mem.commit("already stored")
     ops_after: list[str] = []
     for nth in range(1, 12):
