@@ -123,14 +123,51 @@ class Memory:
             manifest.vectors = self._embed_rows(builder, texts)
             builder.finish(manifest)
             self.store.publish(builder, layer)
+        except BaseException as exc:
+            _remove_tree(builder.path)
+            if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
+                raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
+                                   f"{exc}") from exc
+            raise
+        return builder.unit_id
+
+    def commit_file(self, fd: int, *, mime: str, name: str = "", text: str = "",
+                    summary: str = "", source: str = "inbox", timestamp: object = None,
+                    head: bytes = b"", size_cap: int | None = None,
+                    layer: str = "documents") -> str:
+        """Write one unit whose single event holds ``text`` (its input) and the bytes read from
+        the open file ``fd`` as an attachment block, hashed from the same bytes it writes
+        (never loaded whole into memory). ``head`` (the first bytes) gives image dimensions."""
+        ts = Timestamp.coerce(timestamp)
+        _check_strings(mime=mime, name=name, text=text, summary=summary, source=source)
+        try:
+            builder = self.store.builder()
         except OSError as exc:
+            raise StorageError(exc.errno, f"{self.store.staging}: cannot stage a unit: {exc}") from exc
+        try:
+            event_id = new_unit_id("e")
+            blocks, texts = [], []
+            if text:
+                ref = builder.add_text(text, role="input", created_at=ts)
+                blocks.append(ref)
+                compute = self.plugins.source_text(source, text)
+                if compute.strip():
+                    texts.append((f"{event_id}:{ref.digest}", compute))
+            blocks.append(builder.add_fd(fd, mime, role="attachment", created_at=ts, name=name,
+                                         size_cap=size_cap, head=head))
+            now = Timestamp.now()
+            record = EventRecord(id=event_id, timestamp=ts, source=source, blocks=blocks)
+            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=now,
+                                updated_at=now, events=[record], summary=summary, source=source,
+                                embedder=self.embedder.fingerprint)
+            manifest.vectors = self._embed_rows(builder, texts)
+            builder.finish(manifest)
+            self.store.publish(builder, layer)
+        except BaseException as exc:
             _remove_tree(builder.path)
-            if isinstance(exc, FsmemError):
-                raise
-            raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
-                               f"{exc}") from exc
-        except BaseException:
-            _remove_tree(builder.path)
+            if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
+                raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
+                                   f"{exc}") from exc
             raise
         return builder.unit_id
 
