@@ -153,6 +153,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from .index import progress_bar
+    mem = _open(args)
+    n = mem.reindex(progress=None if args.json else progress_bar)
+    _emit(args, {"units": n}, f"indexed {n} units")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
     return run_demo(args.dir, as_json=args.json)
@@ -214,6 +222,7 @@ def _parser() -> argparse.ArgumentParser:
     sp = verb("render", cmd_render, "the model's view of L1 under a token budget")
     sp.add_argument("--budget", type=int, required=True)
     verb("stats", cmd_stats, "counts per layer")
+    verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
     sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step")
     sp.add_argument("dir", nargs="?", default="./fsmem-demo")
     return p

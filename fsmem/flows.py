@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from . import _fsops as fsops
 from .blocks import DIGEST_RE
 from .embed import Embedder, HashEmbedder
+from .index import DEFAULT_RANKER
 from .errors import (AmbiguousDigest, FormatError, FsmemError, InvalidName, NotFound,
                      StorageError)
 from .model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
@@ -29,6 +30,9 @@ from .unit import (TEXT_MIME, UnitBuilder, block_path, read_manifest, read_vecto
 from .views import Document, Hit, content_view, hydrate_event
 
 __all__ = ["Memory"]
+
+if TYPE_CHECKING:
+    from .index import Index
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,8 @@ class Memory:
     """A three-layer memory rooted at a directory (see README and docs/FORMAT.md)."""
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
-                 plugins: Plugins, embedder: Embedder, auto_prune: bool) -> None:
+                 plugins: Plugins, embedder: Embedder, auto_prune: bool,
+                 ranker: str = "fusion") -> None:
         if context_capacity < 1 or not 0 <= context_protected <= context_capacity:
             raise ValueError("need context_capacity >= 1 and 0 <= context_protected <= capacity")
         self.store = store
@@ -57,13 +62,16 @@ class Memory:
         self.plugins = plugins
         self.embedder = embedder
         self.auto_prune = auto_prune
+        self.ranker = ranker
+        self._index: "Index | None" = None
 
     @classmethod
     def open(cls, root: str | os.PathLike, *, context_capacity: int = 30,
              context_protected: int = 10,
              plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
              embedder: Embedder | None = None, durability: Durability = "full",
-             lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True) -> "Memory":
+             lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True,
+             ranker: str | None = None) -> "Memory":
         """Open (creating what is missing) the store at ``root`` and run crash recovery."""
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
@@ -71,7 +79,7 @@ class Memory:
             pass  # taking the lock once runs recovery
         return cls(store, context_capacity=context_capacity, context_protected=context_protected,
                    plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
-                   auto_prune=auto_prune)
+                   auto_prune=auto_prune, ranker=ranker or DEFAULT_RANKER)
 
     def __enter__(self) -> "Memory":
         return self
@@ -80,7 +88,41 @@ class Memory:
         self.close()
 
     def close(self) -> None:
-        """Nothing is held between calls; kept for symmetry with ``open``."""
+        """Save the search index if it has unsaved changes (it is derived: optional)."""
+        if self._index is not None and self._index._unsaved:
+            self._index.save()
+
+    # -- index --------------------------------------------------------------------------
+    @property
+    def index(self) -> "Index":
+        """The derived index of L2, loaded on first use and kept in step with documents/."""
+        if self._index is None:
+            from .index import Index
+            self._index = Index(self)
+            if not self._index.load():
+                self._index.rebuild()
+        self._index.sync()
+        return self._index
+
+    def reconcile(self) -> dict[str, int]:
+        """Bring the index in step with units added, moved or removed by plain file tools."""
+        return self.index.sync(force=True)
+
+    def reindex(self, progress=None) -> int:
+        """Rebuild the index from the directories alone; returns how many units it holds."""
+        from .index import Index
+        self._index = Index(self)
+        return self._index.rebuild(progress)
+
+    def _indexed(self, unit_id: str, layer: str, *, added: bool) -> None:
+        """Tell a loaded index about a change this process made to documents/."""
+        if self._index is None or layer != "documents":
+            return
+        if added:
+            self._index.add_unit(unit_id)
+        else:
+            self._index.remove(unit_id)
+        self._index._unsaved += 1
 
     @property
     def root(self) -> str:
@@ -123,6 +165,7 @@ class Memory:
             manifest.vectors = self._embed_rows(builder, texts)
             builder.finish(manifest)
             self.store.publish(builder, layer)
+            self._indexed(builder.unit_id, layer, added=True)
         except BaseException as exc:
             _remove_tree(builder.path)
             if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
@@ -163,6 +206,7 @@ class Memory:
             manifest.vectors = self._embed_rows(builder, texts)
             builder.finish(manifest)
             self.store.publish(builder, layer)
+            self._indexed(builder.unit_id, layer, added=True)
         except BaseException as exc:
             _remove_tree(builder.path)
             if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
@@ -336,9 +380,21 @@ class Memory:
             self._touch(hits)
         return hits
 
-    def _search(self, text: str, top_k: int) -> list[Hit]:
-        from .search import rank_units
-        return rank_units(self, text, top_k)
+    def _search(self, text: str, top_k: int, ranker: str | None = None) -> list[Hit]:
+        index = self.index
+        hits = []
+        for unit_id, score in index.search(text, top_k, ranker or self.ranker):
+            row = index.row_of.get(unit_id)
+            if row is not None and index.alive[row]:
+                summary, events = index.summaries[row], int(index.nevents[row])
+                created = Timestamp(int(index.created[row, 0]), int(index.created[row, 1]))
+            else:
+                e = index.pending[unit_id]
+                summary, events = e.summary, e.events
+                created = Timestamp(e.created_ns, e.created_off)
+            hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
+                            events=events))
+        return hits
 
     def _touch(self, hits: list[Hit]) -> None:
         now = Timestamp.now()
@@ -366,6 +422,7 @@ class Memory:
                 if self.store.sync:
                     fsops.fsync_dir(src)
                 self.store.move(hit.unit_id, "documents", "context")
+                self._indexed(hit.unit_id, "documents", added=False)
                 moved.append(hit.unit_id)
         if moved and self.auto_prune:
             self.prune(query=text)
@@ -384,6 +441,7 @@ class Memory:
             if not os.path.isdir(path) or os.path.islink(path):
                 raise NotFound(f"{path}: no such unit")
             self.store.discard(path)
+        self._indexed(unit_id, layer, added=False)
 
     # -- maintenance ----------------------------------------------------------------------
     def fsck(self, *, fix: bool = False, read_data: bool = True):

