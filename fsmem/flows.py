@@ -31,6 +31,8 @@ from .views import Document, Hit, content_view, hydrate_event
 
 __all__ = ["Memory"]
 
+_MEDIA_STORE = "<media-store>"   # find_block's marker for a legacy media-store blob
+
 if TYPE_CHECKING:
     from .index import Index
 
@@ -75,11 +77,17 @@ class Memory:
         """Open (creating what is missing) the store at ``root`` and run crash recovery."""
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
-        with store.locked():
-            pass  # taking the lock once runs recovery
-        return cls(store, context_capacity=context_capacity, context_protected=context_protected,
-                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
-                   auto_prune=auto_prune, ranker=ranker or DEFAULT_RANKER)
+        mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
+                  plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
+                  auto_prune=auto_prune, ranker=ranker or DEFAULT_RANKER)
+        with store.locked():  # taking the lock runs recovery
+            if os.path.isfile(os.path.join(store.root, "context.json")):
+                from .legacy import adopt_context_json
+                try:
+                    adopt_context_json(mem)
+                except FormatError as exc:
+                    log.error("context.json not adopted: %s", exc)
+        return mem
 
     def __enter__(self) -> "Memory":
         return self
@@ -132,10 +140,14 @@ class Memory:
     def commit(self, content: str, *, summary: str = "", tags: Sequence[str] = (),
                attachments: Sequence[MediaAttachment] = (), source: str = "manual",
                timestamp: object = None, entities: Sequence[str] = (),
-               meta: dict[str, str] | None = None) -> str:
-        """Write one L2 unit holding one event (``content`` as its input text block)."""
+               meta: dict[str, str] | None = None, media_digests: Sequence[str] = ()) -> str:
+        """Write one L2 unit holding one event (``content`` as its input text block).
+
+        ``media_digests`` (coldcontext_commit's parameter) are digests or unique prefixes of
+        blocks already in the store, or sha256 digests of HomeAgent's media store."""
+        atts = [*attachments, *(MediaAttachment(digest=d) for d in media_digests)]
         event = Event(timestamp=Timestamp.coerce(timestamp), source=source, input=content,
-                      attachments=list(attachments))
+                      attachments=atts)
         return self.commit_events([event], summary=summary, tags=tags, source=source,
                                   entities=entities, meta=meta)
 
@@ -262,6 +274,14 @@ class Memory:
                 blocks.append(builder.add_bytes(att.data, att.mime, role="attachment",
                                                 created_at=ts, name=att.name))
         for src_dir, ref in links:
+            if src_dir == _MEDIA_STORE:   # a blob of HomeAgent's media store: copied in
+                from .legacy import LegacyMedia, read_blob
+                data, mime = read_blob(self.root, LegacyMedia(sha256=ref.sha256)) or (None, "")
+                if data is None:
+                    raise NotFound(f"media blob {ref.sha256} vanished from the media store")
+                blocks.append(builder.add_bytes(data, mime, role="attachment", created_at=ts,
+                                                sha256=ref.sha256))
+                continue
             builder.add_existing(src_dir, ref)
             blocks.append(BlockRef(digest=ref.digest, modality=ref.modality, mime=ref.mime,
                                    size=ref.size, created_at=ref.created_at, role="attachment",
@@ -309,6 +329,14 @@ class Memory:
                         if ref.digest.startswith(prefix) or ref.sha256.startswith(prefix):
                             found.setdefault(ref.digest, (path, ref))
         if not found:
+            from .legacy import find_legacy_blob
+            legacy = find_legacy_blob(self.root, prefix)
+            if len(legacy) > 1:
+                raise AmbiguousDigest(f"digest {digest!r} matches {len(legacy)} media blobs")
+            if legacy:   # HomeAgent's media store (sha256): resolved, copied in on write
+                return _MEDIA_STORE, BlockRef(digest="0" * 64, modality="file", mime="",
+                                              size=0, created_at=Timestamp.now(),
+                                              role="attachment", sha256=legacy[0])
             raise NotFound(f"digest {digest!r}: no block in the store has it")
         if len(found) > 1:
             raise AmbiguousDigest(f"digest {digest!r} matches {len(found)} blocks: "
@@ -401,6 +429,8 @@ class Memory:
         with self.store.locked():
             for hit in hits:
                 path = self.store.unit_dir("documents", hit.unit_id)
+                if not os.path.isdir(path):
+                    continue  # a legacy JSON document: never rewritten, or moved meanwhile
                 try:
                     manifest = read_manifest(path)
                 except (NotFound, FileNotFoundError):
@@ -414,7 +444,15 @@ class Memory:
         """Move the best L2 matches into L1, each by one rename; returns the moved unit ids."""
         moved = []
         for hit in self._search(text, top_k):
+            legacy_file = self.index.legacy_file(hit.unit_id)
             with self.store.locked():
+                if legacy_file:
+                    from .legacy import recall_legacy
+                    uid = recall_legacy(self, legacy_file)
+                    self._indexed(hit.unit_id, "documents", added=False)
+                    if uid:
+                        moved.append(uid)
+                    continue
                 src = self.store.unit_dir("documents", hit.unit_id)
                 if not os.path.isdir(src):
                     continue  # another process recalled it first
@@ -454,6 +492,8 @@ class Memory:
             units = self._load_layer(layer, with_vectors=False)
             out[f"{layer}_units"] = len(units)
             out[f"{layer}_events"] = sum(len(u.manifest.events) for u in units)
+        from .legacy import legacy_doc_files
+        out["legacy_documents"] = len(legacy_doc_files(self.root))
         return out
 
 

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1
 RANKERS = ("bm25", "dense", "fusion", "rrf")
-DEFAULT_RANKER = "fusion"
+DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 DEFAULT_WEIGHT = 0.5    # weight of the dense signal in "fusion"
 K1, B = 1.2, 0.75
 _SAVE_EVERY = 64
@@ -51,6 +51,7 @@ class IndexEntry:
     terms: np.ndarray             # uint64 unique term hashes
     tfs: np.ndarray               # float32 counts, aligned with terms
     summary: str = ""
+    legacy_file: str = ""         # set for a HomeAgent JSON document
     created_ns: int = 0
     created_off: int = 0
     events: int = 0
@@ -62,6 +63,7 @@ class _Meta(msgspec.Struct):
     dim: int
     ids: list[str]
     summaries: list[str]
+    legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Index:
         self.created = np.zeros((0, 2), np.int64)
         self.nevents = np.zeros(0, np.int32)
         self.summaries: list[str] = []
+        self.legacy: dict[str, str] = {}
         self.post = _Postings()
         self.pending: dict[str, IndexEntry] = {}   # added since the arrays were built
 
@@ -125,7 +128,7 @@ class Index:
                 and (n == 0 or len(arrays["p_rows"]) == 0 or int(arrays["p_rows"].max()) < n)):
             log.warning("%s: inconsistent index arrays; rebuilding", self.path)
             return False
-        self.ids, self.summaries = meta.ids, meta.summaries
+        self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
         self.row_of = {u: i for i, u in enumerate(self.ids)}
         self.inos, self.dense, self.doclen = arrays["inos"], arrays["dense"], arrays["doclen"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
@@ -138,7 +141,7 @@ class Index:
         """Write a compacted snapshot: temp file in the index directory, then rename."""
         self._compact()
         meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
-                     ids=self.ids, summaries=self.summaries)
+                     ids=self.ids, summaries=self.summaries, legacy=self.legacy)
         buf = io.BytesIO()
         np.savez(buf, meta=np.frombuffer(msgspec.json.encode(meta), dtype=np.uint8),
                  inos=self.inos, dense=self.dense, doclen=self.doclen, created=self.created,
@@ -157,11 +160,7 @@ class Index:
         mtime = os.stat(base).st_mtime_ns
         if mtime == self._dir_mtime and not force:
             return {"added": 0, "removed": 0}
-        listing = {}
-        with os.scandir(base) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False) and _valid_name(e.name):
-                    listing[e.name] = e.inode()
+        listing, legacy_files = self._listing()
         removed = [u for u, r in self.row_of.items() if self.alive[r]
                    and listing.get(u) != self.inos[r]]
         removed += [u for u, e in self.pending.items() if listing.get(u) != e.ino]
@@ -170,7 +169,8 @@ class Index:
         known = {u for u, r in self.row_of.items() if self.alive[r]} | set(self.pending)
         added = 0
         for name, ino in listing.items():
-            if name not in known and self.add_unit(name, ino):
+            if name not in known and (self.add_legacy(legacy_files[name], ino)
+                                      if name in legacy_files else self.add_unit(name, ino)):
                 added += 1
         self._dir_mtime = mtime
         if added or removed:
@@ -183,17 +183,65 @@ class Index:
         """Rebuild from the directories alone (``fsmem reindex``); returns the unit count."""
         self._clear()
         base = self.mem.store.layer_dir("documents")
-        names = [(e.name, e.inode()) for e in os.scandir(base)
-                 if e.is_dir(follow_symlinks=False) and _valid_name(e.name)]
-        for i, (name, ino) in enumerate(sorted(names)):
-            self.add_unit(name, ino)
+        listing, legacy_files = self._listing()
+        for i, (name, ino) in enumerate(sorted(listing.items())):
+            if name in legacy_files:
+                self.add_legacy(legacy_files[name], ino)
+            else:
+                self.add_unit(name, ino)
             if progress:
-                progress(i + 1, len(names))
+                progress(i + 1, len(listing))
         self.save()
         self._dir_mtime = os.stat(base).st_mtime_ns
         return len(self.ids)
 
+    def _listing(self) -> tuple[dict[str, int], dict[str, str]]:
+        """{id: inode} of unit directories and legacy JSON files in documents/, and
+        {id: file name} for the legacy ones (a JSON whose unit already exists is left out:
+        it is a leftover of an interrupted legacy recall)."""
+        from .legacy import legacy_doc_files, legacy_id
+        base = self.mem.store.layer_dir("documents")
+        listing: dict[str, int] = {}
+        with os.scandir(base) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False) and _valid_name(e.name):
+                    listing[e.name] = e.inode()
+        legacy_files = {}
+        for fname, ino in legacy_doc_files(self.mem.root):
+            uid = legacy_id(fname)
+            if uid in listing or any(os.path.isdir(self.mem.store.unit_dir(layer, uid))
+                                     for layer in ("context", "stablemem")):
+                continue
+            listing[uid] = ino
+            legacy_files[uid] = fname
+        return listing, legacy_files
+
     # -- entries ------------------------------------------------------------------------
+    def add_legacy(self, filename: str, ino: int) -> bool:
+        """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
+        to another space and is never compared)."""
+        from .legacy import legacy_id, legacy_texts, read_legacy
+        path = os.path.join(self.mem.store.layer_dir("documents"), filename)
+        try:
+            doc = read_legacy(path)
+        except (FsmemError, OSError, ValueError) as exc:
+            log.warning("index: skipping legacy %s: %s", path, exc)
+            return False
+        texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
+        terms, tfs = term_counts(self.mem.embedder, texts)
+        self.add(IndexEntry(unit_id=legacy_id(filename), ino=ino,
+                            vector=np.zeros(self.dim, np.float32), terms=terms, tfs=tfs,
+                            summary=doc.summary, legacy_file=filename,
+                            created_ns=doc.created_at.ns, created_off=doc.created_at.offset,
+                            events=1))
+        return True
+
+    def legacy_file(self, unit_id: str) -> str:
+        """The legacy JSON file behind an index entry, or '' for a unit directory."""
+        if unit_id in self.pending:
+            return self.pending[unit_id].legacy_file
+        return self.legacy.get(unit_id, "")
+
     def add_unit(self, unit_id: str, ino: int | None = None) -> bool:
         """Index one unit of ``documents/`` from its directory; False if it is unreadable."""
         path = self.mem.store.unit_dir("documents", unit_id)
@@ -263,6 +311,9 @@ class Index:
         uniq, starts = np.unique(terms, return_index=True)
         self.post = _Postings(uniq, np.append(starts, len(terms)).astype(np.int64),
                               rows.astype(np.int32), tfs.astype(np.float32))
+        kept_ids = {self.ids[i] for i in keep}
+        self.legacy = {u: f for u, f in self.legacy.items() if u in kept_ids}
+        self.legacy.update({e.unit_id: e.legacy_file for e in new if e.legacy_file})
         self.ids = [self.ids[i] for i in keep] + [e.unit_id for e in new]
         self.summaries = [self.summaries[i] for i in keep] + [e.summary for e in new]
         self.row_of = {u: i for i, u in enumerate(self.ids)}
@@ -392,22 +443,48 @@ def term_counts(embedder, texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]
 
 
 def unit_texts(mem: "Memory", path: str, manifest) -> list[str]:
-    """The compute-layer texts of a unit: each event's text blocks through the plugin
-    declarations, plus the names and MIME types of its media blocks."""
-    from .blocks import read_block
+    """The compute-layer texts of a unit: its summary and every event's (``event_texts``)."""
     out = [manifest.summary] if manifest.summary else []
     for ev in manifest.events:
-        tool_of = {tr.block: tr.name for tr in ev.tool_results}
-        for ref in ev.blocks:
-            if ref.modality != "text":
-                out.append(f"{ref.name} {ref.mime}".strip())
-                continue
-            text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
-            if ref.role == "tool_output":
-                out.append(mem.plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
-            else:
-                out.append(mem.plugins.source_text(ev.source, text))
+        out += event_texts(mem, path, ev)
     return out
+
+
+def event_texts(mem: "Memory", path: str, ev) -> list[str]:
+    """One event's text blocks through the plugin declarations (cleaners applied, no_memory
+    left out), plus the names and MIME types of its media blocks."""
+    from .blocks import read_block
+    out = []
+    tool_of = {tr.block: tr.name for tr in ev.tool_results}
+    for ref in ev.blocks:
+        if ref.modality != "text":
+            out.append(f"{ref.name} {ref.mime}".strip())
+            continue
+        text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
+        if ref.role == "tool_output":
+            out.append(mem.plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
+        else:
+            out.append(mem.plugins.source_text(ev.source, text))
+    return out
+
+
+def bm25_scores(embedder, docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.ndarray:
+    """BM25 of ``query`` over a small in-memory collection of (terms, tfs) documents."""
+    scores = np.zeros(len(docs), np.float32)
+    if not docs or not hasattr(embedder, "features") or not query.strip():
+        return scores
+    q_terms = np.unique(embedder.features([query])[1])
+    tf = np.zeros((len(docs), len(q_terms)), np.float32)
+    for i, (terms, tfs) in enumerate(docs):
+        j = np.searchsorted(terms, q_terms)
+        hit = j < len(terms)
+        hit[hit] = terms[j[hit]] == q_terms[hit]
+        tf[i, hit] = tfs[j[hit]]
+    dl = np.array([t.sum() for _, t in docs], np.float32)
+    avgdl = max(float(dl.mean()), 1e-9)
+    df = (tf > 0).sum(axis=0)
+    idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))
+    return (idf[None, :] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl[:, None] / avgdl))).sum(1)
 
 
 def _valid_name(name: str) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -37,8 +37,8 @@ def _event_vector(unit: "_Loaded", rec: EventRecord) -> np.ndarray | None:
     return v / n if n > 0 else None
 
 
-def select_evictions(units: list["_Loaded"], qv: np.ndarray | None, capacity: int,
-                     protected: int) -> set[str]:
+def select_evictions(units: list["_Loaded"], capacity: int, protected: int,
+                     similarity: Callable[["_Loaded", EventRecord], float]) -> set[str]:
     """Event ids to move out of L1 (empty when L1 is within capacity)."""
     events = [(u, rec) for u in units for rec in u.manifest.events]
     if len(events) <= capacity:
@@ -48,22 +48,40 @@ def select_evictions(units: list["_Loaded"], qv: np.ndarray | None, capacity: in
     keep_protected = events[len(events) - protected:] if protected else []
     candidates = events[:len(events) - protected] if protected else events
     slots = capacity - len(keep_protected)
-
-    def score(pair: tuple["_Loaded", EventRecord]) -> tuple[float, int, str]:
-        vec = _event_vector(*pair) if qv is not None else None
-        sim = float(vec @ qv) if vec is not None else 0.0
-        return (sim, pair[1].timestamp.ns, pair[1].id)  # ties: keep the more recent
-
-    ranked = sorted(candidates, key=score, reverse=True)
+    ranked = sorted(candidates, reverse=True,  # ties: keep the more recent
+                    key=lambda p: (similarity(*p), p[1].timestamp.ns, p[1].id))
     return {rec.id for _, rec in ranked[slots:]}
+
+
+def _similarity(mem: "Memory", units: list["_Loaded"], query: str
+                ) -> Callable[["_Loaded", EventRecord], float]:
+    """How close each L1 event is to the query, in the ranker's terms: BM25 over the events'
+    compute-layer text (the default: no embedder call), or the cosine of their stored
+    vectors to the embedded query (dense rankers: one embedder call, for the query)."""
+    if not query.strip():
+        return lambda unit, rec: 0.0
+    if mem.ranker == "bm25":
+        from .index import bm25_scores, event_texts, term_counts
+        pairs = [(u, r) for u in units for r in u.manifest.events]
+        docs = [term_counts(mem.embedder, event_texts(mem, u.path, r)) for u, r in pairs]
+        scores = dict(zip((r.id for _, r in pairs), bm25_scores(mem.embedder, docs, query)))
+        return lambda unit, rec: float(scores.get(rec.id, 0.0))
+    qv = mem.embedder.embed([query])[0]
+
+    def cosine(unit: "_Loaded", rec: EventRecord) -> float:
+        vec = _event_vector(unit, rec)
+        return float(vec @ qv) if vec is not None else 0.0
+    return cosine
 
 
 def prune_context(mem: "Memory", query: str) -> str | None:
     store = mem.store
-    qv = mem._query_vector(query)
     with store.locked():
         units = mem._load_layer("context", with_vectors=True)
-        evict = select_evictions(units, qv, mem.context_capacity, mem.context_protected)
+        if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
+            return None
+        evict = select_evictions(units, mem.context_capacity, mem.context_protected,
+                                 _similarity(mem, units, query))
         if not evict:
             return None
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())

@@ -163,7 +163,7 @@ def test_block_ids_vectors_and_created_at_never_change(tmp_path):
     assert vec_l2 == before_vecs
     calls = mem.embedder.calls
     assert mem.recall("咖啡机 coffee machine", top_k=1) == [unit]
-    assert mem.embedder.calls == calls + 1      # the query only; no stored text re-embedded
+    assert mem.embedder.calls == calls          # recall never calls the embedder
     in_l1, vec_l1 = _identity(mem, "context", unit)
     assert in_l1 == in_l2                        # same created_at, same inode, same mtime
     assert vec_l1 == vec_l2

@@ -111,19 +111,23 @@ def test_incremental_equals_rebuild(root):
         assert np.allclose([h.score for h in inc[q]], [h.score for h in reb[q]], rtol=1e-4)
 
 
-def test_recall_and_prune_never_embed_stored_content(root):
+@pytest.mark.parametrize("ranker,expected", [
+    ("bm25", []),                                            # the default: no call at all
+    ("fusion", ["光伏板 发电", "钢琴课", "visa appointment"]),  # dense: the queries, nothing else
+])
+def test_recall_and_prune_never_embed_stored_content(root, ranker, expected):
     emb = CountingEmbedder()
     mem = Memory.open(root, embedder=emb, context_capacity=3, context_protected=1,
-                      auto_prune=False)
+                      auto_prune=False, ranker=ranker)
     for i in range(6):
         mem.commit(f"{TOPICS[i]} stored text {i}")
         mem.append(Event(source="cli", input=f"{TOPICS[i]} in context {i}"))
     mem.query("warm up the index")
     emb.texts.clear()
-    mem.recall("光伏板 发电", top_k=2)
-    mem.prune(query="钢琴课")
-    mem.recall("visa appointment", top_k=1)
-    assert emb.texts == ["光伏板 发电", "钢琴课", "visa appointment"]  # the queries, nothing else
+    assert mem.recall("光伏板 发电", top_k=2)
+    assert mem.prune(query="钢琴课")
+    assert mem.recall("visa appointment", top_k=1)
+    assert emb.texts == expected
 
 
 def test_units_of_another_embedding_space_are_not_compared(root):
