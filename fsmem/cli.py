@@ -88,7 +88,8 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     findings = _open(args).fsck(fix=args.fix, read_data=not args.quick)
     _emit(args, findings, "\n".join(str(f) for f in findings) or "clean")
     if args.fix:
-        return 0 if all(f.fixed for f in findings if f.kind != "pending-journal") else 1
+        return 0 if all(f.fixed for f in findings if f.kind not in ("pending-journal", "legacy")
+                        or "undecodable" in f.detail) else 1
     return 1 if findings else 0
 
 

@@ -93,6 +93,9 @@ def _check(store: Store, read_data: bool) -> list[Finding]:
                 findings.append(Finding(kind="duplicate-unit", path=path, unit=unit_id,
                                         layer=layer, detail=f"unit id present in {where}"))
     findings.extend(_check_meta(store))
+    from .legacy import legacy_problems
+    for path, problem in legacy_problems(store.root):
+        findings.append(Finding(kind="legacy", path=path, detail=problem, layer="documents"))
     return findings
 
 
@@ -150,6 +153,11 @@ def _repair(store: Store, finding: Finding) -> None:
             finding.fixed = "moved to " + store.quarantine(inner, f"{finding.unit}-{name}")
         return
     if finding.kind == "pending-journal":
+        return
+    if finding.kind == "legacy":
+        if "missing from the media store" in finding.detail:
+            return  # nothing fsmem can restore; the document stays recallable with its text
+        finding.fixed = "moved to " + store.quarantine(path, "legacy-" + os.path.basename(path))
         return
     label = finding.unit or os.path.basename(path)
     finding.fixed = "moved to " + store.quarantine(path, f"{finding.layer}-{label}")
