@@ -17,17 +17,16 @@ import numpy as np
 from . import _fsops as fsops
 from .blocks import DIGEST_RE
 from .embed import Embedder, HashEmbedder
-from .index import DEFAULT_RANKER
 from .errors import (AmbiguousDigest, FormatError, FsmemError, InvalidName, NotFound,
                      StorageError)
+from .index import DEFAULT_RANKER
 from .model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
-                    TextEvent, ToolOutput, ToolResult, check_name)
+                    TextEvent, ToolResult, check_name)
 from .plugins import ChannelDef, Plugins, ToolDef
-from .store import Durability, JournalEntry, Store, new_unit_id
+from .store import Durability, Store, new_unit_id
 from .timestamps import Timestamp
-from .unit import (TEXT_MIME, UnitBuilder, block_path, read_manifest, read_vectors,
-                   write_manifest_in_place)
-from .views import Document, Hit, content_view, hydrate_event
+from .unit import UnitBuilder, block_path, read_manifest, read_vectors, write_manifest_in_place
+from .views import Document, Hit, hydrate_event
 
 __all__ = ["Memory"]
 
@@ -159,32 +158,16 @@ class Memory:
         drafts = [e.to_event() if isinstance(e, TextEvent) else e for e in events]
         _check_strings(summary=summary, source=source, tags=tags, entities=entities)
         resolved = [self._resolve_attachments(e.attachments) for e in drafts]
-        try:
-            builder = self.store.builder(unit_id)
-        except OSError as exc:
-            raise StorageError(exc.errno, f"{self.store.staging}: cannot stage a unit: {exc}") from exc
-        try:
+
+        def fill(builder: UnitBuilder) -> tuple[list[EventRecord], list[tuple[str, str]]]:
             records, texts = [], []
             for draft, links in zip(drafts, resolved):
                 rec, rec_texts = self._write_event(builder, draft, links)
                 records.append(rec)
                 texts.extend(rec_texts)
-            now = Timestamp.now()
-            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=now,
-                                updated_at=now, events=records, summary=summary, tags=list(tags),
-                                entities=list(entities), source=source, meta=dict(meta or {}),
-                                embedder=self.embedder.fingerprint)
-            manifest.vectors = self._embed_rows(builder, texts)
-            builder.finish(manifest)
-            self.store.publish(builder, layer)
-            self._indexed(builder.unit_id, layer, added=True)
-        except BaseException as exc:
-            _remove_tree(builder.path)
-            if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
-                raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
-                                   f"{exc}") from exc
-            raise
-        return builder.unit_id
+            return records, texts
+        return self.write_unit(layer, fill, unit_id=unit_id, summary=summary, tags=list(tags),
+                               entities=list(entities), source=source, meta=dict(meta or {}))
 
     def commit_file(self, fd: int, *, mime: str, name: str = "", text: str = "",
                     summary: str = "", source: str = "inbox", timestamp: object = None,
@@ -195,27 +178,36 @@ class Memory:
         (never loaded whole into memory). ``head`` (the first bytes) gives image dimensions."""
         ts = Timestamp.coerce(timestamp)
         _check_strings(mime=mime, name=name, text=text, summary=summary, source=source)
-        try:
-            builder = self.store.builder()
-        except OSError as exc:
-            raise StorageError(exc.errno, f"{self.store.staging}: cannot stage a unit: {exc}") from exc
-        try:
+
+        def fill(builder: UnitBuilder) -> tuple[list[EventRecord], list[tuple[str, str]]]:
             event_id = new_unit_id("e")
             blocks, texts = [], []
             if text:
                 ref = builder.add_text(text, role="input", created_at=ts)
                 blocks.append(ref)
-                compute = self.plugins.source_text(source, text)
-                if compute.strip():
-                    texts.append((f"{event_id}:{ref.digest}", compute))
+                texts.append((f"{event_id}:{ref.digest}", self.plugins.source_text(source, text)))
             blocks.append(builder.add_fd(fd, mime, role="attachment", created_at=ts, name=name,
                                          size_cap=size_cap, head=head))
+            return [EventRecord(id=event_id, timestamp=ts, source=source, blocks=blocks)], texts
+        return self.write_unit(layer, fill, summary=summary, source=source)
+
+    def write_unit(self, layer: str, fill, *, unit_id: str | None = None,
+                   **manifest_fields: object) -> str:
+        """Build a unit in staging and publish it into ``layer``: ``fill(builder)`` writes the
+        blocks and returns (event records, [(vector row key, compute-layer text)]); the
+        manifest gets ``manifest_fields``. On any failure nothing is published and the staged
+        directory is removed; filesystem errors surface as StorageError."""
+        try:
+            builder = self.store.builder(unit_id)
+        except OSError as exc:
+            raise StorageError(exc.errno, f"{self.store.staging}: cannot stage a unit: {exc}") from exc
+        try:
+            records, texts = fill(builder)
             now = Timestamp.now()
-            record = EventRecord(id=event_id, timestamp=ts, source=source, blocks=blocks)
-            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=now,
-                                updated_at=now, events=[record], summary=summary, source=source,
-                                embedder=self.embedder.fingerprint)
-            manifest.vectors = self._embed_rows(builder, texts)
+            fields = {"created_at": now, **manifest_fields}
+            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, updated_at=now,
+                                events=records, embedder=self.embedder.fingerprint, **fields)
+            manifest.vectors = self._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
             builder.finish(manifest)
             self.store.publish(builder, layer)
             self._indexed(builder.unit_id, layer, added=True)
@@ -367,6 +359,11 @@ class Memory:
                   for u in loaded for rec in u.manifest.events]
         events.sort(key=lambda p: (p[0].timestamp.ns, p[1], p[0].id))
         return [e for e, _ in events]
+
+    def render(self, budget_tokens: int, *, estimator=None) -> str:
+        """The model's view of L1 under a token budget (fsmem.render.render over timeline())."""
+        from .render import render
+        return render(self.timeline(), budget_tokens, estimator=estimator)
 
     def _load_layer(self, layer: str, *, with_vectors: bool) -> list[_Loaded]:
         out = []

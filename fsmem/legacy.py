@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from . import _fsops as fsops
 from .errors import FormatError
 from .media import sniff_mime
-from .model import FORMAT_VERSION, NAME_RE, EventRecord, Manifest, ToolResult
+from .model import NAME_RE, EventRecord, ToolResult
 from .timestamps import Timestamp
 
 if TYPE_CHECKING:
@@ -243,35 +243,23 @@ def recall_legacy(mem: "Memory", filename: str) -> str | None:
     if _unit_exists(mem, unit_id):
         cleanup_recalled(mem, filename)
         return None
-    builder = mem.store.builder(unit_id)
-    try:
-        ts = doc.created_at
-        blocks = []
-        texts = []
-        event_id = "e-" + hashlib.sha256(f"{unit_id}:legacy".encode()).hexdigest()[:24]
-        if doc.summary:
-            blocks.append(builder.add_text(doc.summary, role="input", created_at=ts))
-            texts.append((f"{event_id}:{blocks[-1].digest}", doc.summary))
-        if doc.content:
-            blocks.append(builder.add_text(doc.content, role="response", created_at=ts))
-            texts.append((f"{event_id}:{blocks[-1].digest}", doc.content))
+    ts = doc.created_at
+    event_id = "e-" + hashlib.sha256(f"{unit_id}:legacy".encode()).hexdigest()[:24]
+
+    def fill(builder) -> tuple[list, list]:
+        blocks, texts = [], []
+        for role, text in (("input", doc.summary), ("response", doc.content)):
+            if text:
+                blocks.append(builder.add_text(text, role=role, created_at=ts))
+                texts.append((f"{event_id}:{blocks[-1].digest}",
+                              mem.plugins.source_text("cold_storage", text)))
         blocks += _add_media(mem, builder, doc.media, ts, doc.id)
-        record = EventRecord(id=event_id, timestamp=ts, source="cold_storage", blocks=blocks)
-        meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,
-                                 "legacy_file": filename}
-        manifest = Manifest(format=FORMAT_VERSION, id=unit_id, created_at=doc.created_at,
-                            updated_at=Timestamp.now(), events=[record], summary=doc.summary,
-                            tags=doc.tags, entities=doc.entities, source=doc.source, meta=meta,
-                            access_count=doc.access_count, last_access=doc.last_access,
-                            embedder=mem.embedder.fingerprint)
-        texts = [(k, mem.plugins.source_text("cold_storage", t)) for k, t in texts]
-        manifest.vectors = mem._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
-        builder.finish(manifest)
-        mem.store.publish(builder, "context")
-    except BaseException:
-        import shutil
-        shutil.rmtree(builder.path, ignore_errors=True)
-        raise
+        return [EventRecord(id=event_id, timestamp=ts, source="cold_storage", blocks=blocks)], texts
+    meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,
+                             "legacy_file": filename}
+    mem.write_unit("context", fill, unit_id=unit_id, created_at=doc.created_at,
+                   summary=doc.summary, tags=doc.tags, entities=doc.entities, source=doc.source,
+                   meta=meta, access_count=doc.access_count, last_access=doc.last_access)
     cleanup_recalled(mem, filename)
     return unit_id
 
@@ -335,8 +323,7 @@ def adopt_context_json(mem: "Memory") -> str | None:
     if not events:
         return None   # nothing to adopt; the file stays as it is
     unit_id = "u-context-json-" + hashlib.sha256(json.dumps(raw).encode()).hexdigest()[:12]
-    builder = mem.store.builder(unit_id)
-    try:
+    def fill(builder) -> tuple[list, list]:
         records, texts = [], []
         for e in events:
             eid = e["id"] if NAME_RE.match(e["id"] or "-") else "e-" + hashlib.sha256(
@@ -358,23 +345,14 @@ def adopt_context_json(mem: "Memory") -> str | None:
                                        tools_used=e["tools_used"], tool_results=results,
                                        blocks=blocks))
         records.sort(key=lambda r: (r.timestamp.ns, r.id))
-        now = Timestamp.now()
-        manifest = Manifest(format=FORMAT_VERSION, id=unit_id, created_at=now, updated_at=now,
-                            events=records, source="context.json",
-                            meta={"adopted_from": "context.json"},
-                            embedder=mem.embedder.fingerprint)
-        manifest.vectors = mem._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
-        builder.finish(manifest)
-        mem.store.publish(builder, "context")
-    except BaseException:
-        import shutil
-        shutil.rmtree(builder.path, ignore_errors=True)
-        raise
+        return records, texts
+    mem.write_unit("context", fill, unit_id=unit_id, source="context.json",
+                   meta={"adopted_from": "context.json"})
     fsops.rename(path, adopted)
     if mem.store.sync:
         fsops.fsync_dir(mem.root)
     log.warning("adopted %d events of %s into context/%s; the file is now %s",
-                len(records), path, unit_id, os.path.basename(adopted))
+                len(events), path, unit_id, os.path.basename(adopted))
     return unit_id
 
 
