@@ -77,6 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--dir", default=None, help="where to build the store (default: a temp dir)")
     args = ap.parse_args()
     embedder = None
     if args.embedder == "minilm":
@@ -86,7 +87,7 @@ def main() -> None:
     lang = {d["id"]: d["lang"] for d in docs}
     core = [q for q in queries if not is_translation(q, lang)]
     trans = [q for q in queries if is_translation(q, lang)]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         mem, unit_of = build(tmp, docs, embedder)
         results = {name: evaluate(mem, unit_of, core, ranker, w)
                    for name, ranker, w in configs()}

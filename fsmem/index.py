@@ -199,15 +199,19 @@ class Index:
         """{id: inode} of unit directories and legacy JSON files in documents/, and
         {id: file name} for the legacy ones (a JSON whose unit already exists is left out:
         it is a leftover of an interrupted legacy recall)."""
-        from .legacy import legacy_doc_files, legacy_id
+        from .legacy import legacy_id
         base = self.mem.store.layer_dir("documents")
         listing: dict[str, int] = {}
-        with os.scandir(base) as it:
+        json_files: list[tuple[str, int]] = []
+        with os.scandir(base) as it:   # one pass: unit directories and legacy JSON files
             for e in it:
-                if e.is_dir(follow_symlinks=False) and _valid_name(e.name):
-                    listing[e.name] = e.inode()
+                if e.is_dir(follow_symlinks=False):
+                    if _valid_name(e.name):
+                        listing[e.name] = e.inode()
+                elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
+                    json_files.append((e.name, e.inode()))
         legacy_files = {}
-        for fname, ino in legacy_doc_files(self.mem.root):
+        for fname, ino in sorted(json_files):
             uid = legacy_id(fname)
             if uid in listing or any(os.path.isdir(self.mem.store.unit_dir(layer, uid))
                                      for layer in ("context", "stablemem")):
@@ -276,7 +280,8 @@ class Index:
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""
         self.remove(entry.unit_id)
         self.pending[entry.unit_id] = entry
-        if len(self.pending) > _PENDING_MAX:
+        # Fold in geometrically (a quarter of the size), so bulk adds stay O(n log n).
+        if len(self.pending) > max(_PENDING_MAX, len(self.ids) // 4):
             self._compact()
 
     def remove(self, unit_id: str) -> None:
