@@ -1,5 +1,6 @@
 """fsmem: a filesystem-native, three-layer memory store for LLM agents."""
 
+from .distill import DistillError, LLMDistiller, RuleDistiller, Triple
 from .docmemory import Doc, DocMemory
 from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError, FsmemError,
                      InvalidName, NotFound, StorageError, StoreLocked)
@@ -7,6 +8,7 @@ from .flows import Memory
 from .fsck import Finding
 from .model import (FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput)
 from .plugins import ChannelDef, Plugins, ToolDef
+from .stablemem import Graph
 from .timestamps import Timestamp
 from .views import Document, Hit
 
@@ -14,6 +16,7 @@ __all__ = [
     "Memory", "Doc", "DocMemory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
     "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
     "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
-    "AlreadyExists", "AmbiguousDigest", "StorageError",
+    "AlreadyExists", "AmbiguousDigest", "StorageError", "Graph", "Triple", "RuleDistiller",
+    "LLMDistiller", "DistillError",
 ]
 __version__ = "0.1.0"

@@ -226,6 +226,8 @@ def _parser() -> argparse.ArgumentParser:
     verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
     sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step")
     sp.add_argument("dir", nargs="?", default="./fsmem-demo")
+    from .stablemem import add_cli as add_stablemem_cli
+    add_stablemem_cli(sub, [common])
     return p
 
 

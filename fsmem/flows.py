@@ -65,6 +65,7 @@ class Memory:
         self.auto_prune = auto_prune
         self.ranker = ranker
         self._index: "Index | None" = None
+        self._graph = None
 
     @classmethod
     def open(cls, root: str | os.PathLike, *, context_capacity: int = 30,
@@ -95,9 +96,42 @@ class Memory:
         self.close()
 
     def close(self) -> None:
-        """Save the search index if it has unsaved changes (it is derived: optional)."""
+        """Save the search index if it has unsaved changes (it is derived: optional) and
+        close graph.db."""
         if self._index is not None and self._index._unsaved:
             self._index.save()
+        if self._graph is not None:
+            self._graph.close()
+            self._graph = None
+
+    # -- L3 stable memory -----------------------------------------------------------------
+    @property
+    def graph(self):
+        """graph.db in HomeAgent's schema (fsmem.stablemem.Graph): commit, recall, search."""
+        if self._graph is None:
+            from .stablemem import Graph
+            self._graph = Graph(self)
+        return self._graph
+
+    def find_cold(self, max_age_s: float = 72 * 3600, max_access: int = 2) -> list[str]:
+        from .stablemem import find_cold
+        return find_cold(self, max_age_s, max_access)
+
+    def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
+                dry_run: bool = False):
+        """Distil cold L2 units (legacy HomeAgent documents included: they first become
+        new-format units, whole) into graph.db, moving each original into stablemem/."""
+        from .stablemem import distill
+        if not dry_run:
+            from .legacy import convert_cold_legacy
+            convert_cold_legacy(self, max_age_s, max_access)
+        return distill(self, max_age_s=max_age_s, max_access=max_access, distiller=distiller,
+                       dry_run=dry_run)
+
+    def recall_from_graph(self, names, depth: int = 2) -> list[str]:
+        """Bring the original units of the facts about ``names`` back to L1 (one rename each)."""
+        from .stablemem import recall_from_graph
+        return recall_from_graph(self, names, depth)
 
     # -- index --------------------------------------------------------------------------
     @property

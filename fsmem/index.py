@@ -1,7 +1,8 @@
-"""The derived search index of L2: dense unit vectors and BM25 postings, in one file.
+"""The derived search index of L2: dense unit vectors and BM25 postings.
 
-The unit directories are the only source of truth. ``.fsmem/index/index.npz`` is a snapshot
-(written to a temp file and renamed, never fsynced: it is derived) holding, per indexed unit,
+The unit directories are the only source of truth. ``.fsmem/index/CURRENT`` names the current
+snapshot, a generation directory of ``.npy`` arrays and a ``meta.json`` with their checksums
+(written whole, then switched to by one rename; never fsynced: it is derived), holding, per unit,
 its id, the inode of its directory, its dense vector and its BM25 term counts. On open the
 snapshot is checked against one listing of ``documents/`` (names and inodes, no stat): units
 added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
@@ -10,15 +11,16 @@ without a rebuild. A missing, truncated or corrupt snapshot is rebuilt from the 
 
 from __future__ import annotations
 
-import io
 import logging
 import os
+import shutil
 import sys
+import time
 import uuid
-import zipfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
+import blake3
 import msgspec
 import numpy as np
 
@@ -38,6 +40,8 @@ DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md
 DEFAULT_WEIGHT = 0.5    # weight of the dense signal in "fusion"
 K1, B = 1.2, 0.75
 _SAVE_EVERY = 64
+_ARRAYS = ("inos", "dense", "doclen", "created", "nevents", "p_terms", "p_ptr", "p_rows",
+           "p_tfs")
 _PENDING_MAX = 256
 
 
@@ -64,6 +68,7 @@ class _Meta(msgspec.Struct):
     ids: list[str]
     summaries: list[str]
     legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
+    digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
 
 
 @dataclass
@@ -81,7 +86,7 @@ class Index:
 
     def __init__(self, mem: "Memory") -> None:
         self.mem = mem
-        self.path = os.path.join(mem.store.index_dir, "index.npz")
+        self.dir = mem.store.index_dir
         self.dim = mem.embedder.dim
         self.fingerprint = mem.embedder.fingerprint
         self._clear()
@@ -104,29 +109,36 @@ class Index:
 
     # -- lifecycle ----------------------------------------------------------------------
     def load(self) -> bool:
-        """Load the snapshot; False (and an empty index) if it is missing or unusable."""
+        """Map the current snapshot; False (and an empty index) if it is missing or unusable.
+
+        Arrays are memory-mapped read-only (open costs the checksum pass, not a copy); each
+        file's BLAKE3 is checked against ``meta.json`` so a damaged snapshot is never used."""
         self._clear()
         try:
-            with np.load(self.path, allow_pickle=False) as z:
-                meta = msgspec.json.decode(z["meta"].tobytes(), type=_Meta)
-                if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
-                        or meta.dim != self.dim:
-                    return False
-                arrays = {k: z[k] for k in ("inos", "dense", "doclen", "created", "nevents",
-                                            "p_terms", "p_ptr", "p_rows", "p_tfs")}
+            with open(os.path.join(self.dir, "CURRENT"), encoding="ascii") as fh:
+                gen = os.path.join(self.dir, fh.read().strip())
+            with open(os.path.join(gen, "meta.json"), "rb") as fh:
+                meta = msgspec.json.decode(fh.read(), type=_Meta)
+            if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
+                    or meta.dim != self.dim:
+                return False
+            arrays = {}
+            for name in _ARRAYS:
+                path = os.path.join(gen, f"{name}.npy")
+                if _file_digest(path) != meta.digests.get(name):
+                    raise ValueError(f"{path}: checksum mismatch")
+                arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             return False
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, msgspec.DecodeError,
-                EOFError) as exc:
-            log.warning("%s: unusable index (%s); rebuilding from the directories", self.path, exc)
+        except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError) as exc:
+            log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
             return False
         n = len(meta.ids)
         if not (arrays["dense"].shape == (n, self.dim) and len(arrays["inos"]) == n
                 and len(arrays["doclen"]) == n and arrays["created"].shape == (n, 2)
                 and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
-                and len(arrays["p_rows"]) == len(arrays["p_tfs"])
-                and (n == 0 or len(arrays["p_rows"]) == 0 or int(arrays["p_rows"].max()) < n)):
-            log.warning("%s: inconsistent index arrays; rebuilding", self.path)
+                and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
+            log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
             return False
         self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
         self.row_of = {u: i for i, u in enumerate(self.ids)}
@@ -138,19 +150,32 @@ class Index:
         return True
 
     def save(self) -> None:
-        """Write a compacted snapshot: temp file in the index directory, then rename."""
+        """Write a compacted snapshot as a new generation directory of ``.npy`` files plus
+        ``meta.json`` (with each file's BLAKE3), then switch ``CURRENT`` to it by one rename.
+        Older generations are removed; a reader that mapped one keeps its (unlinked) files."""
         self._compact()
+        gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
+        gen = os.path.join(self.dir, gen_name)
+        os.makedirs(gen)
+        arrays = {"inos": self.inos, "dense": self.dense, "doclen": self.doclen,
+                  "created": self.created, "nevents": self.nevents, "p_terms": self.post.terms,
+                  "p_ptr": self.post.ptr, "p_rows": self.post.rows, "p_tfs": self.post.tfs}
+        digests = {}
+        for name, arr in arrays.items():
+            path = os.path.join(gen, f"{name}.npy")
+            np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+            digests[name] = _file_digest(path)
         meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
-                     ids=self.ids, summaries=self.summaries, legacy=self.legacy)
-        buf = io.BytesIO()
-        np.savez(buf, meta=np.frombuffer(msgspec.json.encode(meta), dtype=np.uint8),
-                 inos=self.inos, dense=self.dense, doclen=self.doclen, created=self.created,
-                 nevents=self.nevents, p_terms=self.post.terms, p_ptr=self.post.ptr,
-                 p_rows=self.post.rows, p_tfs=self.post.tfs)
-        tmp = f"{self.path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(buf.getbuffer())
-        os.replace(tmp, self.path)
+                     ids=self.ids, summaries=self.summaries, legacy=self.legacy, digests=digests)
+        with open(os.path.join(gen, "meta.json"), "wb") as fh:
+            fh.write(msgspec.json.encode(meta))
+        tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.write(gen_name)
+        os.replace(tmp, os.path.join(self.dir, "CURRENT"))
+        for old in os.listdir(self.dir):
+            if old.startswith(("gen-", "index.npz")) and old != gen_name:
+                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
         self._unsaved = 0
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
@@ -431,6 +456,12 @@ def fuse(bm25: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
     d = np.clip(dense, 0, None)
     d = d / d.max() if d.size and d.max() > 0 else d
     return (1 - weight) * b + weight * d
+
+
+def _file_digest(path: str) -> str:
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    hasher.update_mmap(path)
+    return hasher.hexdigest()
 
 
 def _expand_terms(post: _Postings) -> np.ndarray:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LegacyDoc", "LegacyMedia", "legacy_doc_files", "read_legacy", "legacy_id",
            "blob_path", "recall_legacy", "adopt_context_json", "find_legacy_blob",
-           "legacy_problems", "legacy_texts", "cleanup_recalled"]
+           "legacy_problems", "legacy_texts", "cleanup_recalled", "convert_cold_legacy"]
 
 log = logging.getLogger("fsmem.legacy")
 _logged: set[tuple[str, str]] = set()
@@ -230,9 +230,10 @@ def _add_media(mem: "Memory", builder, media: list[LegacyMedia], ts: Timestamp,
     return refs
 
 
-def recall_legacy(mem: "Memory", filename: str) -> str | None:
-    """Make a legacy document a new-format unit in context/ (one ``cold_storage`` event at
-    the document's created_at, the whole content, its media copied in), then remove the JSON.
+def recall_legacy(mem: "Memory", filename: str, layer: str = "context") -> str | None:
+    """Make a legacy document a new-format unit in ``layer`` (context/ for recall; documents/
+    before distillation): one ``cold_storage`` event at the document's created_at, the whole
+    content, its media copied in; then remove the JSON.
 
     Must run under the writer lock. Returns the unit id, or None if the file is gone."""
     path = os.path.join(mem.root, "documents", filename)
@@ -257,11 +258,31 @@ def recall_legacy(mem: "Memory", filename: str) -> str | None:
         return [EventRecord(id=event_id, timestamp=ts, source="cold_storage", blocks=blocks)], texts
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,
                              "legacy_file": filename}
-    mem.write_unit("context", fill, unit_id=unit_id, created_at=doc.created_at,
+    mem.write_unit(layer, fill, unit_id=unit_id, created_at=doc.created_at,
                    summary=doc.summary, tags=doc.tags, entities=doc.entities, source=doc.source,
                    meta=meta, access_count=doc.access_count, last_access=doc.last_access)
     cleanup_recalled(mem, filename)
     return unit_id
+
+
+def convert_cold_legacy(mem: "Memory", max_age_s: float, max_access: int) -> list[str]:
+    """Turn cold legacy documents (HomeAgent's rule: access_count <= max_access and last
+    access older than max_age) into new-format units in documents/, so distillation reads
+    their whole ``content`` like any other unit. Returns the unit ids made."""
+    now = Timestamp.now().ns
+    made = []
+    with mem.store.locked():
+        for fname, _ in legacy_doc_files(mem.root):
+            try:
+                doc = read_legacy(os.path.join(mem.root, "documents", fname))
+            except (FormatError, OSError, ValueError):
+                continue   # reported by fsck
+            last = doc.last_access or doc.created_at
+            if doc.access_count <= max_access and now - last.ns >= max_age_s * 1e9:
+                uid = recall_legacy(mem, fname, layer="documents")
+                if uid:
+                    made.append(uid)
+    return made
 
 
 def _unit_exists(mem: "Memory", unit_id: str) -> bool:

@@ -46,7 +46,7 @@ def test_index_persists_and_reloads_without_rebuild(root, monkeypatch):
     mem = _fill(root)
     expect = _top(mem, "光伏板 发电")
     mem.close()
-    assert os.path.isfile(root / ".fsmem" / "index" / "index.npz")
+    assert os.path.isfile(root / ".fsmem" / "index" / "CURRENT")
     calls = []
     monkeypatch.setattr(Index, "rebuild", lambda self, progress=None: calls.append(1) or 0)
     mem2 = Memory.open(root)
@@ -54,21 +54,29 @@ def test_index_persists_and_reloads_without_rebuild(root, monkeypatch):
     assert calls == []
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "delete", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "delete", "empty-meta",
+                                    "bad-current"])
 def test_damaged_index_is_rebuilt_with_the_same_answers(root, damage):
     mem = _fill(root)
     expect = {q: _top(mem, q) for q in TOPICS}
     mem.close()
-    path = root / ".fsmem" / "index" / "index.npz"
-    data = path.read_bytes()
+    index = root / ".fsmem" / "index"
+    gen = index / (index / "CURRENT").read_text()
     if damage == "truncate":
-        path.write_bytes(data[: len(data) // 2])
+        data = (gen / "dense.npy").read_bytes()
+        (gen / "dense.npy").write_bytes(data[: len(data) // 2])
+    elif damage == "flip":                     # same size, one byte changed: only a checksum sees it
+        data = bytearray((gen / "p_tfs.npy").read_bytes())
+        data[-3] ^= 0x40
+        (gen / "p_tfs.npy").write_bytes(bytes(data))
     elif damage == "garbage":
-        path.write_bytes(data[:100] + os.urandom(len(data) - 200) + data[-100:])
+        (gen / "p_rows.npy").write_bytes(os.urandom(500))
     elif damage == "delete":
-        path.unlink()
+        shutil.rmtree(gen)
+    elif damage == "empty-meta":
+        (gen / "meta.json").write_bytes(b"")
     else:
-        path.write_bytes(b"")
+        (index / "CURRENT").write_text("../../documents")
     mem2 = Memory.open(root)
     assert {q: _top(mem2, q) for q in TOPICS} == expect
 

@@ -169,3 +169,20 @@ def test_a_copy_made_with_cp_a_opens_and_recalls_identically(home, tmp_path):
     da, db = a.document("doc_1790315272901276334"), b.document("doc_1790315272901276334")
     assert [(e.timestamp, e.response, [x.digest for x in e.blocks]) for e in da.events] == \
         [(e.timestamp, e.response, [x.digest for x in e.blocks]) for e in db.events]
+
+
+def test_cold_legacy_documents_are_distilled_from_their_whole_content(home):
+    mem = Memory.open(home)
+    report = mem.distill(max_age_s=0, max_access=100)
+    assert report.distilled, report
+    doc = "doc_1791388739999999999"                          # the long one, sentinel at the end
+    assert not (home / "documents" / f"{doc}.json").exists()
+    unit = mem.document(doc)
+    assert unit.layer == "stablemem"
+    assert unit.events[0].response == _legacy_content(doc)
+    assert mem.graph.has_document(doc)
+    assert [f for f in mem.fsck() if f.kind != "legacy"] == []
+
+
+def _legacy_content(doc_id: str) -> str:
+    return json.loads((FIXTURE / "documents" / f"{doc_id}.json").read_text("utf-8"))["content"]
