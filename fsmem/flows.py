@@ -77,9 +77,13 @@ class Memory:
         """Open (creating what is missing) the store at ``root`` and run crash recovery."""
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
+        # The default ranker follows the measurements (docs/BENCHMARKS.md): BM25 alone beats
+        # every fusion with the hashed dense signal; with a real embedder, fusion wins.
+        default = DEFAULT_RANKER if embedder is None or isinstance(embedder, HashEmbedder) \
+            else "fusion"
         mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
-                  auto_prune=auto_prune, ranker=ranker or DEFAULT_RANKER)
+                  auto_prune=auto_prune, ranker=ranker or default)
         with store.locked():  # taking the lock runs recovery
             if os.path.isfile(os.path.join(store.root, "context.json")):
                 from .legacy import adopt_context_json

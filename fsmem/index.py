@@ -18,12 +18,13 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import blake3
 import msgspec
 import numpy as np
 
+from .embed import HashEmbedder
 from .errors import FsmemError
 from .unit import block_path, read_manifest, read_vectors
 
@@ -37,8 +38,9 @@ log = logging.getLogger(__name__)
 INDEX_VERSION = 1
 RANKERS = ("bm25", "dense", "fusion", "rrf")
 DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
-DEFAULT_WEIGHT = 0.5    # weight of the dense signal in "fusion"
+DEFAULT_WEIGHT = 0.2    # weight of the dense signal in "fusion" (best with all-MiniLM-L6-v2)
 K1, B = 1.2, 0.75
+_LEXICAL = HashEmbedder()
 _SAVE_EVERY = 64
 _ARRAYS = ("inos", "dense", "doclen", "created", "nevents", "p_terms", "p_ptr", "p_rows",
            "p_tfs")
@@ -399,10 +401,7 @@ class Index:
         """Okapi BM25 (k1 1.2, b 0.75) over the feature hashes of ``text``."""
         n_base = len(self.ids)
         scores = np.zeros(n_base + len(entries), np.float32)
-        embedder = self.mem.embedder
-        if not hasattr(embedder, "features"):
-            return scores
-        q_terms = np.unique(embedder.features([text])[1])
+        q_terms = np.unique(lexical_features([text])[1])
         if not len(q_terms):
             return scores
         # Base postings of the query terms.
@@ -468,12 +467,18 @@ def _expand_terms(post: _Postings) -> np.ndarray:
     return np.repeat(post.terms, np.diff(post.ptr))
 
 
+def lexical_features(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """BM25's tokens, whatever the embedder: the hashed features of ``fsmem.embed.tokenize``
+    (CJK unigrams and bigrams, Latin words and word bigrams)."""
+    return _LEXICAL.features(texts)
+
+
 def term_counts(embedder, texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     """Unique feature hashes of ``texts`` and their counts (the BM25 document)."""
     texts = [t for t in texts if t]
-    if not texts or not hasattr(embedder, "features"):
+    if not texts:
         return np.zeros(0, np.uint64), np.zeros(0, np.float32)
-    _, feats = embedder.features(texts)
+    _, feats = lexical_features(texts)
     terms, counts = np.unique(feats, return_counts=True)
     return terms, counts.astype(np.float32)
 
@@ -507,9 +512,9 @@ def event_texts(mem: "Memory", path: str, ev) -> list[str]:
 def bm25_scores(embedder, docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.ndarray:
     """BM25 of ``query`` over a small in-memory collection of (terms, tfs) documents."""
     scores = np.zeros(len(docs), np.float32)
-    if not docs or not hasattr(embedder, "features") or not query.strip():
+    if not docs or not query.strip():
         return scores
-    q_terms = np.unique(embedder.features([query])[1])
+    q_terms = np.unique(lexical_features([query])[1])
     tf = np.zeros((len(docs), len(q_terms)), np.float32)
     for i, (terms, tfs) in enumerate(docs):
         j = np.searchsorted(terms, q_terms)
