@@ -149,3 +149,24 @@ def test_units_of_another_embedding_space_are_not_compared(root):
     row = idx.row_of.get(foreign)
     vec = idx.dense[row] if row is not None else idx.pending[foreign].vector
     assert not vec.any()
+
+
+class TinyEmbedder:
+    """A real-embedder stand-in through the protocol (fingerprint, dim, embed)."""
+
+    fingerprint = "tiny:d16"
+    dim = 16
+
+    def embed(self, texts):
+        out = np.zeros((len(texts), 16), np.float32)
+        for i, t in enumerate(texts):
+            out[i, len(t) % 16] = 1.0
+        return out
+
+
+def test_default_ranker_follows_the_embedder(root):
+    assert Memory.open(root).ranker == "bm25"
+    mem = Memory.open(root, embedder=TinyEmbedder(), auto_prune=False)
+    assert mem.ranker == "fusion"
+    uid = mem.commit("咖啡机漏水 密封圈")
+    assert mem.query("咖啡机漏水", top_k=1)[0].unit_id == uid   # BM25 tokens need no embedder
