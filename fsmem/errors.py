@@ -12,6 +12,7 @@ __all__ = [
     "AlreadyExists",
     "AmbiguousDigest",
     "StorageError",
+    "MissingDependency",
 ]
 
 
@@ -52,3 +53,7 @@ class AmbiguousDigest(FsmemError, ValueError):
 
 class StorageError(FsmemError, OSError):
     """The filesystem refused a write (ENOSPC, EIO, ...); nothing was published."""
+
+
+class MissingDependency(FsmemError, ImportError):
+    """An optional extra is not installed; the message says what to pip install."""

@@ -80,3 +80,14 @@ def test_demo_builds_a_browsable_memory(tmp_path):
     tl = json.loads(fsmem("timeline", "--root", str(demo), "--json").stdout)
     assert len(tl) == 10 and tl[0]["timestamp"] == "2026-11-28T08:01:12.120000001+08:00"
     assert fsmem("demo", str(demo)).returncode == 2   # refuses a non-empty directory
+
+
+def test_render_verb_and_memory_render_stay_within_budget(tmp_path):
+    from fsmem import HeuristicEstimator, Memory
+    demo = tmp_path / "demo"
+    assert fsmem("demo", str(demo)).returncode == 0
+    r = fsmem("render", "--root", str(demo), "--budget", "300")
+    assert r.returncode == 0 and r.stdout.startswith("【对话时序】")
+    assert HeuristicEstimator().count(r.stdout.rstrip("\n")) <= 300
+    full = Memory.open(demo).render(100_000)
+    assert "Breville BES870" in full and "400元/节" in full    # ample budget: everything whole
