@@ -259,7 +259,7 @@ class Index:
             log.warning("index: skipping legacy %s: %s", path, exc)
             return False
         texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
-        terms, tfs = term_counts(self.mem.embedder, texts)
+        terms, tfs = term_counts(texts)
         self.add(IndexEntry(unit_id=legacy_id(filename), ino=ino,
                             vector=np.zeros(self.dim, np.float32), terms=terms, tfs=tfs,
                             summary=doc.summary, legacy_file=filename,
@@ -298,7 +298,7 @@ class Index:
             if n > 0:
                 vec = (v / n).astype(np.float32)
         texts = unit_texts(self.mem, path, manifest)
-        terms, tfs = term_counts(self.mem.embedder, texts)
+        terms, tfs = term_counts(texts)
         return IndexEntry(unit_id=unit_id, ino=ino, vector=vec, terms=terms, tfs=tfs,
                           summary=manifest.summary, created_ns=manifest.created_at.ns,
                           created_off=manifest.created_at.offset, events=len(manifest.events))
@@ -473,7 +473,7 @@ def lexical_features(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return _LEXICAL.features(texts)
 
 
-def term_counts(embedder, texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     """Unique feature hashes of ``texts`` and their counts (the BM25 document)."""
     texts = [t for t in texts if t]
     if not texts:
@@ -509,7 +509,7 @@ def event_texts(mem: "Memory", path: str, ev) -> list[str]:
     return out
 
 
-def bm25_scores(embedder, docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.ndarray:
+def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.ndarray:
     """BM25 of ``query`` over a small in-memory collection of (terms, tfs) documents."""
     scores = np.zeros(len(docs), np.float32)
     if not docs or not query.strip():

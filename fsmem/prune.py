@@ -63,8 +63,8 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
     if mem.ranker == "bm25":
         from .index import bm25_scores, event_texts, term_counts
         pairs = [(u, r) for u in units for r in u.manifest.events]
-        docs = [term_counts(mem.embedder, event_texts(mem, u.path, r)) for u, r in pairs]
-        scores = dict(zip((r.id for _, r in pairs), bm25_scores(mem.embedder, docs, query)))
+        docs = [term_counts(event_texts(mem, u.path, r)) for u, r in pairs]
+        scores = dict(zip((r.id for _, r in pairs), bm25_scores(docs, query)))
         return lambda unit, rec: float(scores.get(rec.id, 0.0))
     qv = mem.embedder.embed([query])[0]
 

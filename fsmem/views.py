@@ -100,4 +100,3 @@ class Hit(msgspec.Struct, kw_only=True):
     layer: str = "documents"
     created_at: Timestamp | None = None
     events: int = 0
-    preview: str = ""
