@@ -228,6 +228,8 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("dir", nargs="?", default="./fsmem-demo")
     from .stablemem import add_cli as add_stablemem_cli
     add_stablemem_cli(sub, [common])
+    from .watch import add_cli as add_watch_cli
+    add_watch_cli(sub, [common])
     return p
 
 

@@ -150,8 +150,14 @@ class Memory:
         return self._index
 
     def reconcile(self) -> dict[str, int]:
-        """Bring the index in step with units added, moved or removed by plain file tools."""
-        return self.index.sync(force=True)
+        """Bring the index in step with units added, moved or removed by plain file tools;
+        returns how many entries were added and removed."""
+        if self._index is None:
+            from .index import Index
+            self._index = Index(self)
+            if not self._index.load():
+                return {"added": self._index.rebuild(), "removed": 0}
+        return self._index.sync(force=True)
 
     def reindex(self, progress=None) -> int:
         """Rebuild the index from the directories alone; returns how many units it holds."""
@@ -210,7 +216,7 @@ class Memory:
     def commit_file(self, fd: int, *, mime: str, name: str = "", text: str = "",
                     summary: str = "", source: str = "inbox", timestamp: object = None,
                     head: bytes = b"", size_cap: int | None = None,
-                    layer: str = "documents") -> str:
+                    layer: str = "documents", meta: dict[str, str] | None = None) -> str:
         """Write one unit whose single event holds ``text`` (its input) and the bytes read from
         the open file ``fd`` as an attachment block, hashed from the same bytes it writes
         (never loaded whole into memory). ``head`` (the first bytes) gives image dimensions."""
@@ -227,7 +233,8 @@ class Memory:
             blocks.append(builder.add_fd(fd, mime, role="attachment", created_at=ts, name=name,
                                          size_cap=size_cap, head=head))
             return [EventRecord(id=event_id, timestamp=ts, source=source, blocks=blocks)], texts
-        return self.write_unit(layer, fill, summary=summary, source=source)
+        return self.write_unit(layer, fill, summary=summary, source=source,
+                               meta=dict(meta or {}))
 
     def write_unit(self, layer: str, fill, *, unit_id: str | None = None,
                    **manifest_fields: object) -> str:

@@ -1,0 +1,693 @@
+"""The inbox protocol's ingest side: what a dropped file or unit directory becomes.
+
+A claimed entry (``inbox/.processing/<claim>``) is opened with ``O_NOFOLLOW|O_NONBLOCK``
+relative to a directory fd, required to be a regular file with one link under the size cap,
+hashed and stored from the same descriptor (docs/FORMAT.md §7). Every ingested file's BLAKE3
+is recorded in what it became (``meta.inbox_digest``, event ids ``e-i<digest>-<n>``), and a
+small ledger keeps the duplicate check cheap, so a crash between claim and store re-ingests
+without a duplicate. The daemon that finds and claims entries is ``fsmem.watch``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import io
+import logging
+import os
+import re
+import shutil
+import stat
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+import msgspec
+import numpy as np
+
+from . import _fsops as fsops
+from .blocks import CHUNK, block_filename, hash_bytes
+from .errors import FormatError, FsmemError, InvalidName, NotFound, StoreLocked
+from .flows import Memory
+from .ingest import event_from_record
+from .media import sniff_mime
+from .model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
+from .store import LAYERS
+from .timestamps import Timestamp
+from .unit import MANIFEST, VECTORS, UnitBuilder, read_manifest
+
+__all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "ignored_name"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIZE_CAP = 1 << 30
+LEDGER = "inbox.ledger"
+_F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
+_EVENT_EXT = {".jsonl", ".ndjson", ".json"}
+_TEXT_EXT = {".md", ".markdown", ".txt"}
+_MEDIA_EXT = {".png": "PNG image", ".jpg": "JPEG image", ".jpeg": "JPEG image",
+              ".gif": "GIF image", ".webp": "WebP image", ".wav": "WAV audio",
+              ".mp3": "MP3 audio", ".ogg": "Ogg audio", ".oga": "Ogg audio",
+              ".mp4": "MP4 video", ".m4a": "MP4 audio", ".pdf": "PDF document"}
+_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_any = msgspec.json.Decoder()
+
+
+class Rejected(FsmemError):
+    """A dropped entry that will not be stored; the message says why (it goes to error.txt)."""
+
+
+class _Duplicate(Exception):
+    """The content is already in the store (``where`` = layer/unit)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
+class _Interrupted(BaseException):
+    """A second SIGINT/SIGTERM: abandon the file in hand (the library leaves no partial unit)."""
+
+
+@dataclass
+class Outcome:
+    """What happened to one dropped entry: ``ingested``, ``duplicate``, ``rejected`` or
+    ``deferred`` (a transient error; the claim stays in .processing and is retried)."""
+
+    status: str
+    name: str
+    kind: str = ""
+    units: list[str] = field(default_factory=list)  # "layer/unit-id"
+    reason: str = ""
+    size: int = 0
+    digest: str = ""
+    moved_to: str = ""
+
+
+def ignored_name(name: str) -> bool:
+    """Dot-files and temp names are never taken: they are still being written (Maildir)."""
+    return name.startswith(".") or name.endswith((".tmp", ".part", "~"))
+
+
+def _display(name: str) -> str:
+    """A dropped name as safe text: undecodable bytes replaced, control characters escaped."""
+    text = os.fsencode(name).decode("utf-8", "replace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _ext(name: str) -> str:
+    return os.path.splitext(name)[1].lower()
+
+
+def _fit(name: str, room: int) -> str:
+    """``name`` cut to ``room`` bytes (NAME_MAX counts bytes); surrogateescape keeps a cut
+    through a multi-byte character byte-exact."""
+    raw = os.fsencode(name)
+    return name if len(raw) <= room else os.fsdecode(raw[:room])
+
+
+# -- the inbox directories ------------------------------------------------------------------
+
+class _InboxDirs:
+    """``inbox/``, ``inbox/.processing/``, ``inbox/.rejected/``, held open by fd. A dropped
+    name is only ever one path component inside them (an entry name holds no '/', and dot
+    names are never taken), and never part of a path in the store."""
+
+    def __init__(self, root: str) -> None:
+        self.inbox = os.path.join(root, "inbox")
+        self.processing = os.path.join(self.inbox, ".processing")
+        self.rejected = os.path.join(self.inbox, ".rejected")
+        self.inbox_fd = _open_dir(self.inbox)
+        self.proc_fd = _open_dir(self.processing, create_in=self.inbox_fd)
+        self.rej_fd = _open_dir(self.rejected, create_in=self.inbox_fd)
+
+    def close(self) -> None:
+        for fd in (self.inbox_fd, self.proc_fd, self.rej_fd):
+            os.close(fd)
+
+    def names(self) -> list[str]:
+        return [n for n in os.listdir(self.inbox_fd) if not ignored_name(n)]
+
+    def claims(self) -> list[str]:
+        return sorted(n for n in os.listdir(self.proc_fd) if not n.startswith("."))
+
+    def claim(self, name: str) -> str:
+        """Take ``name`` out of the inbox by one rename; the claim name keeps the original."""
+        claim = _fit(f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~{name}", 255)
+        os.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
+        return claim
+
+    def release(self, claim: str) -> None:
+        """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
+        st = os.lstat(claim, dir_fd=self.proc_fd)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(os.path.join(self.processing, claim))
+        else:
+            os.unlink(claim, dir_fd=self.proc_fd)
+
+    def reject(self, claim: str, name: str, reason: str) -> str:
+        """Move a claim to ``.rejected/`` under its original name (made unique), then write
+        ``<name>.error.txt`` beside it (temp + rename); returns the name used."""
+        base = _fit(name, 255 - len(".error.txt") - 8)
+        target, n = base, 0
+        while _exists(target, self.rej_fd) or _exists(f"{target}.error.txt", self.rej_fd):
+            n += 1
+            target = f"{base}~{n}"
+        try:
+            fsops.rename_noreplace(os.path.join(self.processing, claim),
+                                   os.path.join(self.rejected, target))
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS):
+                raise
+            os.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
+        text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
+                f"kept as: {_display(target)}\nreason: {reason}\n"
+                f"time: {Timestamp.now().isoformat()}\n")
+        tmp = f".tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644,
+                     dir_fd=self.rej_fd)
+        try:
+            fsops.write_all(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
+        os.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd, dst_dir_fd=self.rej_fd)
+        return target
+
+
+def _open_dir(path: str, create_in: int | None = None) -> int:
+    if create_in is not None:
+        try:
+            os.mkdir(os.path.basename(path), 0o755, dir_fd=create_in)
+        except FileExistsError:
+            pass
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FormatError(f"{path}: not a directory fsmem can use ({exc.strerror}); "
+                          "a symlink is never followed") from exc
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _writer_holds(fd: int) -> bool | None:
+    """True if some process has the file open for writing (a read lease is refused), False if
+    none has, None where leases are unavailable (not the owner, NFS, leases disabled)."""
+    try:
+        fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as exc:
+        return True if exc.errno in (errno.EAGAIN, errno.EBUSY) else None
+    fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
+    return False
+
+
+# -- the digest ledger ----------------------------------------------------------------------
+
+class _StoreScan:
+    """What one pass over every manifest tells about earlier ingests (and event ids)."""
+
+    def __init__(self, mem: Memory) -> None:
+        self.digests: dict[str, str] = {}    # inbox digest (or its 32-hex prefix) -> unit id
+        self.event_ids: dict[str, str] = {}  # event id -> "layer/unit"
+        self.attachments: dict[str, str] = {}  # attachment block digest -> unit id
+        for layer in LAYERS:
+            for unit_id in mem.store.iter_units(layer):
+                try:
+                    m = read_manifest(mem.store.unit_dir(layer, unit_id))
+                except (FsmemError, OSError):
+                    continue
+                if len(d := m.meta.get("inbox_digest", "")) == 64:
+                    self.digests.setdefault(d, unit_id)
+                for ev in m.events:
+                    self.event_ids[ev.id] = f"{layer}/{unit_id}"
+                    if ev.id.startswith("e-i") and len(ev.id) > 36 and ev.id[35] == "-":
+                        self.digests.setdefault(ev.id[3:35], unit_id)
+                    for ref in ev.blocks:
+                        if ref.role == "attachment":
+                            self.attachments.setdefault(ref.digest, unit_id)
+
+    def lookup(self, digest: str, *, attachments: bool = False) -> str | None:
+        """The unit an ingest of these bytes made. With ``attachments`` (resuming a claim),
+        a media block with these bytes also counts: the store holds them either way."""
+        return (self.digests.get(digest) or self.digests.get(digest[:32])
+                or (self.attachments.get(digest) if attachments else None))
+
+
+class _Ledger:
+    """``.fsmem/inbox.ledger``: one ``<digest> <unit id>`` line per ingested file, appended
+    after the unit is published. Derived: rebuilt from the manifests when missing; a digest
+    whose unit is gone is checked against the manifests before it counts."""
+
+    def __init__(self, mem: Memory) -> None:
+        self.mem = mem
+        self.path = os.path.join(mem.store.meta, LEDGER)
+        self.map: dict[str, str] = {}
+
+    def load(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            self.rebuild(_StoreScan(self.mem))
+            return
+        for line in raw.decode("ascii", "replace").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and len(parts[0]) in (32, 64):  # a torn last line is skipped
+                if parts[1] == "-":
+                    self.map.pop(parts[0], None)
+                else:
+                    self.map[parts[0]] = parts[1]
+
+    def rebuild(self, scan: _StoreScan) -> None:
+        self.map = dict(scan.digests)
+        data = "".join(f"{d} {u}\n" for d, u in sorted(self.map.items())).encode()
+        self.mem.store.write_file_atomic(self.path, data, sync=False)
+
+    def add(self, digest: str, unit_id: str) -> None:
+        self.map[digest] = unit_id
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, f"{digest} {unit_id}\n".encode())
+        finally:
+            os.close(fd)
+
+    def forget(self, digest: str) -> None:
+        """A digest whose units are all gone: a tombstone line, so it may be ingested again."""
+        self.add(digest, "-")
+        self.map.pop(digest, None)
+
+    def get(self, digest: str) -> str | None:
+        return self.map.get(digest) or self.map.get(digest[:32])
+
+
+# -- ingesting one claimed entry ------------------------------------------------------------
+
+class Ingestor:
+    """Turns one claimed entry of ``inbox/.processing/`` into units, or says why not."""
+
+    def __init__(self, mem: Memory, dirs: _InboxDirs, ledger: _Ledger, size_cap: int) -> None:
+        self.mem = mem
+        self.dirs = dirs
+        self.ledger = ledger
+        self.size_cap = size_cap
+        self.scan: _StoreScan | None = None  # set while resuming claims left by a crash
+        self.published: list[tuple[str, str]] = []  # (layer, unit id) of the last entry
+
+    def ingest(self, claim: str, name: str, *, resume: bool = False) -> Outcome:
+        """Store, reject or report as duplicate. A rejected or duplicate claim moves to
+        .rejected/; an ingested one stays for the caller to release once the units are
+        durable. A transient error (StoreLocked, ENOSPC, EIO...) is raised."""
+        self.published = []
+        out = Outcome(status="ingested", name=name)
+        try:
+            st = os.lstat(claim, dir_fd=self.dirs.proc_fd)
+            if stat.S_ISDIR(st.st_mode):
+                out.kind = "unit"
+                self._adopt(claim, name, out, resume)
+            elif stat.S_ISREG(st.st_mode):
+                self._file(claim, name, out, resume)
+            else:
+                out.kind = "special"
+                raise Rejected(_special_reason(st.st_mode))
+        except _Duplicate as dup:
+            if resume:  # stored before the crash; only the claim was left to remove
+                out.reason = f"already stored as {dup.where} before a restart"
+                return out
+            out.status, out.reason = "duplicate", f"same content as {dup.where}"
+        except Rejected as exc:
+            out.status, out.reason = "rejected", str(exc)
+        except StoreLocked:
+            raise
+        except OSError as exc:  # StorageError too: ENOSPC, EIO... are transient
+            if exc.errno != errno.EFBIG:
+                raise
+            out.status, out.reason = "rejected", f"over the size cap of {self.size_cap} bytes"
+        except (FsmemError, msgspec.ValidationError, ValueError) as exc:
+            out.status, out.reason = "rejected", str(exc)
+        except Exception as exc:  # a bug must not crash-loop the daemon on the same claim
+            log.exception("%s: unexpected error", _display(name))
+            out.status, out.reason = "rejected", f"internal error: {type(exc).__name__}: {exc}"
+        if out.status == "ingested":  # the caller releases the claim once this is durable
+            out.units = [f"{layer}/{u}" for layer, u in self.published]
+        else:
+            out.moved_to = self.dirs.reject(claim, name, f"{out.status}: {out.reason}")
+        return out
+
+    # -- regular files ----------------------------------------------------------------------
+    def _file(self, claim: str, name: str, out: Outcome, resume: bool) -> None:
+        try:
+            fd = os.open(claim, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=self.dirs.proc_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Rejected("a symbolic link (never followed)") from exc
+            raise
+        try:
+            st = os.fstat(fd)
+            out.size = st.st_size
+            if not stat.S_ISREG(st.st_mode):
+                raise Rejected(_special_reason(st.st_mode))
+            if st.st_nlink != 1:
+                raise Rejected(f"has {st.st_nlink} hard links; only a file with one name "
+                               "is taken (its other names could change it)")
+            if st.st_size > self.size_cap:
+                raise Rejected(f"{st.st_size} bytes is over the size cap of "
+                               f"{self.size_cap} bytes")
+            if st.st_size == 0:
+                raise Rejected("empty file: nothing to store")
+            head = os.pread(fd, 65536, 0)
+            mime = sniff_mime(head[:64])
+            ext = _ext(name)
+            if mime:
+                out.kind = "media"
+                self._media(fd, name, mime, head, out, resume)
+            elif ext in _MEDIA_EXT:
+                raise Rejected(f"named like a {_MEDIA_EXT[ext]}, but its content is not one "
+                               "(media is recognised by content)")
+            elif ext in _EVENT_EXT or ext in _TEXT_EXT:
+                out.kind = "events" if ext in _EVENT_EXT else "text"
+                data = _read_all(fd, self.size_cap)
+                out.digest = hash_bytes(data)
+                if not (resume and out.kind == "events"):  # resume skips part by part
+                    self._check_seen(out.digest, resume)
+                text = _utf8(data)
+                if out.kind == "events":
+                    self._events(text, name, out.digest, resume)
+                else:
+                    self._text(text, name, out.digest)
+            else:
+                raise Rejected(f"unsupported type ({ext or 'no extension'}, content not "
+                               "recognised): takes .jsonl/.json events, .md/.txt text, and "
+                               "png, jpeg, gif, webp, wav, mp3, ogg, mp4, pdf media")
+        finally:
+            os.close(fd)
+        self.ledger.add(out.digest, self.published[0][1])
+
+    def _check_seen(self, digest: str, resume: bool) -> None:
+        """Raise _Duplicate if a file with these bytes was ingested before."""
+        if resume and self.scan and (uid := self.scan.lookup(digest, attachments=True)):
+            raise _Duplicate(uid)
+        uid = self.ledger.get(digest)
+        if uid is None:
+            return
+        try:
+            layer, _ = self.mem.store.locate(uid)
+            raise _Duplicate(f"{layer}/{uid}")
+        except NotFound:
+            pass
+        found = _StoreScan(self.mem).lookup(digest)  # its unit was pruned, moved or removed
+        if found:
+            raise _Duplicate(found)
+        self.ledger.forget(digest)
+
+    def _media(self, fd: int, name: str, mime: str, head: bytes, out: Outcome,
+               resume: bool) -> None:
+        out.digest, out.size = _hash_fd(fd, self.size_cap)
+        self._check_seen(out.digest, resume)
+        os.lseek(fd, 0, os.SEEK_SET)
+        shown = _display(name)
+        extra = {"meta": _meta(out.digest, name)}
+        uid = self.mem.commit_file(fd, mime=mime, name=shown, text=shown, summary=shown,
+                                   source="inbox", head=head, size_cap=self.size_cap, **extra)
+        self.published.append(("documents", uid))
+        m = read_manifest(self.mem.store.unit_dir("documents", uid))
+        if not any(ref.digest == out.digest for ev in m.events for ref in ev.blocks):
+            self.mem.remove(uid)  # changed under us between the two reads: never half-true
+            self.published.clear()
+            raise Rejected("the file changed while it was being stored")
+
+    def _text(self, text: str, name: str, digest: str) -> None:
+        if "\x00" in text:
+            raise Rejected("contains NUL bytes: not a text file")
+        title = _title(text) or _display(name)
+        event = Event(id=f"e-i{digest[:32]}-0", source="inbox", input=text,
+                      timestamp=Timestamp.now())
+        uid = self.mem.commit_events([event], summary=title, source="inbox",
+                                     meta=_meta(digest, name))
+        self.published.append(("documents", uid))
+
+    def _events(self, text: str, name: str, digest: str, resume: bool) -> None:
+        shown = _display(name)
+        records = _records(text)
+        if not records:
+            raise Rejected("no event records")
+        events: list[tuple[Event, str]] = []
+        explicit: set[str] = set()
+        for i, (lineno, rec) in enumerate(records):
+            where = f"line {lineno}"
+            layer = rec.get("layer", "documents") if isinstance(rec, dict) else "documents"
+            if layer not in ("documents", "context"):
+                raise Rejected(f"{where}: layer must be 'documents' or 'context', not {layer!r}")
+            ev = event_from_record(rec, where, None)
+            if ev.id:
+                check_name(ev.id, f"{where}: event id")
+                if ev.id in explicit:
+                    raise Rejected(f"{where}: event id {ev.id!r} appears twice in the file")
+                explicit.add(ev.id)
+            else:
+                ev = msgspec.structs.replace(ev, id=f"e-i{digest[:32]}-{i}")
+            events.append((ev, layer))
+        stored = self.scan.event_ids if (resume and self.scan) else (
+            _StoreScan(self.mem).event_ids if explicit else {})
+        if not resume and (clash := sorted(explicit & stored.keys())):
+            raise Rejected(f"event id {clash[0]!r} is already stored (in {stored[clash[0]]})")
+        meta = _meta(digest, name)
+        l2 = [ev for ev, layer in events if layer == "documents"]
+        if l2 and not any(ev.id in stored for ev in l2):  # one unit: all of it or none
+            uid = self.mem.commit_events(l2, summary=f"{shown} ({len(l2)} events)",
+                                         source="inbox", meta=meta)
+            self.published.append(("documents", uid))
+        l1 = [ev for ev, layer in events if layer == "context" and ev.id not in stored]
+        for ev in l1:  # like Memory.append: one L1 unit per event
+            uid = self.mem.commit_events([ev], source=ev.source, meta=meta, layer="context")
+            self.published.append(("context", uid))
+        if l1 and self.mem.auto_prune:
+            self.mem.prune(query=" ".join(t for t in (l1[-1].input, l1[-1].response) if t))
+        if not self.published:
+            raise _Duplicate("the units written before a restart")
+
+    # -- unit directories -------------------------------------------------------------------
+    def _adopt(self, claim: str, name: str, out: Outcome, resume: bool) -> None:
+        """Verify a dropped unit directory (every digest, from the bytes it copies) and
+        publish the copy into documents/; nothing of the dropped inodes enters the store."""
+        try:
+            check_name(name)
+        except InvalidName as exc:
+            raise Rejected("a directory whose name is not a unit id: only unit directories "
+                           "are taken (archives are never extracted)") from exc
+        path = os.path.join(self.dirs.processing, claim)
+        try:
+            dfd = os.open(claim, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=self.dirs.proc_fd)
+        except OSError as exc:
+            raise Rejected(f"cannot open the directory ({exc.strerror})") from exc
+        try:
+            try:
+                manifest = read_manifest(path, expect_id=name)
+            except NotFound as exc:
+                raise Rejected("a directory without manifest.json: not a unit directory") \
+                    from exc
+            if os.lstat(path).st_ino != os.fstat(dfd).st_ino:
+                raise Rejected("the directory was replaced while being read")
+            if manifest.format > FORMAT_VERSION:
+                raise Rejected(f"manifest format {manifest.format} is newer than this fsmem "
+                               f"reads ({FORMAT_VERSION})")
+            self._check_adoptable(manifest, resume, events=True)
+            self._publish_copy(dfd, manifest, out, resume)
+        finally:
+            os.close(dfd)
+        self.published.append(("documents", name))
+
+    def _publish_copy(self, dfd: int, manifest: Manifest, out: Outcome, resume: bool) -> None:
+        store = self.mem.store
+        builder = store.builder(manifest.id)
+        try:
+            out.size = self._copy_unit(dfd, manifest, builder)
+            builder.finish(manifest)
+            with store.locked():  # nobody may publish the same id in between
+                self._check_adoptable(manifest, resume, events=False)
+                store.publish(builder, "documents")
+        except BaseException:
+            shutil.rmtree(builder.path, ignore_errors=True)
+            raise
+
+    def _check_adoptable(self, manifest: Manifest, resume: bool, *, events: bool) -> None:
+        """Duplicate if the id is stored with the same content; rejected if with other
+        content, or if one of its events is already stored in another unit."""
+        try:
+            layer, path = self.mem.store.locate(manifest.id)
+        except NotFound:
+            layer = path = ""
+        if path:
+            try:
+                same = _comparable(read_manifest(path)) == _comparable(manifest)
+            except FsmemError:
+                same = False
+            if same:
+                raise _Duplicate(f"{layer}/{manifest.id}")
+            raise Rejected(f"unit {manifest.id} already exists in {layer}/ with other content")
+        if not events:
+            return
+        stored = (self.scan if resume and self.scan else _StoreScan(self.mem)).event_ids
+        for ev in manifest.events:
+            if ev.id in stored:
+                raise Rejected(f"event {ev.id} is already stored (in {stored[ev.id]})")
+
+    def _copy_unit(self, dfd: int, manifest: Manifest, builder: UnitBuilder) -> int:
+        expected, total = {MANIFEST}, 0
+        for ev in manifest.events:
+            for ref in ev.blocks:
+                fname = block_filename(ref.digest, ref.mime)
+                if fname in expected:
+                    continue
+                expected.add(fname)
+                total += ref.size
+                if total > self.size_cap:
+                    raise Rejected(f"unit is over the size cap of {self.size_cap} bytes")
+                fd = _open_regular(fname, dfd)
+                try:
+                    if os.fstat(fd).st_size != ref.size:
+                        raise Rejected(f"block {fname}: size differs from the manifest")
+                    got = builder.add_fd(fd, ref.mime, role=ref.role, created_at=ref.created_at,
+                                         size_cap=ref.size)
+                finally:
+                    os.close(fd)
+                if got.digest != ref.digest:
+                    raise Rejected(f"block {fname}: bytes hash to {got.digest}")
+        if manifest.vectors is not None:
+            expected.add(VECTORS)
+            manifest.vectors = self._copy_vectors(dfd, manifest, builder)
+        for entry in sorted(os.listdir(dfd)):
+            if entry not in expected:
+                raise Rejected(f"unexpected entry {_display(entry)!r} in the unit directory")
+        return total
+
+    def _copy_vectors(self, dfd: int, manifest: Manifest,
+                      builder: UnitBuilder) -> VectorsRef:
+        ref = manifest.vectors
+        assert ref is not None
+        fd = _open_regular(VECTORS, dfd)
+        try:
+            data = _read_all(fd, self.size_cap)
+        finally:
+            os.close(fd)
+        if hash_bytes(data) != ref.digest:
+            raise Rejected(f"{VECTORS}: bytes do not match the digest in the manifest")
+        try:
+            mat = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise Rejected(f"{VECTORS}: not a .npy array: {exc}") from exc
+        if mat.shape != (len(ref.rows), ref.dim):
+            raise Rejected(f"{VECTORS}: shape {mat.shape} != ({len(ref.rows)}, {ref.dim})")
+        return builder.set_vectors(list(ref.rows), mat, ref.embedder)
+
+
+def _special_reason(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link (never followed)"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe), not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a regular file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node, not a regular file"
+    return "not a regular file"
+
+
+def _open_regular(name: str, dir_fd: int) -> int:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except FileNotFoundError as exc:
+        raise Rejected(f"{name}: missing") from exc
+    except OSError as exc:
+        raise Rejected(f"{name}: cannot open ({exc.strerror}); symlinks are never followed") \
+            from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Rejected(f"{name}: not a regular file")
+    return fd
+
+
+def _read_all(fd: int, cap: int) -> bytes:
+    parts, size = [], 0
+    while chunk := os.read(fd, CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise Rejected(f"over the size cap of {cap} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _hash_fd(fd: int, cap: int) -> tuple[str, int]:
+    hasher, size = blake3.blake3(), 0
+    while chunk := os.read(fd, CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise Rejected(f"over the size cap of {cap} bytes")
+        hasher.update(chunk)
+    return hasher.hexdigest(), size
+
+
+def _utf8(data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise Rejected(f"not UTF-8 text (invalid byte at offset {exc.start})") from exc
+
+
+def _title(text: str) -> str:
+    """The first Markdown heading (ATX ``# x`` or setext ``x`` over ``===``/``---``)."""
+    lines = text.splitlines()[:200]
+    for i, line in enumerate(lines):
+        if m := _HEADING.match(line):
+            return m.group(1).strip()[:200]
+        if line.strip() and i + 1 < len(lines) and re.fullmatch(r" {0,3}(=+|-+)\s*",
+                                                                lines[i + 1]):
+            return line.strip()[:200]
+    return ""
+
+
+def _meta(digest: str, name: str) -> dict[str, str]:
+    return {"inbox_digest": digest, "inbox_name": _display(name)}
+
+
+def _comparable(m: Manifest) -> tuple:
+    """A manifest without what changes by use or by re-encoding (access stats, vectors)."""
+    return (m.id, m.created_at.isoformat(), encode(m.events),
+            m.summary, m.tags, m.entities, m.source, m.meta)
+
+
+def _records(text: str) -> list[tuple[int, Any]]:
+    """JSON Lines, or one JSON object or array (as fsmem.ingest reads them), with line numbers."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            return [(1, r) for r in _any.decode(stripped)]
+        except msgspec.DecodeError as exc:
+            raise Rejected(f"invalid JSON: {exc}") from exc
+    records = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((lineno, _any.decode(line)))
+        except msgspec.DecodeError as exc:
+            if lineno == 1 or not records:
+                try:  # one pretty-printed object
+                    return [(1, _any.decode(stripped))]
+                except msgspec.DecodeError:
+                    pass
+            raise Rejected(f"line {lineno}: invalid JSON: {exc}") from exc
+    return records
+
+
+# -- the daemon -----------------------------------------------------------------------------

@@ -1,0 +1,603 @@
+"""``fsmem watch``: files dropped into ``ROOT/inbox/`` become units, and plain-tool edits of the
+layer directories (``cp -a``, ``mv``, ``rm -r``) are reconciled into the derived index.
+
+The inbox protocol is Maildir's (docs/FORMAT.md §7, docs/WATCH.md): a file is taken only when
+complete (no writer holds it open, its stat unchanged), claimed by one rename into
+``inbox/.processing/``, hashed and stored from the same open descriptor, then removed. What
+cannot be stored moves to ``inbox/.rejected/`` beside ``<name>.error.txt``. Every ingested
+file's BLAKE3 is recorded in what it became (``meta.inbox_digest``, event ids
+``e-i<digest>-<n>``, the media block itself), so a crash between claim and store re-ingests
+without a duplicate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import queue
+import re
+import signal
+import stat
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import msgspec
+
+from . import _fsops as fsops
+from .errors import FsmemError, StoreLocked
+from .flows import Memory
+from .inbox import (DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _display, _InboxDirs,
+                    _Interrupted, _Ledger, _StoreScan, _writer_holds, ignored_name)
+from .store import LAYERS
+
+__all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
+           "DEFAULT_RESCAN_S", "ignored_name"]
+
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RESCAN_S = 30.0
+SETTLE_S = 0.25           # a file's stat unchanged this long (and no writer) = complete
+SETTLE_DIR_S = 1.0        # same for a dropped unit directory
+SETTLE_NO_LEASE_S = 1.0   # where leases are unavailable, wait longer...
+QUIET_NO_CLOSE_S = 5.0    # ...and longer still if a write was seen but never its close
+LAYER_SETTLE_S = 0.3      # a changed unit directory unchanged this long is reconciled
+ONCE_WAIT_S = 10.0        # --once leaves files still being written after this long
+BATCH = 256               # at most this many files made durable by one syncfs...
+BATCH_AGE_S = 1.0         # ...or those stored in this long (group commit)
+
+
+@dataclass
+class _Candidate:
+    """A name in the inbox not yet taken: its last stat and since when it has not changed."""
+
+    seen: float
+    key: tuple | None = None
+    since: float = 0.0
+    settle: float = SETTLE_S
+    writing: bool = False
+    next_check: float = 0.0
+
+
+class Watcher:
+    """The daemon: inbox ingest plus index reconcile for one store (see module docstring)."""
+
+    def __init__(self, mem: Memory, *, size_cap: int = DEFAULT_SIZE_CAP,
+                 rescan_s: float = DEFAULT_RESCAN_S,
+                 report: Callable[[Outcome], None] | None = None,
+                 on_reconcile: Callable[[dict], None] | None = None,
+                 on_start: Callable[[], None] | None = None) -> None:
+        self.mem = mem
+        self.on_start = on_start or (lambda: None)
+        self.size_cap = size_cap
+        self.rescan_s = rescan_s
+        self.report = report or (lambda out: None)
+        self.on_reconcile = on_reconcile or (lambda stats: None)
+        self.counts = {"ingested": 0, "duplicate": 0, "rejected": 0, "deferred": 0}
+        self._queue: queue.Queue = queue.Queue()
+        self._stopping = False
+        self._candidates: dict[str, _Candidate] = {}
+        self._retry: dict[str, tuple[float, int]] = {}
+        self._layer_dirs = {mem.store.layer_dir(layer): layer for layer in LAYERS}
+        self._layer_pending: dict[tuple[str, str], tuple[Any, float]] = {}
+        self._own: dict[str, tuple[str, float]] = {}
+        self._lease_ok = True
+        self._housekept = 0.0
+        self._once = False
+        self._batch: list[tuple[str, Outcome]] = []
+        self._batch_t = 0.0
+        self._stored_since_save = 0
+        self.durable = mem.store.sync
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def run(self, *, once: bool = False) -> dict[str, int]:
+        """Watch until SIGINT/SIGTERM or ``stop()`` (with ``once``: handle what waits, exit)."""
+        lock_fd = self._lock()
+        observer = None
+        old = self._signals()
+        self.mem.store.durability = "off"  # group commit: one syncfs per batch (_flush)
+        try:
+            self.dirs = _InboxDirs(self.mem.root)
+            ledger = _Ledger(self.mem)
+            ledger.load()
+            self.ingestor = Ingestor(self.mem, self.dirs, ledger, self.size_cap)
+            observer = None if once else self._observe()
+            self._reconcile()
+            self._resume()
+            self._scan_inbox()
+            if not once:
+                self.on_start()
+            self._loop(once)
+        finally:
+            try:
+                self._flush()
+            finally:
+                self.mem.store.durability = "full" if self.durable else "off"
+            for signum, handler in old.items():
+                signal.signal(signum, handler)
+            if observer is not None:
+                wd_log = logging.getLogger("watchdog.observers.inotify")
+                level = wd_log.level  # 7.1 logs a spurious ERROR when stopped mid-read
+                wd_log.setLevel(logging.CRITICAL)
+                observer.stop()
+                observer.join(timeout=5)
+                wd_log.setLevel(level)
+            self.mem.close()  # saves the index if it has unsaved changes
+            if hasattr(self, "dirs"):
+                self.dirs.close()
+            os.close(lock_fd)
+        return self.counts
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def _lock(self) -> int:
+        path = os.path.join(self.mem.store.meta, "watch.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLocked(f"{path}: another fsmem watch runs on this store") from None
+        return fd
+
+    def _signals(self) -> dict[int, Any]:
+        """First SIGINT/SIGTERM: finish the entry in hand, then stop. Second: abandon it."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, frame: object) -> None:
+            if self._stopping:
+                raise _Interrupted(signum)
+            log.info("signal %d: finishing the entry in hand, then stopping", signum)
+            self._stopping = True
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        old[signal.SIGIO] = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks
+        return old
+
+    def _observe(self) -> Any:
+        from watchdog import events as ev
+        from watchdog.observers import Observer
+
+        q = self._queue
+        # FSMEM_WATCH_DROP_EVENTS=1 loses every inbox event, as an inotify queue overflow
+        # does (watchdog reports none): the tests' proof that the rescan alone suffices.
+        lost = self.dirs.inbox if os.environ.get("FSMEM_WATCH_DROP_EVENTS") == "1" else None
+
+        class Handler(ev.FileSystemEventHandler):
+            def on_any_event(self, event: Any) -> None:
+                src = os.fsdecode(event.src_path)
+                if lost is None or os.path.dirname(src) != lost:
+                    q.put((event.event_type, src,
+                           os.fsdecode(getattr(event, "dest_path", "") or "")))
+
+        # Only what is used (the filter narrows the inotify mask): no IN_MODIFY per write, no
+        # IN_OPEN/IN_CLOSE_NOWRITE from our own lease probes. Fewer events, less GIL contention.
+        moves = [ev.FileMovedEvent, ev.DirMovedEvent, ev.FileDeletedEvent, ev.DirDeletedEvent,
+                 ev.DirCreatedEvent]
+        observer = Observer()
+        handler = Handler()
+        observer.schedule(handler, self.dirs.inbox, recursive=False,
+                          event_filter=[*moves, ev.FileCreatedEvent, ev.FileClosedEvent])
+        for path in self._layer_dirs:
+            observer.schedule(handler, path, recursive=False, event_filter=moves)
+        observer.start()
+        return observer
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _loop(self, once: bool) -> None:
+        self._once = once
+        started = time.monotonic()
+        next_rescan = started + self.rescan_s
+        while not self._stopping:
+            had = bool(self._candidates)
+            self._drain(0.05 if self._candidates or self._layer_pending else 0.5)
+            now = time.monotonic()
+            self._handle(self._ready(now))
+            self._flush()
+            self._housekeep(once)
+            if once:
+                if not self._candidates or now - started > ONCE_WAIT_S:
+                    for name in sorted(self._candidates):
+                        log.warning("%s: still being written; left for the next run",
+                                    _display(name))
+                    return
+            elif now >= next_rescan or (had and not self._candidates):
+                # periodic, and right after a burst: events lost to a queue overflow
+                next_rescan = now + self.rescan_s
+                self._scan_inbox()
+                self._reconcile()
+
+    def _housekeep(self, once: bool) -> None:
+        """Between files too: look at the event queue, reconcile, retry deferred claims."""
+        self._housekept = time.monotonic()
+        if self._batch and self._housekept - self._batch_t > BATCH_AGE_S:
+            self._flush()
+        self._drain(0.0)
+        if self._layer_pending:
+            self._poll_layers(self._housekept)
+        if self._retry and not once:
+            self._retry_claims(self._housekept)
+
+    def _drain(self, timeout: float) -> None:
+        try:
+            item = self._queue.get(timeout=timeout) if timeout else self._queue.get_nowait()
+            while True:
+                self._on_event(*item)
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            return
+
+    def _on_event(self, kind: str, src: str, dest: str) -> None:
+        for path, moved_in in ((src, False), (dest, True)):
+            if not path:
+                continue
+            parent, name = os.path.split(path)
+            if parent == self.dirs.inbox and not ignored_name(name):
+                self._inbox_event(name, "moved_in" if moved_in else (
+                    "moved_out" if kind == "moved" else kind))
+            elif parent in self._layer_dirs and not name.startswith("."):
+                layer = self._layer_dirs[parent]
+                own = self._own.get(name)
+                if own and own[0] == layer and (moved_in or kind == "created"):
+                    continue  # a unit this daemon published: the library indexed it
+                self._layer_pending.setdefault((layer, name), (_UNSEEN, 0.0))
+
+    def _inbox_event(self, name: str, kind: str) -> None:
+        if kind in ("deleted", "moved_out"):
+            self._candidates.pop(name, None)
+            return
+        if kind in ("opened", "closed_no_write"):
+            return  # our own lease probe opens files too
+        c = self._candidates.setdefault(name, _Candidate(seen=time.monotonic()))
+        if kind in ("created", "modified"):
+            c.writing = True
+        elif kind in ("closed", "moved_in"):
+            c.writing = False
+        c.key, c.next_check = None, 0.0
+
+    def _scan_inbox(self) -> None:
+        now = time.monotonic()
+        for name in self.dirs.names():
+            self._candidates.setdefault(name, _Candidate(seen=now))
+
+    def _ready(self, now: float) -> list[str]:
+        """Names whose stat has not changed for the settle time (oldest first); whether a
+        writer still holds them is asked at claim time."""
+        ready = []
+        for name, c in list(self._candidates.items()):
+            if now < c.next_check:
+                continue
+            if c.key is not None and c.next_check > 0 and now - c.since >= c.settle:
+                ready.append(name)  # stable at its last look; the claim re-checks the stat
+                continue
+            try:
+                st = os.lstat(name, dir_fd=self.dirs.inbox_fd)
+            except FileNotFoundError:
+                del self._candidates[name]
+                continue
+            key = _stat_key(st, name, self.dirs.inbox_fd)
+            if key != c.key:
+                c.key, c.since, c.settle = key, now, self._settle(st, c)
+            c.next_check = c.since + c.settle
+            if now >= c.next_check:
+                ready.append(name)
+        ready.sort(key=lambda n: self._candidates[n].seen)
+        return ready
+
+    def _settle(self, st: os.stat_result, c: _Candidate) -> float:
+        if stat.S_ISDIR(st.st_mode):
+            return SETTLE_DIR_S
+        if not stat.S_ISREG(st.st_mode):
+            return 0.0
+        if self._lease_ok:
+            return SETTLE_S
+        return QUIET_NO_CLOSE_S if c.writing else SETTLE_NO_LEASE_S
+
+    def _handle(self, names: list[str]) -> None:
+        for name in names:
+            if self._stopping:
+                return
+            c = self._candidates.get(name)
+            claim = self._claim(name, c) if c else None
+            if claim is not None:
+                self._process(claim, name, resume=False)
+            if time.monotonic() - self._housekept > 0.2:
+                self._housekeep(self._once)
+
+    def _claim(self, name: str, c: _Candidate) -> str | None:
+        """Re-check, then rename into .processing; None if the entry is not ready after all."""
+        try:
+            st = os.lstat(name, dir_fd=self.dirs.inbox_fd)
+        except FileNotFoundError:
+            self._candidates.pop(name, None)
+            return None
+        if _stat_key(st, name, self.dirs.inbox_fd) != c.key or self._held(name, st):
+            c.key, c.next_check = None, time.monotonic() + SETTLE_S
+            return None
+        self._candidates.pop(name, None)
+        try:
+            return self.dirs.claim(name)
+        except FileNotFoundError:
+            return None
+
+    def _held(self, name: str, st: os.stat_result) -> bool:
+        """True if a writer still has the file (or a file of the directory) open."""
+        if stat.S_ISREG(st.st_mode):
+            return self._probe(name, self.dirs.inbox_fd)
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        try:
+            dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=self.dirs.inbox_fd)
+        except OSError:
+            return False
+        try:
+            return any(self._probe(n, dfd) for n in os.listdir(dfd))
+        finally:
+            os.close(dfd)
+
+    def _probe(self, name: str, dir_fd: int) -> bool:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dir_fd)
+        except OSError:
+            return False  # a symlink, gone...: the claim decides
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            held = _writer_holds(fd)
+        finally:
+            os.close(fd)
+        if held is None and self._lease_ok:
+            log.info("file leases unavailable here; relying on a longer stability wait")
+            self._lease_ok = False
+        return bool(held)
+
+    def _process(self, claim: str, name: str, *, resume: bool) -> None:
+        try:
+            out = self.ingestor.ingest(claim, name, resume=resume)
+        except (StoreLocked, OSError) as exc:
+            _, tries = self._retry.get(claim, (0.0, 0))
+            if tries >= 5:
+                out = Outcome(status="rejected", name=name, reason=f"failed 6 times: {exc}")
+                out.moved_to = self.dirs.reject(claim, name, out.reason)
+                self._retry.pop(claim, None)
+            else:
+                self._retry[claim] = (time.monotonic() + 2.0 * 2 ** tries, tries + 1)
+                out = Outcome(status="deferred", name=name, reason=str(exc))
+        else:
+            self._retry.pop(claim, None)
+        now = time.monotonic()
+        for layer, uid in self.ingestor.published:
+            self._own[uid] = (layer, now)
+        self._stored_since_save += len(self.ingestor.published)
+        while self._own:  # insertion order is age order: expire from the front
+            oldest = next(iter(self._own))
+            if now - self._own[oldest][1] < 60:
+                break
+            del self._own[oldest]
+        if out.status != "ingested":
+            self._tell(out)
+            return
+        if not self._batch:
+            self._batch_t = now
+        self._batch.append((claim, out))
+        if len(self._batch) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Make the batch's units durable with one syncfs, then release its claims (the
+        acknowledgement). A crash before this leaves the claims for resume: no loss, and
+        the digests recorded in the units prevent duplicates."""
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        if self.durable:
+            try:
+                fsops.syncfs(self.mem.store.staging)
+            except OSError as exc:  # a failed sync is final: withdraw, retry from the source
+                self._withdraw(batch, exc)
+                return
+        for claim, out in batch:
+            self.dirs.release(claim)
+            self._tell(out)
+
+    def _withdraw(self, batch: list[tuple[str, Outcome]], exc: OSError) -> None:
+        log.error("syncfs failed (%s): withdrawing %d units; their files will be retried",
+                  exc, sum(len(out.units) for _, out in batch))
+        with self.mem.store.locked():
+            for claim, out in batch:
+                for where in out.units:
+                    path = os.path.join(self.mem.root, where)
+                    if os.path.isdir(path):
+                        self.mem.store.discard(path, sync=False)
+                self._retry[claim] = (time.monotonic() + 2.0, 1)
+                self._tell(Outcome(status="deferred", name=out.name, reason=str(exc)))
+
+    def _tell(self, out: Outcome) -> None:
+        self.counts[out.status] = self.counts.get(out.status, 0) + 1
+        self.report(out)
+
+    def _resume(self) -> None:
+        """Claims left in .processing by a crash: re-ingest each, without duplicates."""
+        claims = self.dirs.claims()
+        if claims:
+            log.info("resuming %d claimed entries left by an earlier run", len(claims))
+            self._resume_claims(claims)
+
+    def _resume_claims(self, claims: list[str]) -> None:
+        self.ingestor.scan = _StoreScan(self.mem)  # what the interrupted run already stored
+        try:
+            for claim in claims:
+                if self._stopping:
+                    break
+                self._process(claim, claim.split("~", 1)[-1], resume=True)
+        finally:
+            self.ingestor.scan = None
+
+    def _retry_claims(self, now: float) -> None:
+        due = sorted(c for c, (when, _) in self._retry.items() if when <= now)
+        if due:
+            self._resume_claims(due)
+
+    # -- layers -----------------------------------------------------------------------------
+    def _poll_layers(self, now: float) -> None:
+        """Reconcile once each changed unit directory has stopped changing (a copy done)."""
+        settled = []
+        for key, (fp, since) in list(self._layer_pending.items()):
+            cur = _dir_fingerprint(os.path.join(self.mem.store.layer_dir(key[0]), key[1]))
+            if fp is _UNSEEN or cur != fp:
+                self._layer_pending[key] = (cur, now)
+            elif now - since >= LAYER_SETTLE_S:
+                del self._layer_pending[key]
+                settled.append(f"{key[0]}/{key[1]}")
+        if settled:
+            self._reconcile(sorted(settled))
+
+    def _reconcile(self, changed: list[str] | None = None) -> None:
+        """Bring the index in step with the layer directories, and save its snapshot."""
+        reconcile = getattr(self.mem, "reconcile", None)
+        if reconcile is None:
+            return
+        stats = dict(reconcile() or {})
+        if changed or any(stats.values()) or self._stored_since_save:
+            self.mem.index.save()  # the snapshot on disk, not only the one in memory
+            self._stored_since_save = 0
+        if changed or any(stats.values()):
+            self.on_reconcile({**stats, "changed": changed or []})
+
+
+_UNSEEN = object()
+
+
+def _stat_key(st: os.stat_result, name: str, dir_fd: int) -> tuple:
+    key: tuple = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                  st.st_nlink)
+    if stat.S_ISDIR(st.st_mode):
+        key += (_dir_fingerprint(name, dir_fd),)
+    return key
+
+
+def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
+    """Names, sizes and mtimes of a directory's entries (None if it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        out = []
+        for n in sorted(os.listdir(fd)):
+            try:
+                s = os.lstat(n, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            out.append((n, s.st_size, s.st_mtime_ns, s.st_ino))
+        return (os.fstat(fd).st_ino, tuple(out))
+    finally:
+        os.close(fd)
+
+
+# -- command line ---------------------------------------------------------------------------
+
+def _bytes_arg(text: str) -> int:
+    """``1073741824``, ``512M``, ``1G``, ``64k``."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)i?[bB]?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r}")
+    return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " ")
+
+
+def _add_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--once", action="store_true",
+                    help="handle what is waiting in the inbox, then exit (cron, tests)")
+    sp.add_argument("--size-cap", type=_bytes_arg, default=DEFAULT_SIZE_CAP, metavar="BYTES",
+                    help="largest file taken (default 1 GiB; suffixes k, M, G)")
+    sp.add_argument("--rescan", type=float, default=DEFAULT_RESCAN_S, metavar="SECONDS",
+                    help=f"full inbox scan and reconcile period (default {DEFAULT_RESCAN_S:g})")
+    sp.set_defaults(fn=cmd_watch)
+
+
+def add_cli(subparsers: Any, common_parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Register the ``watch`` verb on the ``fsmem`` command's subparsers."""
+    text = "ingest files dropped into ROOT/inbox/ and keep the index in step with cp/mv/rm"
+    sp = subparsers.add_parser("watch", parents=list(common_parents), help=text,
+                               description=text)
+    _add_args(sp)
+
+
+def _line(out: Outcome) -> str:
+    name = _display(out.name)
+    if out.status == "ingested":
+        note = f"; {out.reason}" if out.reason else ""
+        return (f"ingested  {name} -> {', '.join(out.units) or '-'} "
+                f"({out.kind}, {out.size} bytes{note})")
+    if out.status == "deferred":
+        return f"deferred  {name}: {out.reason} (will retry)"
+    return f"{out.status:<9} {name}: {out.reason} (kept as .rejected/{_display(out.moved_to)})"
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """The ``watch`` verb: prints one line per entry (JSON lines with --json)."""
+    def report(out: Outcome) -> None:
+        if args.json:
+            print(msgspec.json.encode(out.__dict__).decode(), flush=True)
+        else:
+            print(_line(out), flush=True)
+
+    def reconciled(stats: dict) -> None:
+        if args.json:
+            print(msgspec.json.encode({"reconciled": stats}).decode(), flush=True)
+        else:
+            print("reconciled index after " + (", ".join(stats["changed"]) or "a rescan"),
+                  flush=True)
+
+    def started() -> None:
+        if args.json:
+            print(msgspec.json.encode({"watching": mem.root}).decode(), flush=True)
+        else:
+            print(f"watching {mem.root}/inbox (Ctrl-C to stop)", flush=True)
+
+    mem = Memory.open(args.root)
+    watcher = Watcher(mem, size_cap=args.size_cap, rescan_s=args.rescan, report=report,
+                      on_reconcile=reconciled, on_start=started)
+    try:
+        counts = watcher.run(once=args.once)
+    except _Interrupted:
+        log.warning("interrupted; the entry in hand stays in inbox/.processing for next time")
+        return 1
+    if args.once:
+        if args.json:
+            print(msgspec.json.encode({"summary": counts}).decode(), flush=True)
+        else:
+            print(", ".join(f"{v} {k}" for k, v in counts.items()), file=sys.stderr)
+        return 1 if counts.get("rejected") else 0
+    return 0
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """``python -m fsmem.watch [--root R] [--once] ...`` (the same as ``fsmem watch``)."""
+    p = argparse.ArgumentParser(prog="fsmem watch", description=add_cli.__doc__)
+    p.add_argument("--root", default=os.environ.get("FSMEM_ROOT") or "./memory",
+                   help="store directory (default $FSMEM_ROOT, else ./memory)")
+    p.add_argument("--json", action="store_true", help="print JSON lines on stdout")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    _add_args(p)
+    args = p.parse_args(None if argv is None else list(argv))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="fsmem: %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.fn(args)
+    except (FsmemError, OSError) as exc:
+        print(f"fsmem watch: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,540 @@
+"""``fsmem watch``: the inbox protocol and index reconcile, with the real daemon as a subprocess.
+
+Every accepted type and every rejection; a slow writer, a temp-name writer, a 2,000-file
+burst, SIGKILL mid-burst and at chosen filesystem calls, SIGTERM, and cp/mv/rm of unit
+directories reconciled into the index. Each test ends with ``fsck`` clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import blake3
+import pytest
+
+from conftest import REPO, make_png, make_wav
+from fsmem import Memory
+from fsmem.unit import read_manifest, verify_unit
+
+stress = pytest.mark.skipif(os.environ.get("FSMEM_STRESS") != "1",
+                            reason="stress run: set FSMEM_STRESS=1")
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def once(root: Path, *args: str, env: dict | None = None,
+         timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fsmem.watch", "--root", str(root), "--once",
+                           "--json", *args], cwd=str(REPO), env={**ENV, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class Daemon:
+    """``python -m fsmem.watch --json`` in the background; its stdout goes to a file."""
+
+    def __init__(self, root: Path, *args: str, env: dict | None = None) -> None:
+        self.out = root.parent / f"watch-{time.monotonic_ns()}.out"
+        self.err = self.out.with_suffix(".err")
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "fsmem.watch", "--root", str(root), "--json", *args],
+                cwd=str(REPO), env={**ENV, **(env or {})}, stdout=out, stderr=err)
+        wait_for(lambda: any("watching" in r for r in self.records()), 20, self)
+
+    def records(self) -> list[dict]:
+        lines = self.out.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip().endswith("}")]
+
+    def outcomes(self, status: str = "ingested") -> list[dict]:
+        return [r for r in self.records() if r.get("status") == status]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"daemon rc={self.proc.poll()} stderr={self.err.read_text()[-2000:]!r}"
+
+
+def wait_for(pred, timeout: float, what: object = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s: {what!r}")
+        time.sleep(0.05)
+
+
+def store(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "mem"
+    Memory.open(root, durability="off")
+    return root, root / "inbox"
+
+
+def manifests(root: Path) -> dict[str, object]:
+    """'layer/unit' -> manifest, for every unit."""
+    out = {}
+    for layer in ("context", "documents", "stablemem"):
+        for name in sorted(os.listdir(root / layer)):
+            out[f"{layer}/{name}"] = read_manifest(str(root / layer / name))
+    return out
+
+
+def event_ids(root: Path) -> Counter:
+    return Counter(ev.id for m in manifests(root).values() for ev in m.events)
+
+
+def text_file_ids(files: dict[str, bytes]) -> dict[str, str]:
+    """The event id the daemon gives the single event of each dropped text file."""
+    return {name: f"e-i{blake3.blake3(data).hexdigest()[:32]}-0" for name, data in files.items()}
+
+
+def assert_clean(root: Path) -> None:
+    assert Memory.open(root).fsck() == [], Memory.open(root).fsck()
+    assert os.listdir(root / "inbox" / ".processing") == []
+    assert os.listdir(root / ".fsmem" / "staging") == []
+
+
+def store_snapshot(root: Path) -> dict[str, str]:
+    """Every file under the layers with the BLAKE3 of its bytes."""
+    snap = {}
+    for layer in ("context", "documents", "stablemem"):
+        for dirpath, _, files in os.walk(root / layer):
+            for f in files:
+                p = Path(dirpath) / f
+                snap[str(p.relative_to(root))] = blake3.blake3(p.read_bytes()).hexdigest()
+    return snap
+
+
+def indexed_ids(root: Path) -> set[str] | None:
+    """Unit ids in the saved index snapshot (what the daemon persisted), None if no index."""
+    try:
+        from fsmem.index import Index
+    except ImportError:
+        return None
+    idx = Index(Memory.open(root))
+    return set(idx.ids) if idx.load() else set()
+
+
+def jpeg(w: int, h: int) -> bytes:
+    app0 = b"\xff\xe0" + struct.pack(">H", 16) + b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+    sof = b"\xff\xc0" + struct.pack(">HBHHB", 17, 8, h, w, 3) + b"\x01\x11\x00\x02\x11\x00\x03\x11\x00"
+    return b"\xff\xd8" + app0 + sof + b"\x00" * 16 + b"\xff\xd9"
+
+
+MEDIA = {
+    "p.png": (make_png(40, 30), "image/png", (40, 30)),
+    "j.jpg": (jpeg(33, 22), "image/jpeg", (33, 22)),
+    "g.gif": (b"GIF89a" + struct.pack("<HH", 7, 5) + b"\x00" * 16 + b";", "image/gif", (7, 5)),
+    "w.webp": (b"RIFF" + struct.pack("<I", 30) + b"WEBPVP8X" + struct.pack("<I", 10)
+               + b"\x00" * 4 + (99).to_bytes(3, "little") + (49).to_bytes(3, "little")
+               + b"\x00" * 8, "image/webp", (100, 50)),
+    "a.wav": (make_wav(), "audio/wav", None),
+    "m.mp3": (b"ID3\x03\x00\x00\x00\x00\x00\x00\xff\xfb\x90\x00" + b"\x00" * 64, "audio/mpeg", None),
+    "o.ogg": (b"OggS\x00\x02" + b"\x00" * 64, "audio/ogg", None),
+    "v.mp4": (struct.pack(">I", 24) + b"ftypisom\x00\x00\x02\x00isomiso2" + b"\x00" * 64,
+              "video/mp4", None),
+    "d.pdf": (b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n", "application/pdf", None),
+    # recognised by content, not by name
+    "photo.txt": (make_png(8, 9, seed=3), "image/png", (8, 9)),
+    "IMG_0001": (make_png(12, 6, seed=5), "image/png", (12, 6)),
+}
+
+
+# -- what is accepted ---------------------------------------------------------------------------
+
+def test_every_accepted_type(tmp_path):
+    root, inbox = store(tmp_path)
+    for name, (data, _, _) in MEDIA.items():
+        (inbox / name).write_bytes(data)
+    (inbox / "chat.jsonl").write_text(
+        '{"input": "咖啡机漏水", "response": "换密封圈", "tools_used": ["manual"], '
+        '"tool_results": [{"name": "manual", "output": "BES870 §4.2"}]}\n'
+        '{"content": "记得买滤芯", "role": "user", "layer": "context"}\n'
+        '{"content": "好的", "role": "assistant", "channel": "qq", "layer": "context"}\n')
+    (inbox / "one.json").write_text(json.dumps(
+        [{"input": "solar 14.2 kWh", "source": "roof",
+          "attachments": [{"data": __import__("base64").b64encode(make_png(3, 4)).decode(),
+                           "mime": "image/png", "name": "roof.png"}]}]))
+    (inbox / "notes.md").write_text("intro line\n\n## 光伏板 ##\n\nbody\n")
+    (inbox / "plain.txt").write_text("just some text\n")
+    other = Memory.open(tmp_path / "other", durability="off")
+    uid = other.commit("a unit restored from a backup", summary="restored",
+                       attachments=[__import__("fsmem").MediaAttachment(data=make_png(5, 5),
+                                                                         mime="image/png")])
+    shutil.copytree(tmp_path / "other" / "documents" / uid, inbox / uid)
+
+    r = once(root)
+    assert r.returncode == 0, r.stderr
+    outs = {o["name"]: o for o in map(json.loads, r.stdout.splitlines()) if "status" in o}
+    assert {o["status"] for o in outs.values()} == {"ingested"}, outs
+    assert len(outs) == len(MEDIA) + 5
+    units = manifests(root)
+
+    def unit_of(name: str):
+        (where,) = [u for u in outs[name]["units"] if u.startswith("documents/")]
+        return units[where]
+
+    for name, (data, mime, dims) in MEDIA.items():
+        m = unit_of(name)
+        (att,) = [b for ev in m.events for b in ev.blocks if b.role == "attachment"]
+        assert (att.mime, att.size) == (mime, len(data)), name
+        assert att.digest == blake3.blake3(data).hexdigest()
+        assert (att.width, att.height) == (dims or (None, None)), name
+    chat = outs["chat.jsonl"]["units"]
+    assert [u.split("/")[0] for u in chat] == ["documents", "context", "context"]
+    l2 = units[chat[0]].events[0]
+    assert l2.tools_used == ["manual"] and l2.tool_results[0].name == "manual"
+    timeline = [e.input or e.response for e in Memory.open(root).timeline()]
+    assert timeline == ["记得买滤芯", "好的"]
+    assert unit_of("one.json").events[0].source == "roof"
+    assert unit_of("notes.md").summary == "光伏板"
+    assert unit_of("plain.txt").summary == "plain.txt"
+    assert Memory.open(root).document(unit_of("notes.md").id).events[0].input.endswith("body\n")
+    # the unit directory: verified and adopted whole, under its own id
+    assert outs[uid]["units"] == [f"documents/{uid}"]
+    assert verify_unit(str(root / "documents" / uid)) == (units[f"documents/{uid}"], [])
+    assert units[f"documents/{uid}"].events == read_manifest(
+        str(tmp_path / "other" / "documents" / uid)).events
+    assert os.listdir(inbox / ".rejected") == []
+    assert [n for n in os.listdir(inbox) if not n.startswith(".")] == []
+    assert_clean(root)
+
+
+def test_duplicates_are_reported_not_stored_twice(tmp_path):
+    root, inbox = store(tmp_path)
+    other = Memory.open(tmp_path / "other", durability="off")
+    uid = other.commit("restored twice", summary="r")
+    src = tmp_path / "other" / "documents" / uid
+    (inbox / "a.md").write_text("# same\n")
+    (inbox / "p.png").write_bytes(make_png())
+    shutil.copytree(src, inbox / uid)
+    assert once(root).returncode == 0
+    before = store_snapshot(root)
+    (inbox / "b.md").write_text("# same\n")
+    (inbox / "q.png").write_bytes(make_png())
+    shutil.copytree(src, inbox / uid)
+    r = once(root)
+    outs = [json.loads(line) for line in r.stdout.splitlines() if '"status"' in line]
+    assert sorted((o["name"], o["status"]) for o in outs) == [
+        ("b.md", "duplicate"), ("q.png", "duplicate"), (uid, "duplicate")]
+    assert store_snapshot(root) == before
+    assert "same content as documents/" in (inbox / ".rejected" / "b.md.error.txt").read_text()
+    assert_clean(root)
+
+
+# -- what is rejected -------------------------------------------------------------------------
+
+def test_every_rejection_leaves_the_store_unchanged(tmp_path):
+    root, inbox = store(tmp_path)
+    Memory.open(root).commit("already here", summary="kept")
+    before = store_snapshot(root)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-OUTSIDE-THE-ROOT\n")
+    (inbox / "bad.jsonl").write_text('{"input": "ok"}\n{"input": "missing brace"\n')
+    (inbox / "unknown.jsonl").write_text('{"input": "x", "colour": "red"}\n')
+    (inbox / "layer.jsonl").write_text('{"input": "x", "layer": "stablemem"}\n')
+    (inbox / "pathatt.jsonl").write_text(
+        '{"input": "x", "attachments": [{"path": "../secret.txt"}]}\n')
+    (inbox / "data.bin").write_bytes(b"\x00\x01binary")
+    (inbox / "big.txt").write_text("x" * 5000)
+    (inbox / "link.txt").symlink_to(secret)
+    os.mkfifo(inbox / "pipe.md")
+    (inbox / "hard.txt").write_text("two names\n")
+    os.link(inbox / "hard.txt", tmp_path / "elsewhere.txt")
+    (inbox / "empty.md").write_bytes(b"")
+    (inbox / "fake.png").write_text("not a png at all")
+    (inbox / "latin1.txt").write_bytes("café".encode("latin-1"))
+    (inbox / "folder").mkdir()
+    (inbox / "folder" / "x.txt").write_text("x")
+    (inbox / "bad.name").mkdir()
+    other = Memory.open(tmp_path / "other", durability="off")
+    uid = other.commit("to be tampered with")
+    shutil.copytree(tmp_path / "other" / "documents" / uid, inbox / uid)
+    block = next(p for p in (inbox / uid).iterdir() if p.suffix == ".txt")
+    block.chmod(0o644)
+    block.write_text("TO be tampered with")  # same size, other bytes
+    newline = "evil\nname.bin"
+    (inbox / newline).write_bytes(b"\x00zz")
+
+    r = once(root, "--size-cap", "4k", timeout=60)
+    assert r.returncode == 1, r.stderr  # --once exits 1 when it rejected something
+    outs = {o["name"]: o for o in map(json.loads, r.stdout.splitlines()) if "status" in o}
+    expect = {
+        "bad.jsonl": "line 2", "unknown.jsonl": "unknown field", "layer.jsonl": "layer must be",
+        "pathatt.jsonl": "base folder", "data.bin": "unsupported type", "big.txt": "size cap",
+        "link.txt": "symbolic link", "pipe.md": "FIFO", "hard.txt": "2 hard links",
+        "empty.md": "empty", "fake.png": "content is not one", "latin1.txt": "not UTF-8",
+        "folder": "not a unit directory", "bad.name": "not a unit id", uid: "bytes hash to", newline: "unsupported type",
+    }
+    assert set(outs) == set(expect), outs
+    for name, why in expect.items():
+        assert outs[name]["status"] == "rejected" and why in outs[name]["reason"], outs[name]
+        kept = inbox / ".rejected" / outs[name]["moved_to"]
+        assert os.path.lexists(kept), name
+        text = Path(f"{kept}.error.txt").read_text()
+        assert why in text, text
+    assert (inbox / ".rejected" / "link.txt").is_symlink()  # moved, never followed
+    assert (tmp_path / "elsewhere.txt").read_text() == "two names\n"
+    assert "evil\\x0aname.bin" in (inbox / ".rejected" / f"{newline}.error.txt").read_text()
+    assert store_snapshot(root) == before
+    assert not any("SECRET" in p.read_text(errors="replace")
+                   for p in (root / "documents").rglob("*.txt"))
+    assert [n for n in os.listdir(inbox) if not n.startswith(".")] == []
+    assert_clean(root)
+
+
+def test_hostile_names_and_ignored_names(tmp_path):
+    root, inbox = store(tmp_path)
+    long = "长" * 80 + ".md"  # 243 bytes: the claim and error names must still fit
+    files = {"multi\nline.md": b"# a newline in the name\n", long: b"# long\n",
+             "back\\slash..md": b"dots inside\n"}
+    for name, data in files.items():
+        (inbox / name).write_bytes(data)
+    for ignored in (".hidden.md", "..dots.md", "draft.md.tmp", "dl.part", "notes.md~"):
+        (inbox / ignored).write_text("not yet")
+    r = once(root)
+    assert r.returncode == 0, r.stderr
+    ids = event_ids(root)
+    assert all(ids[i] == 1 for i in text_file_ids(files).values())
+    summaries = {m.summary for m in manifests(root).values()}
+    assert "a newline in the name" in summaries
+    assert sorted(os.listdir(inbox)) == sorted(
+        [".processing", ".rejected", ".hidden.md", "..dots.md", "draft.md.tmp", "dl.part",
+         "notes.md~"])
+    assert_clean(root)
+
+
+# -- writers, bursts, crashes -------------------------------------------------------------------
+
+def test_slow_writer_is_taken_once_with_its_final_digest(tmp_path):
+    root, inbox = store(tmp_path)
+    d = Daemon(root)
+    try:
+        chunks = [f"part {i} ".encode() * 50 for i in range(5)]
+        with open(inbox / "slow.txt", "wb") as fh:
+            time.sleep(0.8)  # an empty file, open for writing, longer than the settle time
+            for chunk in chunks:
+                fh.write(chunk)
+                fh.flush()
+                time.sleep(0.4)
+        final = b"".join(chunks)
+        wait_for(lambda: d.outcomes(), 10, d)
+        time.sleep(0.5)
+        assert [o["name"] for o in d.records() if "status" in o] == ["slow.txt"]
+    finally:
+        assert d.stop() == 0
+    (uid,) = os.listdir(root / "documents")
+    m = read_manifest(str(root / "documents" / uid))
+    assert m.meta["inbox_digest"] == blake3.blake3(final).hexdigest()
+    assert Memory.open(root).document(uid).events[0].input == final.decode()
+    assert_clean(root)
+
+
+def test_temp_name_writers_are_taken_once(tmp_path):
+    root, inbox = store(tmp_path)
+    d = Daemon(root)
+    try:
+        (inbox / ".a.md.tmp").write_text("# written under a temp name\n")
+        os.rename(inbox / ".a.md.tmp", inbox / "a.md")
+        (inbox / "b.txt.part").write_text("a download\n")
+        time.sleep(0.6)  # .part stays untouched while it has that name
+        os.rename(inbox / "b.txt.part", inbox / "b.txt")
+        (tmp_path / "c.md").write_text("# written outside, moved in\n")
+        os.rename(tmp_path / "c.md", inbox / "c.md")
+        wait_for(lambda: len(d.outcomes()) >= 3, 10, d)
+        time.sleep(0.5)
+        assert sorted(o["name"] for o in d.records() if "status" in o) == ["a.md", "b.txt",
+                                                                          "c.md"]
+    finally:
+        assert d.stop() == 0
+    assert len(os.listdir(root / "documents")) == 3
+    assert_clean(root)
+
+
+def drop_burst(inbox: Path, n: int) -> dict[str, bytes]:
+    files = {f"f{i:05d}.txt": f"burst file {i}\n".encode() for i in range(n)}
+    for name, data in files.items():
+        (inbox / name).write_bytes(data)
+    return files
+
+
+def assert_each_once(root: Path, files: dict[str, bytes]) -> None:
+    ids = event_ids(root)
+    want = text_file_ids(files)
+    missing = [n for n, i in want.items() if ids[i] != 1]
+    assert not missing, (len(missing), missing[:5], [ids[want[n]] for n in missing[:5]])
+    assert sum(ids.values()) == len(files)
+
+
+def test_burst_of_2000_files_all_ingested(tmp_path):
+    root, inbox = store(tmp_path)
+    d = Daemon(root)
+    try:
+        files = drop_burst(inbox, 2000)
+        wait_for(lambda: len(d.outcomes()) >= 2000, 90, d)
+    finally:
+        assert d.stop() == 0
+    assert_each_once(root, files)
+    assert [n for n in os.listdir(inbox) if not n.startswith(".")] == []
+    assert_clean(root)
+
+
+def test_sigkill_mid_burst_then_restart_ingests_each_file_once(tmp_path):
+    root, inbox = store(tmp_path)
+    files = drop_burst(inbox, 600)
+    d = Daemon(root)
+    wait_for(lambda: len(os.listdir(root / "documents")) >= 150, 60, d)
+    d.proc.kill()
+    d.proc.wait(timeout=10)
+    claimed = os.listdir(inbox / ".processing")
+    stored = len(os.listdir(root / "documents"))
+    assert stored < len(files)
+    r = once(root)
+    assert r.returncode == 0, r.stderr
+    resumed = [o for o in map(json.loads, r.stdout.splitlines())
+               if "before a restart" in o.get("reason", "")]
+    assert len(resumed) <= len(claimed)
+    assert_each_once(root, files)
+    assert_clean(root)
+
+
+def test_lost_events_are_caught_by_the_periodic_rescan(tmp_path):
+    root, inbox = store(tmp_path)
+    d = Daemon(root, "--rescan", "1", env={"FSMEM_WATCH_DROP_EVENTS": "1"})
+    try:
+        files = drop_burst(inbox, 50)
+        t0 = time.monotonic()
+        wait_for(lambda: len(d.outcomes()) >= 50, 10, d)
+        assert time.monotonic() - t0 > 0.3  # found by a scan, not by an event
+    finally:
+        assert d.stop() == 0
+    assert_each_once(root, files)
+    assert_clean(root)
+
+
+CRASH_POINTS = [8, 18, 30, 42, 55, 63]
+
+
+def crash_at(tmp_path: Path, point: int) -> None:
+    root, inbox = store(tmp_path / f"c{point}")
+    (inbox / "chat.jsonl").write_text(
+        '{"input": "q", "response": "r"}\n{"content": "hi", "role": "user", "layer": '
+        '"context"}\n{"content": "yo", "role": "user", "layer": "context"}\n')
+    png = make_png(9, 9)
+    (inbox / "p.png").write_bytes(png)
+    r = once(root, env={"FSMEM_CRASH_AT": str(point)})
+    assert r.returncode in (0, 77), r.stderr
+    r = once(root)
+    assert r.returncode == 0, r.stderr
+    ids = event_ids(root)
+    assert sorted(ids.values()) == [1, 1, 1, 1], (point, ids)
+    atts = [b.digest for m in manifests(root).values() for ev in m.events for b in ev.blocks
+            if b.role == "attachment"]
+    assert atts == [blake3.blake3(png).hexdigest()], point
+    assert len([e for e in Memory.open(root).timeline()]) == 2
+    assert_clean(root)
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_at_a_filesystem_call_then_restart_is_exactly_once(tmp_path, point):
+    crash_at(tmp_path, point)
+
+
+@stress
+def test_crash_at_every_filesystem_call(tmp_path):
+    for point in range(1, 75):
+        crash_at(tmp_path, point)
+
+
+def test_sigterm_stops_cleanly_and_the_rest_is_taken_later(tmp_path):
+    root, inbox = store(tmp_path)
+    files = drop_burst(inbox, 800)
+    d = Daemon(root)
+    wait_for(lambda: len(d.outcomes()) >= 30, 60, d)
+    t0 = time.monotonic()
+    assert d.stop(signal.SIGTERM) == 0
+    assert time.monotonic() - t0 < 10
+    assert_clean(root)  # nothing half-made, no claim left behind
+    assert once(root).returncode == 0
+    assert_each_once(root, files)
+    assert_clean(root)
+
+
+# -- external edits ---------------------------------------------------------------------------
+
+def test_cp_mv_rm_of_unit_directories_are_reconciled(tmp_path):
+    root, _ = store(tmp_path)
+    mem = Memory.open(root, durability="off")
+    keep = mem.commit("屋顶光伏板今天发电 14.2 kWh", summary="solar")
+    moving = mem.commit("the coffee machine leaks from the water tank valve", summary="coffee")
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    subprocess.run(["cp", "-a", str(root / "documents" / moving), str(backup)], check=True)
+    d = Daemon(root)
+    try:
+        def reflected(present: bool) -> None:
+            def ok() -> bool:
+                ids = indexed_ids(root)
+                return ids is None or (moving in ids) == present
+            t0 = time.monotonic()
+            wait_for(ok, 2.0, d)
+            assert time.monotonic() - t0 < 2.0
+        reflected(True)
+        subprocess.run(["rm", "-r", str(root / "documents" / moving)], check=True)
+        reflected(False)
+        subprocess.run(["cp", "-a", str(backup / moving), str(root / "documents")], check=True)
+        reflected(True)
+        hits = Memory.open(root).query("coffee machine water tank", top_k=1)
+        assert [h.unit_id for h in hits] == [moving]
+        subprocess.run(["mv", str(root / "documents" / moving), str(root / "context")],
+                       check=True)
+        reflected(False)
+        assert moving not in [h.unit_id for h in Memory.open(root).query("coffee machine")]
+        assert [e.input for e in Memory.open(root).timeline()] == [
+            "the coffee machine leaks from the water tank valve"]
+        subprocess.run(["mv", str(root / "context" / moving), str(root / "stablemem")],
+                       check=True)
+        time.sleep(1.0)
+        changed = [c for r in d.records() if "reconciled" in r
+                   for c in r["reconciled"]["changed"]]
+        assert f"documents/{moving}" in changed and f"stablemem/{moving}" in changed
+        assert keep in (indexed_ids(root) or {keep})
+    finally:
+        assert d.stop() == 0
+    assert_clean(root)
+
+
+def test_a_second_watcher_is_refused(tmp_path):
+    root, _ = store(tmp_path)
+    d = Daemon(root)
+    try:
+        r = once(root)
+        assert r.returncode == 1 and "another fsmem watch" in r.stderr
+    finally:
+        assert d.stop() == 0
+
+
+def test_add_cli_registers_the_watch_verb():
+    import argparse
+
+    from fsmem.watch import DEFAULT_SIZE_CAP, add_cli, cmd_watch
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", default="./memory")
+    common.add_argument("--json", action="store_true")
+    common.add_argument("-v", "--verbose", action="store_true")
+    p = argparse.ArgumentParser(prog="fsmem")
+    add_cli(p.add_subparsers(dest="verb", required=True), [common])
+    a = p.parse_args(["watch", "--root", "R", "--once", "--size-cap", "2M", "--json"])
+    assert (a.root, a.once, a.size_cap, a.json, a.fn) == ("R", True, 2 << 20, True, cmd_watch)
+    b = p.parse_args(["watch", "--rescan", "5"])
+    assert (b.once, b.size_cap, b.rescan) == (False, DEFAULT_SIZE_CAP, 5.0)
