@@ -29,7 +29,7 @@ import numpy as np
 
 from . import _fsops as fsops
 from .blocks import CHUNK, block_filename, hash_bytes
-from .errors import FormatError, FsmemError, InvalidName, NotFound, StoreLocked
+from .errors import FormatError, FsmemError, NotFound, StoreLocked
 from .flows import Memory
 from .ingest import event_from_record
 from .media import sniff_mime
@@ -434,7 +434,8 @@ class Ingestor:
                                      meta=_meta(digest, name))
         self.published.append(("documents", uid))
 
-    def _events(self, text: str, name: str, digest: str, resume: bool) -> None:
+    def _events(self, text: str, name: str, digest: str, resume: bool,
+                base_fd: int | None = None) -> None:
         shown = _display(name)
         records = _records(text)
         if not records:
@@ -446,7 +447,7 @@ class Ingestor:
             layer = rec.get("layer", "documents") if isinstance(rec, dict) else "documents"
             if layer not in ("documents", "context"):
                 raise Rejected(f"{where}: layer must be 'documents' or 'context', not {layer!r}")
-            ev = event_from_record(rec, where, None)
+            ev = event_from_record(rec, where, base_fd)
             if ev.id:
                 check_name(ev.id, f"{where}: event id")
                 if ev.id in explicit:
@@ -477,12 +478,8 @@ class Ingestor:
     # -- unit directories -------------------------------------------------------------------
     def _adopt(self, claim: str, name: str, out: Outcome, resume: bool) -> None:
         """Verify a dropped unit directory (every digest, from the bytes it copies) and
-        publish the copy into documents/; nothing of the dropped inodes enters the store."""
-        try:
-            check_name(name)
-        except InvalidName as exc:
-            raise Rejected("a directory whose name is not a unit id: only unit directories "
-                           "are taken (archives are never extracted)") from exc
+        publish the copy into documents/; nothing of the dropped inodes enters the store.
+        A folder without manifest.json is a record folder (``_record_folder``)."""
         path = os.path.join(self.dirs.processing, claim)
         try:
             dfd = os.open(claim, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -492,9 +489,10 @@ class Ingestor:
         try:
             try:
                 manifest = read_manifest(path, expect_id=name)
-            except NotFound as exc:
-                raise Rejected("a directory without manifest.json: not a unit directory") \
-                    from exc
+            except NotFound:
+                out.kind = "records"
+                self._record_folder(dfd, name, out, resume)
+                return
             if os.lstat(path).st_ino != os.fstat(dfd).st_ino:
                 raise Rejected("the directory was replaced while being read")
             if manifest.format > FORMAT_VERSION:
@@ -505,6 +503,37 @@ class Ingestor:
         finally:
             os.close(dfd)
         self.published.append(("documents", name))
+
+    def _record_folder(self, dfd: int, name: str, out: Outcome, resume: bool) -> None:
+        """A dropped folder of event records (``*.jsonl``/``*.json``) and the files their
+        ``path`` attachments name (bare names in this folder, opened with O_NOFOLLOW through
+        the folder's fd). Each record file is ingested like a dropped one."""
+        files = sorted(n for n in os.listdir(dfd) if _ext(n) in _EVENT_EXT and not ignored_name(n))
+        if not files:
+            raise Rejected("a directory with neither manifest.json (a unit) nor event records "
+                           "(.jsonl/.json); archives and other folders are not taken")
+        published: list[tuple[str, str]] = []
+        for fname in files:
+            fd = _open_regular(fname, dfd)
+            try:
+                data = _read_all(fd, self.size_cap)
+            finally:
+                os.close(fd)
+            digest = hash_bytes(data)
+            out.digest = out.digest or digest
+            self.published = []
+            try:
+                self._check_seen(digest, resume)
+                self._events(_utf8(data), f"{name}/{fname}", digest, resume, base_fd=dfd)
+            except _Duplicate:
+                if not resume:
+                    raise
+            published += self.published
+            if self.published:
+                self.ledger.add(digest, self.published[0][1])
+        self.published = published
+        if not published:
+            raise _Duplicate("the units written before a restart")
 
     def _publish_copy(self, dfd: int, manifest: Manifest, out: Outcome, resume: bool) -> None:
         store = self.mem.store

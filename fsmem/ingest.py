@@ -3,7 +3,8 @@
 One record per line (JSON Lines) or a single JSON object or array. A record with ``content``
 is an SDK TextEvent; otherwise it is an Event (``input``, ``response``, ``tools_used``,
 ``tool_results`` [{name, output}], ``source``, ``timestamp``). Attachments carry ``data`` as
-base64, or ``path`` relative to ``base_dir`` (never outside it).
+base64, or ``path``: a bare file name in the record's own folder (``base_dir``, a path or a
+directory fd), never anything outside it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import stat
 from typing import Any
 
 import msgspec
@@ -27,7 +29,7 @@ _EVENT_KEYS = {"timestamp", "source", "role", "input", "response", "tools_used",
                "attachments", "id", "content", "channel", "layer"}
 
 
-def events_from_jsonl(text: str, name: str, base_dir: str | None = None) -> list[Event]:
+def events_from_jsonl(text: str, name: str, base_dir: str | int | None = None) -> list[Event]:
     """Parse JSON Lines (or one JSON object/array); errors name the file and line."""
     stripped = text.strip()
     records: list[tuple[int, Any]] = []
@@ -52,7 +54,7 @@ def events_from_jsonl(text: str, name: str, base_dir: str | None = None) -> list
     return [event_from_record(rec, f"{name}: line {lineno}", base_dir) for lineno, rec in records]
 
 
-def event_from_record(rec: Any, where: str, base_dir: str | None = None) -> Event:
+def event_from_record(rec: Any, where: str, base_dir: str | int | None = None) -> Event:
     if not isinstance(rec, dict):
         raise FormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     unknown = set(rec) - _EVENT_KEYS
@@ -90,7 +92,7 @@ def _str(rec: Any, key: str, where: str) -> str:
     return value
 
 
-def _attachment(a: Any, where: str, base_dir: str | None) -> MediaAttachment:
+def _attachment(a: Any, where: str, base_dir: str | int | None) -> MediaAttachment:
     if not isinstance(a, dict):
         raise FormatError(f"{where}: expected an object")
     name, mime = _str(a, "name", where), _str(a, "mime", where)
@@ -110,18 +112,24 @@ def _attachment(a: Any, where: str, base_dir: str | None) -> MediaAttachment:
                            "application/octet-stream", name=name)
 
 
-def _read_relative(rel: str, base_dir: str | None, where: str) -> bytes:
+def _read_relative(rel: str, base_dir: str | int | None, where: str) -> bytes:
+    """Read an attachment named by a bare file name in the record's own folder (a path or a
+    directory fd). Subdirectories, '..' and absolute paths are refused, and the file is opened
+    with O_NOFOLLOW, so a record can never make fsmem read outside its folder."""
     if base_dir is None:
-        raise FormatError(f"{where}: a path attachment needs a base folder")
-    if os.path.isabs(rel) or ".." in rel.replace("\\", "/").split("/"):
-        raise FormatError(f"{where}: path {rel!r} must stay inside the record's folder")
-    path = os.path.join(base_dir, rel)
+        raise FormatError(f"{where}: a path attachment needs the record's folder")
+    if not rel or rel in (".", "..") or "/" in rel or "\\" in rel or "\x00" in rel:
+        raise FormatError(f"{where}: path {rel!r} must name a file in the record's own folder")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        if isinstance(base_dir, int):
+            fd = os.open(rel, flags, dir_fd=base_dir)
+        else:
+            fd = os.open(os.path.join(base_dir, rel), flags)
     except OSError as exc:
         raise FormatError(f"{where}: cannot open {rel!r}: {exc.strerror}") from exc
     with os.fdopen(fd, "rb") as fh:
-        import stat
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise FormatError(f"{where}: {rel!r} is not a regular file")
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise FormatError(f"{where}: {rel!r} is not a regular file with one name")
         return fh.read()

@@ -271,10 +271,10 @@ def test_every_rejection_leaves_the_store_unchanged(tmp_path):
     outs = {o["name"]: o for o in map(json.loads, r.stdout.splitlines()) if "status" in o}
     expect = {
         "bad.jsonl": "line 2", "unknown.jsonl": "unknown field", "layer.jsonl": "layer must be",
-        "pathatt.jsonl": "base folder", "data.bin": "unsupported type", "big.txt": "size cap",
+        "pathatt.jsonl": "record's folder", "data.bin": "unsupported type", "big.txt": "size cap",
         "link.txt": "symbolic link", "pipe.md": "FIFO", "hard.txt": "2 hard links",
         "empty.md": "empty", "fake.png": "content is not one", "latin1.txt": "not UTF-8",
-        "folder": "not a unit directory", "bad.name": "not a unit id", uid: "bytes hash to", newline: "unsupported type",
+        "folder": "neither manifest.json", "bad.name": "neither manifest.json", uid: "bytes hash to", newline: "unsupported type",
     }
     assert set(outs) == set(expect), outs
     for name, why in expect.items():
@@ -538,3 +538,39 @@ def test_add_cli_registers_the_watch_verb():
     assert (a.root, a.once, a.size_cap, a.json, a.fn) == ("R", True, 2 << 20, True, cmd_watch)
     b = p.parse_args(["watch", "--rescan", "5"])
     assert (b.once, b.size_cap, b.rescan) == (False, DEFAULT_SIZE_CAP, 5.0)
+
+
+def test_record_folder_with_path_attachments(tmp_path):
+    """A dropped folder of records may name its attachments by bare file name; nothing
+    outside the folder (.., subpaths, symlinks) is ever read."""
+    root, inbox = store(tmp_path)
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(make_png(seed=9))
+    staging = tmp_path / "drop"
+    good = staging / "trip-2026"
+    good.mkdir(parents=True)
+    (good / "photo.png").write_bytes(make_png(seed=4))
+    (good / "chat.jsonl").write_text(json.dumps({
+        "role": "user", "content": "屋顶光伏板的照片", "channel": "qq",
+        "attachments": [{"path": "photo.png", "mime": "image/png"}]}, ensure_ascii=False) + "\n")
+    bad = staging / "sneaky"
+    bad.mkdir()
+    os.symlink(secret, bad / "link.png")
+    (bad / "a.jsonl").write_text('{"input": "x", "attachments": [{"path": "link.png"}]}\n')
+    up = staging / "upward"
+    up.mkdir()
+    (up / "a.jsonl").write_text('{"input": "x", "attachments": [{"path": "../secret.png"}]}\n')
+    for d in (good, bad, up):
+        os.rename(d, inbox / d.name)
+    r = once(root, timeout=60)
+    outs = {o["name"]: o for o in map(json.loads, r.stdout.splitlines()) if "status" in o}
+    assert outs["trip-2026"]["status"] == "ingested", outs
+    assert outs["sneaky"]["status"] == "rejected" and "link.png" in outs["sneaky"]["reason"]
+    assert outs["upward"]["status"] == "rejected" and "own folder" in outs["upward"]["reason"]
+    mem = Memory.open(root)
+    (uid,) = [u.split("/")[1] for u in outs["trip-2026"]["units"]]
+    ev = mem.document(uid).events[0]
+    assert ev.input == "屋顶光伏板的照片" and ev.source == "qq"
+    (img,) = [b for b in ev.blocks if b.modality == "image"]
+    assert mem.read_block(img.digest) == make_png(seed=4) and img.width == 64
+    assert_clean(root)
