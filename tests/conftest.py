@@ -65,3 +65,27 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120
     if check and proc.returncode != 0:
         raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int = 400,
+                env: dict[str, str] | None = None) -> tuple[int, subprocess.CompletedProcess]:
+    """Run ``child`` (python -c, argv[1] = a fresh copy of ``template``) with FSMEM_CRASH_AT=n
+    for n = 1, 2, ... until it completes; after each run call ``check(root, label)`` on the
+    copy (reopening it runs recovery). Returns the number of runs and the completed run."""
+    import shutil
+    from fsmem import _fsops
+    base = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    n = 0
+    while True:
+        n += 1
+        assert n < limit, "the child never completed"
+        root = tmp_path / f"crash{n}"
+        shutil.copytree(template, root, symlinks=True)
+        proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", child, str(root)],
+                              capture_output=True, text=True, timeout=60,
+                              env={**base, "FSMEM_CRASH_AT": str(n)})
+        assert proc.returncode in (0, _fsops.CRASH_EXIT_CODE), proc.stderr
+        check(root, f"FSMEM_CRASH_AT={n}")
+        shutil.rmtree(root)
+        if proc.returncode == 0:
+            return n, proc

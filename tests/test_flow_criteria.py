@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 import blake3
-import numpy as np
 import pytest
 
 from conftest import make_png

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_png
+from conftest import REPO, crash_sweep, make_png
 from fsmem import ChannelDef, Event, MediaAttachment, Memory, Timestamp, ToolDef, ToolOutput
-from fsmem import _fsops as fsops
 from fsmem.distill import RuleDistiller, Triple
 from fsmem.stablemem import (Graph, add_cli, distill, find_cold, recall_from_graph,
                              sentence_block_id, triple_block_id, unit_facts)
@@ -471,20 +470,9 @@ def _check_after_crash(root: Path, expected, layout, label: str) -> None:
 
 def test_crash_point_sweep_distill(tmp_path, template):
     tpl, expected, layout = template
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    n, done = 0, False
-    while not done:
-        n += 1
-        root = tmp_path / f"c{n}"
-        shutil.copytree(tpl, root, symlinks=True)
-        proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", CHILD, str(root)],
-                              capture_output=True, text=True, timeout=60,
-                              env={**env, "FSMEM_CRASH_AT": str(n)})
-        assert proc.returncode in (0, fsops.CRASH_EXIT_CODE), proc.stderr
-        done = proc.returncode == 0
-        _check_after_crash(root, expected, layout, f"FSMEM_CRASH_AT={n}")
-        shutil.rmtree(root)
-        assert n < 200
+    n, _ = crash_sweep(tmp_path, tpl, CHILD,
+                       lambda root, label: _check_after_crash(root, expected, layout, label),
+                       limit=200)
     assert n >= 9   # three units moved, three calls each (rename, two directory fsyncs)
 
 
