@@ -10,7 +10,7 @@ from .model import (FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent,
 from .plugins import ChannelDef, Plugins, ToolDef
 from .render import (BudgetSplit, HeuristicEstimator, RuneEstimator, TiktokenEstimator,
                      TokenEstimator, budget_split, render)
-from .stablemem import Graph
+from .graph import Graph
 from .timestamps import Timestamp
 from .views import Document, Hit
 

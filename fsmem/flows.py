@@ -113,7 +113,7 @@ class Memory:
     def graph(self):
         """graph.db in HomeAgent's schema (fsmem.stablemem.Graph): commit, recall, search."""
         if self._graph is None:
-            from .stablemem import Graph
+            from .graph import Graph
             self._graph = Graph(self)
         return self._graph
 
