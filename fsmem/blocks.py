@@ -8,10 +8,10 @@ Blocks are written to a temp file while being hashed, then linked to their diges
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import stat
-import uuid
 
 import blake3
 
@@ -46,8 +46,12 @@ def hash_bytes(data: bytes | memoryview) -> str:
                          ).hexdigest()
 
 
+_tmp_counter = itertools.count()
+
+
 def _tmp_name() -> str:
-    return f".tmp-{uuid.uuid4().hex}"
+    """Unique within a staging unit (one writer per staged directory), cheap to make."""
+    return f".tmp-{os.getpid()}-{next(_tmp_counter)}"
 
 
 def _finish(dir_path: str, tmp: str, digest: str, mime: str) -> str:

@@ -30,7 +30,7 @@ class Timestamp:
     is by instant first, then offset, so sorting is total and deterministic.
     """
 
-    __slots__ = ("ns", "offset")
+    __slots__ = ("ns", "offset", "_iso")
 
     def __init__(self, ns: int, offset: int = 0) -> None:
         if not isinstance(ns, int) or not isinstance(offset, int):
@@ -39,6 +39,7 @@ class Timestamp:
             raise ValueError(f"UTC offset out of range: {offset}s")
         object.__setattr__(self, "ns", ns)
         object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "_iso", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Timestamp is immutable")
@@ -110,6 +111,11 @@ class Timestamp:
 
     def isoformat(self) -> str:
         """RFC 3339 exactly as Go's RFC3339Nano writes it (fraction trimmed, 'Z' for UTC)."""
+        if self._iso is None:   # immutable, so the text is computed once
+            object.__setattr__(self, "_iso", self._format())
+        return self._iso
+
+    def _format(self) -> str:
         dt, frac = self._local_parts()
         text = (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}"
                 f"T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}")
