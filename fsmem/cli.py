@@ -70,10 +70,26 @@ def cmd_ls(args: argparse.Namespace) -> int:
             m = unit.manifest
             rows.append({"layer": layer, "unit_id": unit.unit_id, "events": len(m.events),
                          "created_at": m.created_at, "summary": m.summary})
+        if layer == "documents":
+            rows += _legacy_rows(mem.root)
     _emit(args, rows, "\n".join(f"{r['layer']:<10} {r['unit_id']}  {r['events']:>3} ev  "
                                 f"{r['created_at'].strftime('%Y-%m-%d %H:%M:%S')}  {r['summary'][:60]}"
                                 for r in rows))
     return 0
+
+
+def _legacy_rows(root: str) -> list[dict]:
+    """HomeAgent JSON documents still in documents/ (read through the logged fallback)."""
+    from .legacy import legacy_doc_files, legacy_id, read_legacy
+    rows = []
+    for name, _ in legacy_doc_files(root):
+        try:
+            doc = read_legacy(os.path.join(root, "documents", name))
+        except (FsmemError, OSError, ValueError):
+            continue  # fsck reports it
+        rows.append({"layer": "legacy", "unit_id": legacy_id(name), "events": 1,
+                     "created_at": doc.created_at, "summary": doc.summary})
+    return rows
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -186,3 +186,14 @@ def test_cold_legacy_documents_are_distilled_from_their_whole_content(home):
 
 def _legacy_content(doc_id: str) -> str:
     return json.loads((FIXTURE / "documents" / f"{doc_id}.json").read_text("utf-8"))["content"]
+
+
+def test_ls_lists_the_legacy_documents_left(home):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "fsmem.cli", "ls", "--root", str(home), "--json",
+                        "--layer", "documents"], capture_output=True, text=True, cwd=str(REPO),
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    rows = json.loads(r.stdout)
+    legacy = {row["unit_id"] for row in rows if row["layer"] == "legacy"}
+    assert set(KEYWORDS.values()) <= legacy and len(legacy) == 10   # the malformed one is left out
