@@ -54,7 +54,7 @@ class Memory:
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,
-                 ranker: str = "fusion") -> None:
+                 ranker: str = DEFAULT_RANKER) -> None:
         if context_capacity < 1 or not 0 <= context_protected <= context_capacity:
             raise ValueError("need context_capacity >= 1 and 0 <= context_protected <= capacity")
         self.store = store
@@ -141,22 +141,25 @@ class Memory:
     @property
     def index(self) -> "Index":
         """The derived index of L2, loaded on first use and kept in step with documents/."""
-        if self._index is None:
-            from .index import Index
-            self._index = Index(self)
-            if not self._index.load():
-                self._index.rebuild()
+        self._load_index()
         self._index.sync()
         return self._index
+
+    def _load_index(self) -> int | None:
+        """Load the saved index on first use, or rebuild it; returns the unit count when it
+        had to be rebuilt, else None."""
+        if self._index is not None:
+            return None
+        from .index import Index
+        self._index = Index(self)
+        return None if self._index.load() else self._index.rebuild()
 
     def reconcile(self) -> dict[str, int]:
         """Bring the index in step with units added, moved or removed by plain file tools;
         returns how many entries were added and removed."""
-        if self._index is None:
-            from .index import Index
-            self._index = Index(self)
-            if not self._index.load():
-                return {"added": self._index.rebuild(), "removed": 0}
+        rebuilt = self._load_index()
+        if rebuilt is not None:
+            return {"added": rebuilt, "removed": 0}
         return self._index.sync(force=True)
 
     def reindex(self, progress=None) -> int:
@@ -485,8 +488,9 @@ class Memory:
     def recall(self, text: str, top_k: int = 3) -> list[str]:
         """Move the best L2 matches into L1, each by one rename; returns the moved unit ids."""
         moved = []
-        for hit in self._search(text, top_k):
-            legacy_file = self.index.legacy_file(hit.unit_id)
+        hits = self._search(text, top_k)   # brings the index in step once, not per hit
+        for hit in hits:
+            legacy_file = self._index.legacy_file(hit.unit_id)
             with self.store.locked():
                 if legacy_file:
                     from .legacy import recall_legacy

@@ -176,7 +176,7 @@ class Index:
             fh.write(gen_name)
         os.replace(tmp, os.path.join(self.dir, "CURRENT"))
         for old in os.listdir(self.dir):
-            if old.startswith(("gen-", "index.npz")) and old != gen_name:
+            if old.startswith("gen-") and old != gen_name:
                 shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
         self._unsaved = 0
 
@@ -194,11 +194,8 @@ class Index:
         for u in removed:
             self.remove(u)
         known = {u for u, r in self.row_of.items() if self.alive[r]} | set(self.pending)
-        added = 0
-        for name, ino in listing.items():
-            if name not in known and (self.add_legacy(legacy_files[name], ino)
-                                      if name in legacy_files else self.add_unit(name, ino)):
-                added += 1
+        added = sum(self._add_listed(name, ino, legacy_files)
+                    for name, ino in listing.items() if name not in known)
         self._dir_mtime = mtime
         if added or removed:
             self._unsaved += added + len(removed)
@@ -212,10 +209,7 @@ class Index:
         base = self.mem.store.layer_dir("documents")
         listing, legacy_files = self._listing()
         for i, (name, ino) in enumerate(sorted(listing.items())):
-            if name in legacy_files:
-                self.add_legacy(legacy_files[name], ino)
-            else:
-                self.add_unit(name, ino)
+            self._add_listed(name, ino, legacy_files)
             if progress:
                 progress(i + 1, len(listing))
         self.save()
@@ -248,6 +242,12 @@ class Index:
         return listing, legacy_files
 
     # -- entries ------------------------------------------------------------------------
+    def _add_listed(self, name: str, ino: int, legacy_files: dict[str, str]) -> bool:
+        """Index one entry of a ``_listing``: a legacy JSON file or a unit directory."""
+        if name in legacy_files:
+            return self.add_legacy(legacy_files[name], ino)
+        return self.add_unit(name, ino)
+
     def add_legacy(self, filename: str, ino: int) -> bool:
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
