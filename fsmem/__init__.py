@@ -5,6 +5,8 @@ from .docmemory import Doc, DocMemory
 from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError, FsmemError,
                      InvalidName, MissingDependency, NotFound, StorageError, StoreLocked)
 from .flows import Memory
+from .reader import Reader
+from .layout import NotAStore
 from .fsck import Finding
 from .model import (FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput)
 from .plugins import ChannelDef, Plugins, ToolDef
@@ -15,7 +17,7 @@ from .timestamps import Timestamp
 from .views import Document, Hit
 
 __all__ = [
-    "Memory", "Doc", "DocMemory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
+    "Memory", "Reader", "NotAStore", "Doc", "DocMemory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
     "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
     "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
     "AlreadyExists", "AmbiguousDigest", "StorageError", "Graph", "Triple", "RuleDistiller",

@@ -17,6 +17,7 @@ import msgspec
 
 from .errors import FsmemError
 from .flows import Memory
+from .reader import Reader
 from .media import sniff_mime
 from .model import Event, MediaAttachment, ToolOutput, encode
 from .timestamps import Timestamp
@@ -29,7 +30,17 @@ def _root_default() -> str:
 
 
 def _open(args: argparse.Namespace, **kw: Any) -> Memory:
-    return Memory.open(args.root, **kw)
+    """A writer on an existing store (``init``, ``demo`` and ``--init`` create one)."""
+    create = args.verb == "init" or getattr(args, "init", False)
+    timeout = os.environ.get("FSMEM_LOCK_TIMEOUT")
+    if timeout:
+        kw.setdefault("lock_timeout", float(timeout))
+    return Memory.open(args.root, create=create, **kw)
+
+
+def _read(args: argparse.Namespace) -> Reader:
+    """A reader: no lock, nothing created or written (NotAStore if there is no store)."""
+    return Reader.open(args.root)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -62,7 +73,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    mem = _open(args)
+    mem = _read(args)
     layers = [args.layer] if args.layer else ["context", "documents", "stablemem"]
     rows = []
     for layer in layers:
@@ -93,7 +104,7 @@ def _legacy_rows(root: str) -> list[dict]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    doc = _open(args).document(args.unit)
+    doc = _read(args).document(args.unit)
     text = (f"unit {doc.id}  layer {doc.layer}  {len(doc.events)} events\npath {doc.path}\n"
             f"summary {doc.summary}\n\n{doc.content}")
     _emit(args, doc, text)
@@ -101,7 +112,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
-    findings = _open(args).fsck(fix=args.fix, read_data=not args.quick)
+    if args.fix:
+        from .fsck import fsck_fix
+        before = _read(args).fsck(read_data=not args.quick)   # before recovery runs
+        findings = fsck_fix(_open(args).store, read_data=not args.quick, before=before)
+    else:
+        findings = _read(args).fsck(read_data=not args.quick)
     _emit(args, findings, "\n".join(str(f) for f in findings) or "clean")
     if args.fix:
         return 0 if all(f.fixed for f in findings if f.kind not in ("pending-journal", "legacy")
@@ -130,7 +146,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    hits = _open(args).query(args.text, top_k=args.top_k)
+    hits = _read(args).query(args.text, top_k=args.top_k)
     _emit(args, hits, "\n".join(f"{h.score:.3f}  {h.unit_id}  {h.summary[:70]}" for h in hits)
           or "no match")
     return 0
@@ -152,20 +168,20 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     from .views import event_text
-    events = _open(args).timeline()
+    events = _read(args).timeline()
     _emit(args, events, "\n".join(event_text(e) for e in events))
     return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from .render import render
-    text = render(_open(args).timeline(), args.budget)
+    text = render(_read(args).timeline(), args.budget)
     _emit(args, {"text": text}, text)
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    stats = _open(args).stats()
+    stats = _read(args).stats()
     _emit(args, stats, "\n".join(f"{k}: {v}" for k, v in stats.items()))
     return 0
 
@@ -175,6 +191,14 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     mem = _open(args)
     n = mem.reindex(progress=None if args.json else progress_bar)
     _emit(args, {"units": n}, f"indexed {n} units")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from .snapshot import snapshot
+    report = snapshot(args.root, args.dest)
+    _emit(args, report, f"snapshot of {report.units} units at {report.dest}: "
+          f"{report.linked} files linked, {report.copied} copied ({report.bytes_copied} bytes)")
     return 0
 
 
@@ -201,8 +225,12 @@ def _parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=fn)
         return sp
 
+    init = argparse.ArgumentParser(add_help=False)
+    init.add_argument("--init", action="store_true",
+                      help="create the store if it does not exist yet")
     verb("init", cmd_init, "create a store (or add what is missing to a directory)")
-    sp = verb("commit", cmd_commit, "write one L2 document (text from an argument or stdin)")
+    sp = verb("commit", cmd_commit, "write one L2 document (text from an argument or stdin)",
+              [init])
     sp.add_argument("text", nargs="?")
     sp.add_argument("--summary", default="")
     sp.add_argument("--tag", action="append")
@@ -217,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--fix", action="store_true")
     sp.add_argument("--quick", action="store_true", help="skip re-hashing block bytes")
     sp = verb("append", cmd_append, "add an event to L1 (flags, or JSON lines on stdin)",
-              [capacity])
+              [capacity, init])
     sp.add_argument("--input")
     sp.add_argument("--response")
     sp.add_argument("--source", default="cli")
@@ -240,6 +268,9 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--budget", type=int, required=True)
     verb("stats", cmd_stats, "counts per layer")
     verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
+    sp = verb("snapshot", cmd_snapshot, "a point-in-time copy of the store: immutable files "
+              "hard-linked, the rest copied; writers wait only for a listing")
+    sp.add_argument("dest", help="a directory that does not exist yet (or is empty)")
     sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step")
     sp.add_argument("dir", nargs="?", default="./fsmem-demo")
     from .stablemem import add_cli as add_stablemem_cli

@@ -9,63 +9,42 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
-
-import numpy as np
+from typing import Iterable, Sequence
 
 from . import _fsops as fsops
-from .blocks import DIGEST_RE
 from .embed import Embedder, HashEmbedder
-from .errors import (AmbiguousDigest, FormatError, FsmemError, InvalidName, NotFound,
-                     StorageError)
+from .errors import FormatError, FsmemError, NotFound, StorageError
 from .index import DEFAULT_RANKER
 from .model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
                     TextEvent, ToolResult, check_name)
 from .plugins import ChannelDef, Plugins, ToolDef
+from .reader import MEDIA_STORE, Loaded, Reader, default_ranker
 from .store import Durability, Store, new_unit_id
 from .timestamps import Timestamp
-from .unit import UnitBuilder, block_path, read_manifest, read_vectors, write_manifest_in_place
-from .views import Document, Hit, hydrate_event
+from .unit import UnitBuilder
 
 __all__ = ["Memory"]
 
-_MEDIA_STORE = "<media-store>"   # find_block's marker for a legacy media-store blob
-
-if TYPE_CHECKING:
-    from .index import Index
-
 log = logging.getLogger(__name__)
+_Loaded = Loaded   # the name prune.py and older callers use
 
 
-@dataclass
-class _Loaded:
-    """One unit read from disk: where it is, its manifest, its vectors by row key."""
+class Memory(Reader):
+    """A three-layer memory rooted at a directory (see README and docs/FORMAT.md): the read
+    side of ``Reader`` plus every write, each under the store's writer lock."""
 
-    unit_id: str
-    path: str
-    manifest: Manifest
-    rows: dict[str, np.ndarray]
-    arrival_ns: int
-
-
-class Memory:
-    """A three-layer memory rooted at a directory (see README and docs/FORMAT.md)."""
+    writable = True
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,
                  ranker: str = DEFAULT_RANKER) -> None:
         if context_capacity < 1 or not 0 <= context_protected <= context_capacity:
             raise ValueError("need context_capacity >= 1 and 0 <= context_protected <= capacity")
+        super().__init__(store, plugins=plugins, embedder=embedder, ranker=ranker)
         self.store = store
         self.context_capacity = context_capacity
         self.context_protected = context_protected
-        self.plugins = plugins
-        self.embedder = embedder
         self.auto_prune = auto_prune
-        self.ranker = ranker
-        self._index: "Index | None" = None
-        self._graph = None
 
     @classmethod
     def open(cls, root: str | os.PathLike, *, context_capacity: int = 30,
@@ -73,17 +52,19 @@ class Memory:
              plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
              embedder: Embedder | None = None, durability: Durability = "full",
              lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True,
-             ranker: str | None = None) -> "Memory":
-        """Open (creating what is missing) the store at ``root`` and run crash recovery."""
+             ranker: str | None = None, readonly: bool = False) -> "Memory | Reader":
+        """Open (creating what is missing) the store at ``root`` and run crash recovery.
+
+        ``readonly=True`` returns a ``Reader`` instead: no lock, nothing created or written,
+        works on a read-only filesystem (NotAStore if ``root`` holds no store)."""
+        if readonly:
+            return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
-        # The default ranker follows the measurements (docs/BENCHMARKS.md): BM25 alone beats
-        # every fusion with the hashed dense signal; with a real embedder, fusion wins.
-        default = DEFAULT_RANKER if embedder is None or isinstance(embedder, HashEmbedder) \
-            else "fusion"
         mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
-                  auto_prune=auto_prune, ranker=ranker or default)
+                  auto_prune=auto_prune, ranker=ranker or default_ranker(embedder))
+        mem.access.create()
         with store.locked():  # taking the lock runs recovery
             if os.path.isfile(os.path.join(store.root, "context.json")):
                 from .legacy import adopt_context_json
@@ -93,34 +74,19 @@ class Memory:
                     log.error("context.json not adopted: %s", exc)
         return mem
 
-    def __enter__(self) -> "Memory":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def close(self) -> None:
-        """Save the search index if it has unsaved changes (it is derived: optional) and
-        close graph.db."""
-        if self._index is not None and self._index._unsaved:
-            self._index.save()
-        if self._graph is not None:
-            self._graph.close()
-            self._graph = None
+        """Save the search index if it has unsaved changes (it is derived: optional), fold
+        the access log if it has grown, and close graph.db."""
+        try:
+            with self.store.locked():
+                if self._index is not None and self._index._unsaved:
+                    self._index.save()
+                self.access.compact()
+        except OSError as exc:   # derived state: never fails the caller
+            log.warning("%s: derived state not saved: %s", self.root, exc)
+        super().close()
 
     # -- L3 stable memory -----------------------------------------------------------------
-    @property
-    def graph(self):
-        """graph.db in HomeAgent's schema (fsmem.stablemem.Graph): commit, recall, search."""
-        if self._graph is None:
-            from .graph import Graph
-            self._graph = Graph(self)
-        return self._graph
-
-    def find_cold(self, max_age_s: float = 72 * 3600, max_access: int = 2) -> list[str]:
-        from .stablemem import find_cold
-        return find_cold(self, max_age_s, max_access)
-
     def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
                 dry_run: bool = False):
         """Distil cold L2 units (legacy HomeAgent documents included: they first become
@@ -138,22 +104,6 @@ class Memory:
         return recall_from_graph(self, names, depth)
 
     # -- index --------------------------------------------------------------------------
-    @property
-    def index(self) -> "Index":
-        """The derived index of L2, loaded on first use and kept in step with documents/."""
-        self._load_index()
-        self._index.sync()
-        return self._index
-
-    def _load_index(self) -> int | None:
-        """Load the saved index on first use, or rebuild it; returns the unit count when it
-        had to be rebuilt, else None."""
-        if self._index is not None:
-            return None
-        from .index import Index
-        self._index = Index(self)
-        return None if self._index.load() else self._index.rebuild()
-
     def reconcile(self) -> dict[str, int]:
         """Bring the index in step with units added, moved or removed by plain file tools;
         returns how many entries were added and removed."""
@@ -177,10 +127,6 @@ class Memory:
         else:
             self._index.remove(unit_id)
         self._index._unsaved += 1
-
-    @property
-    def root(self) -> str:
-        return self.store.root
 
     # -- writing ------------------------------------------------------------------------
     def commit(self, content: str, *, summary: str = "", tags: Sequence[str] = (),
@@ -252,7 +198,8 @@ class Memory:
         try:
             records, texts = fill(builder)
             now = Timestamp.now()
-            fields = {"created_at": now, **manifest_fields}
+            # A new unit counts its write as its first access (HomeAgent starts at 1).
+            fields = {"created_at": now, "access_count": 1, **manifest_fields}
             manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, updated_at=now,
                                 events=records, embedder=self.embedder.fingerprint, **fields)
             manifest.vectors = self._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
@@ -314,7 +261,7 @@ class Memory:
                 blocks.append(builder.add_bytes(att.data, att.mime, role="attachment",
                                                 created_at=ts, name=att.name))
         for src_dir, ref in links:
-            if src_dir == _MEDIA_STORE:   # a blob of HomeAgent's media store: copied in
+            if src_dir == MEDIA_STORE:   # a blob of HomeAgent's media store: copied in
                 from .legacy import LegacyMedia, read_blob
                 data, mime = read_blob(self.root, LegacyMedia(sha256=ref.sha256)) or (None, "")
                 if data is None:
@@ -350,89 +297,6 @@ class Memory:
                 out.append(self.find_block(att.digest))
         return out
 
-    def find_block(self, digest: str) -> tuple[str, BlockRef]:
-        """The unit directory and reference of the block whose digest (or unique prefix of at
-        least 8 hex) is ``digest``; NotFound or AmbiguousDigest otherwise."""
-        prefix = digest.strip().lower()
-        if not (8 <= len(prefix) <= 64) or not DIGEST_RE.match(prefix.ljust(64, "0")):
-            raise InvalidName(f"digest {digest!r}: want 8 to 64 hex characters")
-        found: dict[str, tuple[str, BlockRef]] = {}
-        for layer in ("context", "documents", "stablemem"):
-            for unit_id in self.store.iter_units(layer):
-                path = self.store.unit_dir(layer, unit_id)
-                try:
-                    manifest = read_manifest(path)
-                except FsmemError:
-                    continue
-                for ev in manifest.events:
-                    for ref in ev.blocks:
-                        if ref.digest.startswith(prefix) or ref.sha256.startswith(prefix):
-                            found.setdefault(ref.digest, (path, ref))
-        if not found:
-            from .legacy import find_legacy_blob
-            legacy = find_legacy_blob(self.root, prefix)
-            if len(legacy) > 1:
-                raise AmbiguousDigest(f"digest {digest!r} matches {len(legacy)} media blobs")
-            if legacy:   # HomeAgent's media store (sha256): resolved, copied in on write
-                return _MEDIA_STORE, BlockRef(digest="0" * 64, modality="file", mime="",
-                                              size=0, created_at=Timestamp.now(),
-                                              role="attachment", sha256=legacy[0])
-            raise NotFound(f"digest {digest!r}: no block in the store has it")
-        if len(found) > 1:
-            raise AmbiguousDigest(f"digest {digest!r} matches {len(found)} blocks: "
-                                  + ", ".join(sorted(d[:16] for d in found)))
-        return next(iter(found.values()))
-
-    # -- reading ------------------------------------------------------------------------
-    def document(self, unit_id: str) -> Document:
-        """A unit read back whole, from whichever layer holds it."""
-        layer, path = self.store.locate(unit_id)
-        manifest = read_manifest(path)
-        events = [hydrate_event(path, manifest.id, rec) for rec in manifest.events]
-        return Document.of(manifest, layer=layer, path=path, events=events)
-
-    def read_block(self, digest: str) -> bytes:
-        """The bytes of a block (digest or unique prefix), verified against its digest."""
-        from .blocks import read_block
-        path, ref = self.find_block(digest)
-        return read_block(block_path(path, ref), ref.digest)
-
-    def units(self, layer: str) -> list[str]:
-        return list(self.store.iter_units(layer))
-
-    def timeline(self) -> list[Event]:
-        """The L1 events, sorted by original timestamp (ties: arrival, then event id)."""
-        loaded = self._load_layer("context", with_vectors=False)
-        events = [(hydrate_event(u.path, u.unit_id, rec), u.arrival_ns)
-                  for u in loaded for rec in u.manifest.events]
-        events.sort(key=lambda p: (p[0].timestamp.ns, p[1], p[0].id))
-        return [e for e, _ in events]
-
-    def render(self, budget_tokens: int, *, estimator=None) -> str:
-        """The model's view of L1 under a token budget (fsmem.render.render over timeline())."""
-        from .render import render
-        return render(self.timeline(), budget_tokens, estimator=estimator)
-
-    def _load_layer(self, layer: str, *, with_vectors: bool) -> list[_Loaded]:
-        out = []
-        for unit_id in self.store.iter_units(layer):
-            path = self.store.unit_dir(layer, unit_id)
-            try:
-                manifest = read_manifest(path)
-                st = os.stat(path)
-                rows: dict[str, np.ndarray] = {}
-                if with_vectors and manifest.vectors is not None \
-                        and manifest.vectors.embedder == self.embedder.fingerprint:
-                    keys, mat = read_vectors(path, manifest)  # type: ignore[misc]
-                    rows = dict(zip(keys, mat))
-            except FileNotFoundError:
-                continue  # moved by another process while we listed
-            except FsmemError as exc:
-                log.warning("skipping damaged unit %s: %s", path, exc)
-                continue
-            out.append(_Loaded(unit_id, path, manifest, rows, st.st_mtime_ns))
-        return out
-
     # -- compute layer ------------------------------------------------------------------
     def _compute_texts(self, draft: Event) -> list[str]:
         texts = [self.plugins.source_text(draft.source, draft.input),
@@ -440,51 +304,7 @@ class Memory:
         texts += [self.plugins.tool_text(draft.source, t.name, t.output) for t in draft.tool_results]
         return [t for t in texts if t.strip()]
 
-    def _query_vector(self, text: str) -> np.ndarray | None:
-        if not text.strip():
-            return None
-        return self.embedder.embed([text])[0]
-
-    # -- query / recall / prune -----------------------------------------------------------
-    def query(self, text: str, top_k: int = 3) -> list[Hit]:
-        """Read-only search of L2: nothing moves; only access_count/last_access change."""
-        hits = self._search(text, top_k)
-        if hits:
-            self._touch(hits)
-        return hits
-
-    def _search(self, text: str, top_k: int, ranker: str | None = None) -> list[Hit]:
-        index = self.index
-        hits = []
-        for unit_id, score in index.search(text, top_k, ranker or self.ranker):
-            row = index.row_of.get(unit_id)
-            if row is not None and index.alive[row]:
-                summary, events = index.summaries[row], int(index.nevents[row])
-                created = Timestamp(int(index.created[row, 0]), int(index.created[row, 1]))
-            else:
-                e = index.pending[unit_id]
-                summary, events = e.summary, e.events
-                created = Timestamp(e.created_ns, e.created_off)
-            hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
-                            events=events))
-        return hits
-
-    def _touch(self, hits: list[Hit]) -> None:
-        now = Timestamp.now()
-        with self.store.locked():
-            for hit in hits:
-                path = self.store.unit_dir("documents", hit.unit_id)
-                if not os.path.isdir(path):
-                    continue  # a legacy JSON document: never rewritten, or moved meanwhile
-                try:
-                    manifest = read_manifest(path)
-                except (NotFound, FileNotFoundError):
-                    continue
-                manifest.access_count += 1
-                manifest.last_access = now
-                write_manifest_in_place(path, manifest, scratch_dir=self.store.staging,
-                                        sync=self.store.sync)
-
+    # -- recall / prune ---------------------------------------------------------------------
     def recall(self, text: str, top_k: int = 3) -> list[str]:
         """Move the best L2 matches into L1, each by one rename; returns the moved unit ids."""
         moved = []
@@ -528,19 +348,18 @@ class Memory:
         self._indexed(unit_id, layer, added=False)
 
     # -- maintenance ----------------------------------------------------------------------
-    def fsck(self, *, fix: bool = False, read_data: bool = True):
-        from .fsck import fsck
-        return fsck(self.store, fix=fix, read_data=read_data)
+    def snapshot(self, dest: str | os.PathLike[str]):
+        """A point-in-time copy of the store at ``dest`` (fsmem.snapshot.snapshot)."""
+        from .snapshot import snapshot
+        return snapshot(self.root, dest)
 
-    def stats(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for layer in ("context", "documents", "stablemem"):
-            units = self._load_layer(layer, with_vectors=False)
-            out[f"{layer}_units"] = len(units)
-            out[f"{layer}_events"] = sum(len(u.manifest.events) for u in units)
-        from .legacy import legacy_doc_files
-        out["legacy_documents"] = len(legacy_doc_files(self.root))
-        return out
+    def fsck(self, *, fix: bool = False, read_data: bool = True):
+        """Read-only check; with ``fix``, under the writer lock: pending journals completed
+        and dead staging cleaned by recovery (reported as fixed), damaged units quarantined."""
+        from .fsck import fsck, fsck_fix
+        if not fix:
+            return fsck(self.store, read_data=read_data)
+        return fsck_fix(self.store, read_data=read_data)
 
 
 def _with(event: Event, **changes: object) -> Event:

@@ -10,11 +10,12 @@ from typing import Literal
 import msgspec
 
 from .errors import FsmemError
+from .layout import LAYERS, Layout, Vanished, View, writer_alive
 from .model import check_name
-from .store import LAYERS, Store
+from .store import Store
 from .unit import verify_unit
 
-__all__ = ["Finding", "fsck", "FindingKind"]
+__all__ = ["Finding", "fsck", "fsck_fix", "FindingKind"]
 
 FindingKind = Literal[
     "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
@@ -39,64 +40,90 @@ class Finding(msgspec.Struct, kw_only=True, omit_defaults=True):
         return f"{self.kind}: {self.path}: {self.detail}{extra}"
 
 
-def fsck(store: Store, *, fix: bool = False, read_data: bool = True) -> list[Finding]:
-    """Check every unit in every layer and the .fsmem area; ``fix`` quarantines what is damaged.
-
-    With ``fix`` the writer lock is held for the whole check, so recovery has run first and
-    nothing changes underneath. Without it, the check is read-only and lock-free.
-    """
-    if fix:
-        with store.locked():
-            findings = _check(store, read_data)
-            for finding in findings:
-                _repair(store, finding)
-            return findings
-    return _check(store, read_data)
+def fsck(layout: Layout, *, read_data: bool = True) -> list[Finding]:
+    """Check every unit in every layer and the .fsmem area, read-only and lock-free: nothing
+    is repaired, created or written. A journaled change that a live writer is applying is
+    checked in its after state; one left by a dead writer is a ``pending-journal`` finding."""
+    def check(view: View) -> list[Finding]:
+        return _check(layout, view, read_data)
+    return layout.consistent(check)
 
 
-def _check(store: Store, read_data: bool) -> list[Finding]:
+def fsck_fix(store: Store, *, read_data: bool = True,
+             before: list[Finding] | None = None) -> list[Finding]:
+    """Report, then repair under the writer lock: recovery completes pending journals,
+    removes dead staging and settles duplicates (those findings are marked as such), and
+    what is still damaged is quarantined. ``before``: the findings of a read-only check
+    taken before the store was opened for writing (opening runs recovery)."""
+    if before is None:
+        before = fsck(store, read_data=read_data)
+    with store.locked():        # taking the lock runs recovery
+        after = fsck(store, read_data=read_data)
+        for finding in after:
+            _repair(store, finding)
+    still = {(f.kind, f.path, f.detail) for f in after}
+    settled = [f for f in before if (f.kind, f.path, f.detail) not in still]
+    for f in settled:
+        f.fixed = {"pending-journal": "completed by recovery",
+                   "stray-staging": "removed"}.get(f.kind, "settled by recovery")
+    return settled + after
+
+
+def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
     findings: list[Finding] = []
     holders: dict[str, list[tuple[str, str]]] = {}
     event_home: dict[str, tuple[str, str]] = {}
     for layer in LAYERS:
-        base = store.layer_dir(layer)
-        for entry in sorted(os.scandir(base), key=lambda e: e.name):
-            path = entry.path
-            problem = _entry_problem(entry, layer)
-            if problem == "legacy":
-                continue
-            if problem:
-                findings.append(Finding(kind="unexpected-entry", path=path, detail=problem,
-                                        layer=layer))
-                continue
-            holders.setdefault(entry.name, []).append((layer, path))
-            manifest, problems = verify_unit(path, read_data=read_data)
+        findings += _odd_entries(layout, layer)
+        for unit_id, path in view.layer(layer):
+            holders.setdefault(unit_id, []).append((layer, path))
+            manifest, problems = verify_unit(path, read_data=read_data, expect_id=unit_id)
+            if problems and layout.vanished(path):
+                raise Vanished(path)
             for p in problems:
                 kind = "unexpected-entry" if p.endswith(("unexpected entry", "unexpected symlink")) \
                     else "damaged-unit"
-                findings.append(Finding(kind=kind, path=path, detail=p, unit=entry.name,
+                findings.append(Finding(kind=kind, path=path, detail=p, unit=unit_id,
                                         layer=layer))
-            if manifest is None or problems:
+            if manifest is None:
                 continue
             for ev in manifest.events:
                 if ev.id in event_home:
                     other = event_home[ev.id]
-                    findings.append(Finding(kind="duplicate-event", path=path, unit=entry.name,
+                    findings.append(Finding(kind="duplicate-event", path=path, unit=unit_id,
                                             layer=layer, detail=f"event {ev.id} also in "
                                             f"{other[0]}/{other[1]}"))
                 else:
-                    event_home[ev.id] = (layer, entry.name)
+                    event_home[ev.id] = (layer, unit_id)
     for unit_id, places in holders.items():
         if len(places) > 1:
             where = ", ".join(layer for layer, _ in places)
             for layer, path in places[1:]:
                 findings.append(Finding(kind="duplicate-unit", path=path, unit=unit_id,
                                         layer=layer, detail=f"unit id present in {where}"))
-    findings.extend(_check_meta(store))
+    findings.extend(_check_meta(layout, view))
     from .legacy import legacy_problems
-    for path, problem in legacy_problems(store.root):
+    for path, problem in legacy_problems(layout.root):
         findings.append(Finding(kind="legacy", path=path, detail=problem, layer="documents"))
     return findings
+
+
+def _odd_entries(layout: Layout, layer: str) -> list[Finding]:
+    """Entries of a layer directory that are not unit directories (legacy JSON aside)."""
+    out = []
+    try:
+        entries = sorted(os.scandir(layout.layer_dir(layer)), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for entry in entries:
+        try:
+            problem = _entry_problem(entry, layer)
+        except FileNotFoundError:
+            continue   # moved while we looked
+        if problem and problem != "legacy":
+            out.append(Finding(kind="unexpected-entry", path=entry.path, detail=problem,
+                               layer=layer))
+    return out
 
 
 def _entry_problem(entry: os.DirEntry, layer: str) -> str:
@@ -116,21 +143,28 @@ def _entry_problem(entry: os.DirEntry, layer: str) -> str:
     return ""
 
 
-def _check_meta(store: Store) -> list[Finding]:
+def _check_meta(layout: Layout, view: View) -> list[Finding]:
     findings: list[Finding] = []
-    lock_free = store.try_lock_free()
-    pending = store._pending_staged()
-    for name in sorted(os.listdir(store.staging)):
-        if name in pending:
-            continue
-        if store._staging_is_dead(name):
-            findings.append(Finding(kind="stray-staging", path=os.path.join(store.staging, name),
+    live_writer = writer_alive(layout.lock_path)
+    pending = {p[0] for e in view.pending for p in e.publish}
+    try:
+        staged = sorted(os.listdir(layout.staging))
+    except FileNotFoundError:
+        staged = []
+    for name in staged:
+        if name not in pending and layout.staging_is_dead(name):
+            findings.append(Finding(kind="stray-staging", path=os.path.join(layout.staging, name),
                                     detail="left by a writer that is gone"))
-    if lock_free and store._lock_depth == 0:
-        for name in sorted(os.listdir(store.journal_dir)):
-            findings.append(Finding(kind="pending-journal",
-                                    path=os.path.join(store.journal_dir, name),
-                                    detail="an interrupted change; the next writer completes it"))
+    if live_writer:
+        return findings   # its journal entries are being applied right now
+    _, bad = layout.pending_journals()
+    for entry in view.pending:
+        findings.append(Finding(kind="pending-journal",
+                                path=os.path.join(layout.journal_dir, f"{entry.id}.json"),
+                                detail=f"an interrupted {entry.op}; the next writer completes it"))
+    for path, problem in bad:
+        findings.append(Finding(kind="pending-journal", path=path,
+                                detail=f"undecodable ({problem}); fsck --fix quarantines it"))
     return findings
 
 

@@ -93,6 +93,23 @@ def _sqlite_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _open_readonly(path: str, busy_timeout_s: float) -> sqlite3.Connection:
+    """graph.db for reading only: nothing created, nothing written. With a live writer (its
+    -wal file exists) SQLite's read-only mode shares the writer's WAL; with none, the file is
+    opened immutable, so no -wal/-shm file is made (and a read-only filesystem works)."""
+    from urllib.parse import quote
+    wal = os.path.exists(path + "-wal") and os.access(os.path.dirname(path) or ".", os.W_OK)
+    uri = f"file:{quote(os.path.abspath(path))}?" + ("mode=ro" if wal else "immutable=1")
+    try:
+        db = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None,
+                             check_same_thread=False)
+        db.execute("PRAGMA query_only=ON")
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        raise FsmemError(f"{path}: cannot open the graph read-only: {exc}") from exc
+    return db
+
+
 def _db_time(ts: Timestamp) -> str:
     """go-sqlite3's rendering of a time.Time: ``2026-10-06 11:00:02.413370001+08:00``."""
     text = ts.isoformat().replace("T", " ", 1)
@@ -189,10 +206,12 @@ class Graph:
 
     def __init__(self, target: "Memory | str | os.PathLike[str]", *, sync: bool | None = None,
                  busy_timeout_s: float = 10.0) -> None:
-        store = getattr(target, "store", None)
-        if store is not None:
-            self.path = os.path.join(store.root, GRAPH_FILE)
-            self.sync = store.sync if sync is None else sync
+        layout = getattr(target, "layout", None)
+        self.readonly = layout is not None and not getattr(target, "writable", False)
+        if layout is not None:
+            self.path = os.path.join(layout.root, GRAPH_FILE)
+            store_sync = getattr(getattr(target, "store", None), "sync", True)
+            self.sync = store_sync if sync is None else sync
         else:
             path = os.fspath(target)  # type: ignore[arg-type]
             self.path = os.path.join(path, GRAPH_FILE) if os.path.isdir(path) else path
@@ -226,6 +245,12 @@ class Graph:
                 return self._db
             if not create and not os.path.exists(self.path):
                 return None
+            if self.readonly:
+                if create:
+                    raise FsmemError(f"{self.path}: opened read-only; the graph cannot be "
+                                     "written through a reader")
+                self._db = _open_readonly(self.path, self.busy_timeout_s)
+                return self._db
             try:
                 db = sqlite3.connect(self.path, timeout=self.busy_timeout_s,
                                      isolation_level=None, check_same_thread=False)

@@ -3,8 +3,8 @@
 The unit directories are the only source of truth. ``.fsmem/index/CURRENT`` names the current
 snapshot, a generation directory of ``.npy`` arrays and a ``meta.json`` with their checksums
 (written whole, then switched to by one rename; never fsynced: it is derived), holding, per unit,
-its id, the inode of its directory, its dense vector and its BM25 term counts. On open the
-snapshot is checked against one listing of ``documents/`` (names and inodes, no stat): units
+its id, the identity of its manifest (inode, size, mtime), its dense vector and its BM25 term
+counts. On open the snapshot is checked against one listing of ``documents/``: units
 added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
 without a rebuild. A missing, truncated or corrupt snapshot is rebuilt from the directories.
 """
@@ -29,13 +29,13 @@ from .errors import FsmemError
 from .unit import block_path, read_manifest, read_vectors
 
 if TYPE_CHECKING:
-    from .flows import Memory
+    from .reader import Reader
 
 __all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER"]
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 RANKERS = ("bm25", "dense", "fusion", "rrf")
 DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 DEFAULT_WEIGHT = 0.2    # weight of the dense signal in "fusion" (best with all-MiniLM-L6-v2)
@@ -45,6 +45,7 @@ _SAVE_EVERY = 64
 _ARRAYS = ("inos", "dense", "doclen", "created", "nevents", "p_terms", "p_ptr", "p_rows",
            "p_tfs")
 _PENDING_MAX = 256
+_GEN_GRACE_S = 60.0
 
 
 @dataclass
@@ -86,9 +87,11 @@ class _Postings:
 class Index:
     """The in-memory index of ``documents/`` for one Memory, kept in step with the directory."""
 
-    def __init__(self, mem: "Memory") -> None:
+    def __init__(self, mem: "Reader") -> None:
         self.mem = mem
-        self.dir = mem.store.index_dir
+        self.layout = mem.layout
+        self.writable = mem.writable   # a reader's index lives in memory only
+        self.dir = mem.layout.index_dir
         self.dim = mem.embedder.dim
         self.fingerprint = mem.embedder.fingerprint
         self._clear()
@@ -114,11 +117,22 @@ class Index:
         """Map the current snapshot; False (and an empty index) if it is missing or unusable.
 
         Arrays are memory-mapped read-only (open costs the checksum pass, not a copy); each
-        file's BLAKE3 is checked against ``meta.json`` so a damaged snapshot is never used."""
+        file's BLAKE3 is checked against ``meta.json`` so a damaged snapshot is never used.
+        A generation replaced (and removed) while it was opened is retried once."""
+        for _ in range(3):
+            try:
+                return self._load()
+            except _Replaced:
+                continue
+        return False
+
+    def _load(self) -> bool:
         self._clear()
+        gen_name = ""
         try:
             with open(os.path.join(self.dir, "CURRENT"), encoding="ascii") as fh:
-                gen = os.path.join(self.dir, fh.read().strip())
+                gen_name = fh.read().strip()
+                gen = os.path.join(self.dir, gen_name)
             with open(os.path.join(gen, "meta.json"), "rb") as fh:
                 meta = msgspec.json.decode(fh.read(), type=_Meta)
             if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
@@ -131,6 +145,8 @@ class Index:
                     raise ValueError(f"{path}: checksum mismatch")
                 arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
+            if gen_name and _current(self.dir) not in ("", gen_name):
+                raise _Replaced() from None
             return False
         except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError) as exc:
             log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
@@ -175,15 +191,16 @@ class Index:
         with open(tmp, "w", encoding="ascii") as fh:
             fh.write(gen_name)
         os.replace(tmp, os.path.join(self.dir, "CURRENT"))
+        # Older generations go after a grace period: a reader may be about to map one.
         for old in os.listdir(self.dir):
-            if old.startswith("gen-") and old != gen_name:
+            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
                 shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
         self._unsaved = 0
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
         """Bring the index in step with ``documents/``: cheap when the directory's mtime is
         unchanged; otherwise one listing (names and inodes) and per-unit add/remove."""
-        base = self.mem.store.layer_dir("documents")
+        base = self.layout.layer_dir("documents")
         mtime = os.stat(base).st_mtime_ns
         if mtime == self._dir_mtime and not force:
             return {"added": 0, "removed": 0}
@@ -199,20 +216,25 @@ class Index:
         self._dir_mtime = mtime
         if added or removed:
             self._unsaved += added + len(removed)
-            if self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
-                self.save()
+            if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
+                with self.mem.store.locked():
+                    self.save()
         return {"added": added, "removed": len(removed)}
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild from the directories alone (``fsmem reindex``); returns the unit count."""
         self._clear()
-        base = self.mem.store.layer_dir("documents")
+        base = self.layout.layer_dir("documents")
         listing, legacy_files = self._listing()
         for i, (name, ino) in enumerate(sorted(listing.items())):
             self._add_listed(name, ino, legacy_files)
             if progress:
                 progress(i + 1, len(listing))
-        self.save()
+        if self.writable:
+            with self.mem.store.locked():
+                self.save()
+        else:
+            self._compact()
         self._dir_mtime = os.stat(base).st_mtime_ns
         return len(self.ids)
 
@@ -221,20 +243,22 @@ class Index:
         {id: file name} for the legacy ones (a JSON whose unit already exists is left out:
         it is a leftover of an interrupted legacy recall)."""
         from .legacy import legacy_id
-        base = self.mem.store.layer_dir("documents")
+        base = self.layout.layer_dir("documents")
         listing: dict[str, int] = {}
         json_files: list[tuple[str, int]] = []
         with os.scandir(base) as it:   # one pass: unit directories and legacy JSON files
             for e in it:
                 if e.is_dir(follow_symlinks=False):
                     if _valid_name(e.name):
-                        listing[e.name] = e.inode()
+                        ident = unit_ident(e.path)
+                        if ident is not None:
+                            listing[e.name] = ident
                 elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
-                    json_files.append((e.name, e.inode()))
+                    json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
         legacy_files = {}
         for fname, ino in sorted(json_files):
             uid = legacy_id(fname)
-            if uid in listing or any(os.path.isdir(self.mem.store.unit_dir(layer, uid))
+            if uid in listing or any(os.path.isdir(self.layout.unit_dir(layer, uid))
                                      for layer in ("context", "stablemem")):
                 continue
             listing[uid] = ino
@@ -252,7 +276,7 @@ class Index:
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
         from .legacy import legacy_id, legacy_texts, read_legacy
-        path = os.path.join(self.mem.store.layer_dir("documents"), filename)
+        path = os.path.join(self.layout.layer_dir("documents"), filename)
         try:
             doc = read_legacy(path)
         except (FsmemError, OSError, ValueError) as exc:
@@ -275,10 +299,12 @@ class Index:
 
     def add_unit(self, unit_id: str, ino: int | None = None) -> bool:
         """Index one unit of ``documents/`` from its directory; False if it is unreadable."""
-        path = self.mem.store.unit_dir("documents", unit_id)
+        path = self.layout.unit_dir("documents", unit_id)
         try:
             if ino is None:
-                ino = os.stat(path).st_ino
+                ino = unit_ident(path)
+                if ino is None:
+                    raise FileNotFoundError(f"{path}: no manifest")
             entry = self.entry_for(path, unit_id, ino)
         except (FsmemError, OSError, ValueError) as exc:
             log.warning("index: skipping %s: %s", path, exc)
@@ -455,6 +481,39 @@ def fuse(bm25: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
     d = np.clip(dense, 0, None)
     d = d / d.max() if d.size and d.max() > 0 else d
     return (1 - weight) * b + weight * d
+
+
+class _Replaced(Exception):
+    """The generation named by CURRENT was replaced while it was being opened."""
+
+
+def _current(index_dir: str) -> str:
+    try:
+        with open(os.path.join(index_dir, "CURRENT"), encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _ident(st: os.stat_result) -> int:
+    """What identifies one version of a file: inode, size and mtime (an ``rm -r`` + ``cp -a``
+    that reuses the inode still differs in mtime or size; a hard link, as in a snapshot, is
+    the same file). Folded into one int64."""
+    h = blake3.blake3(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).digest(8)
+    return int.from_bytes(h, "little", signed=True)
+
+
+def unit_ident(path: str) -> int | None:
+    """The identity of a unit directory: that of its manifest (None if it has none)."""
+    try:
+        return _ident(os.stat(os.path.join(path, "manifest.json"), follow_symlinks=False))
+    except OSError:
+        return None
+
+
+def _age_s(gen_name: str) -> float:
+    stamp = gen_name.split("-")[1] if gen_name.count("-") >= 2 else ""
+    return time.time() - int(stamp) / 1e9 if stamp.isdigit() else float("inf")
 
 
 def _file_digest(path: str) -> str:

@@ -272,13 +272,16 @@ def convert_cold_legacy(mem: "Memory", max_age_s: float, max_access: int) -> lis
     now = Timestamp.now().ns
     made = []
     with mem.store.locked():
+        logged = mem.access.stats()
         for fname, _ in legacy_doc_files(mem.root):
             try:
                 doc = read_legacy(os.path.join(mem.root, "documents", fname))
             except (FormatError, OSError, ValueError):
                 continue   # reported by fsck
-            last = doc.last_access or doc.created_at
-            if doc.access_count <= max_access and now - last.ns >= max_age_s * 1e9:
+            seen = logged.get(legacy_id(fname))
+            count = doc.access_count + (seen.count if seen else 0)
+            last_ns = max((doc.last_access or doc.created_at).ns, seen.last_ns if seen else 0)
+            if count <= max_access and now - last_ns >= max_age_s * 1e9:
                 uid = recall_legacy(mem, fname, layer="documents")
                 if uid:
                     made.append(uid)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from .model import FORMAT_VERSION, EventRecord, Manifest
-from .store import JournalEntry, new_unit_id
+from .layout import JournalEntry
+from .store import new_unit_id
 from .timestamps import Timestamp
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def prune_context(mem: "Memory", query: str) -> str | None:
         if not evict:
             return None
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
+        logged = mem.access.stats()
         staged = []
         try:
             l2_id = _stage(mem, [(u, r) for u in units for r in u.manifest.events
@@ -96,8 +98,10 @@ def prune_context(mem: "Memory", query: str) -> str | None:
                     continue
                 entry.remove.append(("context", u.unit_id))
                 rest = [(u, r) for r in u.manifest.events if r.id not in evict]
-                if rest:
-                    rid = _stage(mem, rest, entry, "context", archive=False, base=u.manifest)
+                if rest:   # the remainder keeps the unit's access history
+                    history = mem.access_of(u.manifest, logged.get(u.unit_id))
+                    rid = _stage(mem, rest, entry, "context", archive=False, base=u.manifest,
+                                 history=history)
                     entry.mtimes[rid] = u.arrival_ns
                     staged.append(entry.publish[-1][0])
             store.journal_commit(entry)
@@ -112,7 +116,8 @@ def prune_context(mem: "Memory", query: str) -> str | None:
 
 
 def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: JournalEntry,
-           layer: str, *, archive: bool, base: Manifest | None = None) -> str:
+           layer: str, *, archive: bool, base: Manifest | None = None,
+           history: tuple[int, Timestamp | None] = (1, None)) -> str:
     """Build one unit from existing events in staging (links, copied vector rows)."""
     store = mem.store
     builder = store.builder(new_unit_id("u"))
@@ -134,14 +139,14 @@ def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: Jou
         manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=now,
                             updated_at=now, events=records, summary=summary,
                             source="context_archived", meta={"is_archived_context": "true"},
-                            embedder=mem.embedder.fingerprint)
+                            embedder=mem.embedder.fingerprint, access_count=1)
     else:
         assert base is not None
         manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=base.created_at,
                             updated_at=now, events=records, summary=base.summary,
                             tags=base.tags, entities=base.entities, source=base.source,
-                            meta=base.meta, access_count=base.access_count,
-                            last_access=base.last_access, embedder=base.embedder)
+                            meta=base.meta, access_count=history[0],
+                            last_access=history[1], embedder=base.embedder)
     if keys:
         manifest.vectors = builder.set_vectors(keys, np.stack(rows), mem.embedder.fingerprint)
     builder.finish(manifest)

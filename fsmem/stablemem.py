@@ -33,6 +33,7 @@ from .graph import (GRAPH_FILE, BlockRow, CommitResult, Entity, Graph, Provenanc
 
 if TYPE_CHECKING:
     from .flows import Memory
+    from .reader import Reader
 __all__ = [
     "GRAPH_FILE", "Graph", "Entity", "Relation", "Provenance", "Recall", "CommitResult",
     "TextPiece", "UnitFacts", "BlockRow", "DistillReport", "UnitReport", "find_cold", "distill",
@@ -104,22 +105,21 @@ class DistillReport(msgspec.Struct, kw_only=True):
     units: list[UnitReport] = []
 
 
-def find_cold(mem: "Memory", max_age_s: float = 72 * 3600, max_access: int = 2, *,
+def find_cold(mem: "Reader", max_age_s: float = 72 * 3600, max_access: int = 2, *,
               now: Timestamp | None = None) -> list[str]:
-    """L2 units with ``access_count <= max_access`` whose last access (else creation) is at
-    least ``max_age_s`` old, oldest first (HomeAgent FindColdDocs, thresholds as parameters)."""
+    """L2 units accessed at most ``max_access`` times (the write counts as the first, as in
+    HomeAgent) whose last access (else creation) is at least ``max_age_s`` old, oldest first
+    (HomeAgent FindColdDocs, thresholds as parameters). Counts come from the manifest a unit
+    was written with plus the access log."""
     now_ns = (now or Timestamp.now()).ns
     limit = now_ns - int(max_age_s * 1e9)
+    logged = mem.access.stats()
     found = []
-    for unit_id in mem.store.iter_units("documents"):
-        try:
-            m = read_manifest(mem.store.unit_dir("documents", unit_id))
-        except (FsmemError, OSError) as exc:
-            log.warning("find_cold: skipping %s: %s", unit_id, exc)
-            continue
-        ref = (m.last_access or m.created_at).ns
-        if m.access_count <= max_access and ref <= limit:
-            found.append((ref, unit_id))
+    for unit in mem._load_layer("documents", with_vectors=False):
+        count, last = mem.access_of(unit.manifest, logged.get(unit.unit_id))
+        ref = (last or unit.manifest.created_at).ns
+        if count <= max_access and ref <= limit:
+            found.append((ref, unit.unit_id))
     return [u for _, u in sorted(found)]
 
 
@@ -254,7 +254,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     from .flows import Memory
     distiller: Distiller = RuleDistiller() if args.distiller == "rules" else LLMDistiller(
         base_url=args.llm_base_url or "", model=args.llm_model or "", timeout=args.llm_timeout)
-    report = Memory.open(args.root).distill(max_age_s=args.max_age * 3600,
+    report = Memory.open(args.root, create=False).distill(max_age_s=args.max_age * 3600,
                                             max_access=args.max_access, distiller=distiller,
                                             dry_run=args.dry_run)
     done = len(report.units) - len(report.no_facts) if report.dry_run else len(report.distilled)
@@ -270,8 +270,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from .flows import Memory
-    with Graph(Memory.open(args.root)) as graph:
+    from .reader import Reader
+    with Graph(Reader.open(args.root)) as graph:
         if args.graph_verb == "neighbors":
             rec = graph.neighbors(args.name, depth=args.depth)
             text = "\n".join(_fmt(rec)) or f"no relation within {args.depth} hop(s) of {args.name!r}"

@@ -26,24 +26,18 @@ import uuid
 from contextlib import contextmanager
 from typing import Iterator, Literal
 
-import msgspec
-
 from . import _fsops as fsops
-from .errors import AlreadyExists, FormatError, FsmemError, NotFound, StoreLocked
-from .model import (FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, decode_marker,
-                    encode_pretty)
+from .errors import AlreadyExists, FormatError, NotFound, StoreLocked
+from .layout import LAYERS, META, JournalEntry, Layer, Layout, owner_dead
+from .model import FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, encode_pretty
 from .timestamps import Timestamp
-from .unit import UnitBuilder, staging_owner
+from .unit import UnitBuilder
 
 __all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id"]
 
 log = logging.getLogger(__name__)
 
-Layer = Literal["context", "documents", "stablemem"]
-LAYERS: tuple[Layer, ...] = ("context", "documents", "stablemem")
 Durability = Literal["full", "off"]
-META = ".fsmem"
-STAGING_GRACE_S = 24 * 3600
 
 
 def new_unit_id(prefix: str = "u") -> str:
@@ -51,40 +45,23 @@ def new_unit_id(prefix: str = "u") -> str:
     return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:12]}"
 
 
-class JournalEntry(msgspec.Struct, kw_only=True):
-    """A multi-step layer change, durable before its first visible step (the commit point).
-
-    ``publish``: [staging name, layer, unit id] renamed into place; ``remove``: [layer, unit id]
-    taken away after every publish is durable. Replaying an entry is idempotent.
-    """
-
-    id: str
-    op: str
-    created_at: Timestamp
-    publish: list[tuple[str, str, str]] = []
-    remove: list[tuple[str, str]] = []
-    mtimes: dict[str, int] = {}
-
-
-_journal_decoder = msgspec.json.Decoder(JournalEntry, dec_hook=lambda t, o: Timestamp.parse(o))
 _renameat2_cache: dict[int, bool] = {}
 
 
-class Store:
-    """A store root on disk. Readers take no lock; every change runs under ``locked()``."""
+class Store(Layout):
+    """A store root opened for writing: every change runs under ``locked()``.
+
+    The read side (paths, listings, consistent views) is ``Layout``; readers use it alone.
+    """
 
     def __init__(self, root: str, *, durability: Durability = "full",
                  lock_timeout: float = 10.0, create: bool = True) -> None:
         if durability not in ("full", "off"):
             raise ValueError(f"durability must be 'full' or 'off', not {durability!r}")
-        self.root = os.path.abspath(os.fspath(root))
+        super().__init__(root)
         self.durability = durability
         self.lock_timeout = lock_timeout
-        self.meta = os.path.join(self.root, META)
-        self.staging = os.path.join(self.meta, "staging")
-        self.journal_dir = os.path.join(self.meta, "journal")
-        self.quarantine_dir = os.path.join(self.meta, "quarantine")
-        self.index_dir = os.path.join(self.meta, "index")
+        self.pins_dir = os.path.join(self.meta, "pins")
         self._lock_fd: int | None = None
         self._lock_depth = 0
         self._recovered = False
@@ -97,13 +74,12 @@ class Store:
 
     # -- layout -------------------------------------------------------------------------
     def _init_layout(self, create: bool) -> None:
-        marker_path = os.path.join(self.meta, "marker.json")
         if os.path.lexists(self.root) and not os.path.isdir(self.root):
             raise FormatError(f"{self.root}: exists and is not a directory")
-        if not os.path.exists(marker_path) and not create:
-            raise NotFound(f"{self.root}: not an fsmem store (no {META}/marker.json); run fsmem init")
+        if not self.has_marker() and not create:
+            raise NotFound(f"not an fsmem store: {self.root} (run fsmem init)")
         for path in (self.root, self.meta, self.staging, self.journal_dir, self.quarantine_dir,
-                     self.index_dir, os.path.join(self.root, "inbox"),
+                     self.index_dir, self.trash_dir, os.path.join(self.root, "inbox"),
                      *(os.path.join(self.root, layer) for layer in LAYERS)):
             if os.path.islink(path):
                 raise FormatError(f"{path}: is a symlink; fsmem will not follow it")
@@ -111,18 +87,15 @@ class Store:
                 if os.path.lexists(path):
                     raise FormatError(f"{path}: exists and is not a directory")
                 os.makedirs(path, exist_ok=True)
-        if os.path.exists(marker_path):
-            with open(marker_path, "rb") as fh:
-                marker = decode_marker(fh.read(), marker_path)
-            if marker.format > FORMAT_VERSION:
-                raise FormatError(f"{marker_path}: format version {marker.format} is newer than "
-                                  f"this fsmem reads (version {FORMAT_VERSION}); upgrade fsmem")
-            if marker.hash != HASH_ALGORITHM:
-                raise FormatError(f"{marker_path}: hash {marker.hash!r} unsupported "
-                                  f"(this fsmem uses {HASH_ALGORITHM})")
+        if self.has_marker():
+            marker = self.read_marker()
+            if marker.format < FORMAT_VERSION:   # this writer writes newer manifests
+                log.info("%s: format %d -> %d", self.marker_path, marker.format, FORMAT_VERSION)
+                marker.format = FORMAT_VERSION
+                self.write_file_atomic(self.marker_path, encode_pretty(marker), sync=True)
             return
         marker = Marker(format=FORMAT_VERSION, hash=HASH_ALGORITHM, created_at=Timestamp.now())
-        self.write_file_atomic(marker_path, encode_pretty(marker), sync=True)
+        self.write_file_atomic(self.marker_path, encode_pretty(marker), sync=True)
 
     def _probe_renameat2(self) -> bool:
         dev = os.stat(self.staging).st_dev
@@ -136,37 +109,6 @@ class Store:
     @property
     def sync(self) -> bool:
         return self.durability == "full"
-
-    def layer_dir(self, layer: str) -> str:
-        if layer not in LAYERS:
-            raise ValueError(f"unknown layer {layer!r} (one of {', '.join(LAYERS)})")
-        return os.path.join(self.root, layer)
-
-    def unit_dir(self, layer: str, unit_id: str) -> str:
-        return os.path.join(self.layer_dir(layer), check_name(unit_id))
-
-    def iter_units(self, layer: str) -> Iterator[str]:
-        """Unit ids in ``layer``: valid names that are real directories (no symlinks)."""
-        base = self.layer_dir(layer)
-        try:
-            entries = list(os.scandir(base))
-        except FileNotFoundError:
-            return
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.is_dir(follow_symlinks=False) and _valid(entry.name):
-                yield entry.name
-
-    def locate(self, unit_id: str) -> tuple[str, str]:
-        """(layer, path) of a unit; NotFound if it is in no layer."""
-        check_name(unit_id)
-        found = [(layer, os.path.join(self.root, layer, unit_id)) for layer in LAYERS]
-        found = [(layer, p) for layer, p in found if os.path.isdir(p) and not os.path.islink(p)]
-        for layer, path in found:  # a crash may leave a stray copy: prefer a complete one
-            if os.path.isfile(os.path.join(path, "manifest.json")):
-                return layer, path
-        if found:
-            return found[0]
-        raise NotFound(f"unit {unit_id!r} not found under {self.root}")
 
     # -- lock ---------------------------------------------------------------------------
     @contextmanager
@@ -183,9 +125,12 @@ class Store:
                 if self._lock_depth == 0:
                     self._release()
 
+    @property
+    def holds_lock(self) -> bool:
+        return self._lock_depth > 0
+
     def _acquire(self) -> None:
-        path = os.path.join(self.meta, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.001
         while True:
@@ -195,7 +140,7 @@ class Store:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(fd)
-                    raise StoreLocked(f"{path}: held by another writer for more than "
+                    raise StoreLocked(f"{self.lock_path}: held by another writer for more than "
                                       f"{self.lock_timeout:g}s") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
@@ -213,17 +158,11 @@ class Store:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def try_lock_free(self) -> bool:
-        """True if no other process holds the writer lock right now."""
-        fd = os.open(os.path.join(self.meta, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return True
-        except BlockingIOError:
-            return self._lock_depth > 0
-        finally:
-            os.close(fd)
+    def bump_epoch(self) -> None:
+        """Tell lock-free readers that a journaled change begins or ends (not durable: after
+        a crash the journal itself is the truth)."""
+        self.write_file_atomic(os.path.join(self.meta, "epoch"),
+                               str(self.epoch() + 1).encode(), sync=False)
 
     # -- writing ------------------------------------------------------------------------
     def builder(self, unit_id: str | None = None) -> UnitBuilder:
@@ -309,12 +248,16 @@ class Store:
         return dst
 
     def discard(self, path: str, *, sync: bool | None = None) -> None:
-        """Take a directory out of sight by one rename into staging, then delete it there."""
-        trash = os.path.join(self.staging, f"trash~{os.getpid()}~{uuid.uuid4().hex[:12]}")
+        """Take a directory out of sight by one rename into ``.fsmem/trash/``, then delete it
+        there, unless a snapshot is being taken (it may still link the files; recovery
+        deletes the trash once no snapshot holds a pin)."""
+        name = os.path.basename(path.rstrip("/"))
+        trash = os.path.join(self.trash_dir, f"{name}~{os.getpid()}~{uuid.uuid4().hex[:12]}")
         fsops.rename(path, trash)
         if self.sync if sync is None else sync:
             fsops.fsync_dir(os.path.dirname(path))
-        shutil.rmtree(trash, ignore_errors=True)
+        if not self.pinned():
+            shutil.rmtree(trash, ignore_errors=True)
 
     def quarantine(self, path: str, label: str) -> str:
         """Move a damaged entry into .fsmem/quarantine/ (never deleted)."""
@@ -327,13 +270,46 @@ class Store:
         log.warning("quarantined %s -> %s", path, dst)
         return dst
 
+    # -- snapshot pins ------------------------------------------------------------------
+    def pin(self) -> str:
+        """A pin file: while it exists (and its process lives) discarded units stay in trash."""
+        os.makedirs(self.pins_dir, exist_ok=True)
+        path = os.path.join(self.pins_dir, f"{os.getpid()}~{uuid.uuid4().hex[:12]}")
+        fd = fsops.open_(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        return path
+
+    def unpin(self, path: str) -> None:
+        _quiet_unlink(path)
+        with self.locked():
+            self._empty_trash()
+
+    def pinned(self) -> bool:
+        try:
+            names = os.listdir(self.pins_dir)
+        except FileNotFoundError:
+            return False
+        return any(not owner_dead(_pin_owner(n), os.path.join(self.pins_dir, n)) for n in names)
+
+    def _empty_trash(self) -> None:
+        if self.pinned():
+            return
+        for name in os.listdir(self.trash_dir):
+            path = os.path.join(self.trash_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _quiet_unlink(path)
+
     # -- journal ------------------------------------------------------------------------
     def journal_commit(self, entry: JournalEntry) -> str:
-        """Write a journal entry durably: from here on the change will be completed."""
+        """Write a journal entry durably: from here on the change will be completed. Readers
+        are told (epoch) before the first visible step."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
         if self.sync:
             fsops.fsync_dir(self.staging)
         self.write_file_atomic(path, encode_pretty(entry), sync=True)
+        self.bump_epoch()
         return path
 
     def journal_apply(self, entry: JournalEntry) -> None:
@@ -346,9 +322,9 @@ class Store:
                 if os.path.lexists(dst):
                     shutil.rmtree(src, ignore_errors=True)
                 else:
+                    if unit_id in entry.mtimes:   # arrival time, set before it is visible
+                        os.utime(src, ns=(entry.mtimes[unit_id], entry.mtimes[unit_id]))
                     self.rename_dir(src, dst)
-                    if unit_id in entry.mtimes:
-                        os.utime(dst, ns=(entry.mtimes[unit_id], entry.mtimes[unit_id]))
                 touched.add(os.path.dirname(dst))
         if self.sync:
             for parent in touched | {self.staging}:
@@ -361,6 +337,7 @@ class Store:
         _quiet_unlink(path)
         if self.sync:
             fsops.fsync_dir(self.journal_dir)
+        self.bump_epoch()
 
     # -- recovery -----------------------------------------------------------------------
     def recover(self, *, full: bool = True) -> None:
@@ -373,52 +350,25 @@ class Store:
                 _quiet_unlink(path)
                 continue
             try:
-                with open(path, "rb") as fh:
-                    entry = _journal_decoder.decode(fh.read())
-            except (OSError, msgspec.DecodeError, FormatError) as exc:
+                entry = self.read_journal(name)
+            except (OSError, FormatError) as exc:
                 dst = self.quarantine(path, "journal")
                 log.error("%s: undecodable journal entry moved to %s: %s", path, dst, exc)
                 continue
             log.info("recovery: completing %s %s", entry.op, entry.id)
             self.journal_apply(entry)
-        pending = self._pending_staged()
+        pending = self.pending_staged()
         for name in os.listdir(self.staging):
-            if name in pending or not self._staging_is_dead(name):
+            if name in pending or not self.staging_is_dead(name):
                 continue
             path = os.path.join(self.staging, name)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 _quiet_unlink(path)
+        self._empty_trash()
         if full:
             self._settle_duplicates()
-
-    def _pending_staged(self) -> set[str]:
-        names: set[str] = set()
-        for name in os.listdir(self.journal_dir):
-            try:
-                with open(os.path.join(self.journal_dir, name), "rb") as fh:
-                    names.update(p[0] for p in _journal_decoder.decode(fh.read()).publish)
-            except (OSError, msgspec.DecodeError, FormatError):
-                pass
-        return names
-
-    def _staging_is_dead(self, name: str) -> bool:
-        pid = staging_owner(name)
-        if pid is not None and pid != os.getpid():
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                pass
-        elif pid == os.getpid():
-            return False  # another thread of ours may be building it right now
-        try:
-            age = time.time() - os.lstat(os.path.join(self.staging, name)).st_mtime
-        except FileNotFoundError:
-            return False
-        return age > STAGING_GRACE_S
 
     def _settle_duplicates(self) -> None:
         """A unit id in two layers (a crash mid-rename on some filesystems): keep the first
@@ -439,6 +389,11 @@ class Store:
                     self.quarantine(path, f"duplicate-{unit_id}")
 
 
+def _pin_owner(name: str) -> int | None:
+    pid = name.split("~", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
 def _default_sync_strategy() -> Literal["fsync", "syncfs"]:
     """syncfs(2) where Linux reports writeback errors through it (5.8+), else per-file fsync.
 
@@ -455,14 +410,6 @@ def _default_sync_strategy() -> Literal["fsync", "syncfs"]:
     except ValueError:
         return "fsync"
     return "syncfs" if (major, minor) >= (5, 8) else "fsync"
-
-
-def _valid(name: str) -> bool:
-    try:
-        check_name(name)
-        return True
-    except FsmemError:
-        return False
 
 
 def _quiet_unlink(path: str) -> None:

@@ -19,6 +19,7 @@ from . import _fsops as fsops
 from .blocks import (block_filename, check_digest, hash_bytes, link_block, verify_block,
                      write_block, write_block_from_fd)
 from .errors import FormatError, NotFound
+from .layout import read_small
 from .media import image_size, modality_of
 from .model import (FORMAT_VERSION, BlockRef, Manifest, VectorsRef, check_name,
                     decode_manifest, encode_pretty)
@@ -26,26 +27,19 @@ from .timestamps import Timestamp
 
 __all__ = [
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
-    "block_path", "read_vectors", "write_manifest_in_place", "staging_name", "staging_owner",
+    "block_path", "read_vectors", "staging_name",
 ]
 
 MANIFEST = "manifest.json"
 VECTORS = "vectors.npy"
 TEXT_MIME = "text/plain; charset=utf-8"
 DIR_MODE = 0o755
+MANIFEST_CAP = 64 << 20   # a manifest of a million events is ~300 MB; 64 MiB is generous
 
 
 def staging_name(unit_id: str) -> str:
     """``<unit-id>~<pid>~<random>``: recovery can tell whose it is and whether it is alive."""
     return f"{unit_id}~{os.getpid()}~{uuid.uuid4().hex[:12]}"
-
-
-def staging_owner(name: str) -> int | None:
-    """The pid encoded in a staging entry's name, or None if the name is not ours."""
-    parts = name.split("~")
-    if len(parts) == 3 and parts[1].isdigit():
-        return int(parts[1])
-    return None
 
 
 def block_path(unit_dir: str, ref: BlockRef) -> str:
@@ -132,13 +126,11 @@ def read_manifest(unit_dir: str, *, expect_id: str | None = None) -> Manifest:
     """Decode a unit's manifest strictly; the id must match the directory name."""
     path = os.path.join(unit_dir, MANIFEST)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        raw = read_small(path, MANIFEST_CAP)
     except FileNotFoundError as exc:
         raise NotFound(f"{path}: no manifest") from exc
     except OSError as exc:
         raise FormatError(f"{path}: cannot open manifest: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read()
     manifest = decode_manifest(raw, path)
     if manifest.format < 1:
         raise FormatError(f"{path}: format version {manifest.format} is not valid")
@@ -174,8 +166,7 @@ def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarr
     if ref is None:
         return None
     path = os.path.join(unit_dir, VECTORS)
-    with open(path, "rb") as fh:
-        data = fh.read()
+    data = read_small(path, 1 << 31)
     if hash_bytes(data) != ref.digest:
         raise FormatError(f"{path}: bytes do not match the digest in the manifest")
     mat = np.load(io.BytesIO(data), allow_pickle=False)
@@ -184,11 +175,12 @@ def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarr
     return ref.rows, mat
 
 
-def verify_unit(unit_dir: str, *, read_data: bool = True) -> tuple[Manifest | None, list[str]]:
+def verify_unit(unit_dir: str, *, read_data: bool = True, expect_id: str | None = None
+                ) -> tuple[Manifest | None, list[str]]:
     """Check a unit: manifest, every block (size, BLAKE3), vectors, no stray files."""
     problems: list[str] = []
     try:
-        manifest = read_manifest(unit_dir)
+        manifest = read_manifest(unit_dir, expect_id=expect_id)
     except (FormatError, NotFound, ValueError) as exc:
         return None, [str(exc)]
     if manifest.format > FORMAT_VERSION:
@@ -209,33 +201,16 @@ def verify_unit(unit_dir: str, *, read_data: bool = True) -> tuple[Manifest | No
             read_vectors(unit_dir, manifest)
         except (OSError, FormatError, ValueError) as exc:
             problems.append(f"{VECTORS}: {exc}")
-    for name in sorted(os.listdir(unit_dir)):
+    try:
+        names = sorted(os.listdir(unit_dir))
+    except OSError as exc:
+        return manifest, problems + [f"cannot list: {exc.strerror}"]
+    for name in names:
         if name not in expected:
-            st = os.lstat(os.path.join(unit_dir, name))
+            try:
+                st = os.lstat(os.path.join(unit_dir, name))
+            except FileNotFoundError:
+                continue
             kind = "symlink" if stat.S_ISLNK(st.st_mode) else "entry"
             problems.append(f"{name}: unexpected {kind}")
     return manifest, problems
-
-
-def write_manifest_in_place(unit_dir: str, manifest: Manifest, *, scratch_dir: str,
-                            sync: bool) -> None:
-    """Replace a published unit's manifest atomically (access statistics only).
-
-    Blocks are never touched after publish. The new manifest is written in ``scratch_dir``
-    (staging, same filesystem), fsynced, then renamed over the old one, so a crash leaves the
-    old or the new record, never a torn one, and a leftover temp file sits in staging.
-    """
-    tmp = os.path.join(scratch_dir, f"{manifest.id}~{os.getpid()}~{uuid.uuid4().hex[:12]}")
-    fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        fsops.write_all(fd, encode_pretty(manifest))
-        if sync:
-            fsops.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    fsops.replace(tmp, os.path.join(unit_dir, MANIFEST))
-    if sync:
-        fsops.fsync_dir(unit_dir)

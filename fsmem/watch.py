@@ -564,7 +564,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         else:
             print(f"watching {mem.root}/inbox (Ctrl-C to stop)", flush=True)
 
-    mem = Memory.open(args.root)
+    mem = Memory.open(args.root, create=False)
     watcher = Watcher(mem, size_cap=args.size_cap, rescan_s=args.rescan, report=report,
                       on_reconcile=reconciled, on_start=started)
     try:

@@ -26,10 +26,10 @@ def _after_recall(body: str) -> str:
     """Code run right after the recall rename, rewriting the recalled unit (a wrong recall)."""
     pad = " " * 16
     lines = ["import msgspec as _ms", "from .unit import read_manifest as _rm",
-             "from .unit import write_manifest_in_place as _wm",
+             "from .model import encode_pretty as _ep",
              "_p = self.store.unit_dir('context', hit.unit_id)", "_m = _rm(_p)",
              *body.strip().splitlines(),
-             "_wm(_p, _m, scratch_dir=self.store.staging, sync=False)"]
+             "open(_p + '/manifest.json', 'wb').write(_ep(_m))"]
     return _RECALL_MOVE + "\n" + "\n".join(pad + line for line in lines)
 
 

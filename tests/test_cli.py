@@ -39,7 +39,9 @@ def test_init_commit_ls_show_fsck(tmp_path):
 
 def test_root_from_environment(tmp_path):
     root = str(tmp_path / "envroot")
-    assert fsmem("commit", "hello", env={"FSMEM_ROOT": root}).returncode == 0
+    r = fsmem("commit", "hello", env={"FSMEM_ROOT": root})
+    assert r.returncode == 1 and "not an fsmem store" in r.stderr and not os.path.exists(root)
+    assert fsmem("commit", "--init", "hello", env={"FSMEM_ROOT": root}).returncode == 0
     assert os.path.isdir(os.path.join(root, "documents"))
 
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from conftest import make_png
-from fsmem import (AlreadyExists, ChecksumMismatch, Event, FormatError, InvalidName,
+from fsmem import (FORMAT_VERSION, AlreadyExists, ChecksumMismatch, Event, FormatError, InvalidName,
                    MediaAttachment, Memory, NotFound)
 
 
@@ -65,7 +65,7 @@ def test_bad_manifest(two, payload, needle):
         mem.document(victim)
     assert needle in str(exc.value) and "manifest.json" in str(exc.value)
     if "format version" in needle:
-        assert "version 1" in str(exc.value)
+        assert f"version {FORMAT_VERSION}" in str(exc.value)
     findings = mem.fsck()
     assert [f.kind for f in findings] == ["damaged-unit"]
     assert victim in findings[0].path
@@ -83,7 +83,7 @@ def test_newer_marker_version_refuses_to_open(root):
     data = json.load(open(marker))
     data["format"] = 99
     json.dump(data, open(marker, "w"))
-    with pytest.raises(FormatError, match=r"version 99.*version 1"):
+    with pytest.raises(FormatError, match=rf"version 99.*version {FORMAT_VERSION}"):
         Memory.open(root)
 
 

@@ -9,7 +9,7 @@ import stat
 import blake3
 
 from conftest import make_png, make_wav, run_py
-from fsmem import MediaAttachment, Memory, Timestamp
+from fsmem import FORMAT_VERSION, MediaAttachment, Memory, Timestamp
 
 
 def test_round_trip_in_new_process(root):
@@ -54,11 +54,11 @@ def test_unit_directory_is_browsable(mem):
     with open(os.path.join(unit, f"{digest_txt}.txt"), encoding="utf-8") as fh:
         assert fh.read() == "你好，世界"
     manifest = json.load(open(os.path.join(unit, "manifest.json")))
-    assert manifest["format"] == 1 and manifest["id"] == uid
+    assert manifest["format"] == FORMAT_VERSION == 2 and manifest["id"] == uid
     mode = os.stat(os.path.join(unit, f"{digest_png}.png")).st_mode
     assert not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
     marker = json.load(open(os.path.join(mem.root, ".fsmem", "marker.json")))
-    assert marker["format"] == 1 and marker["hash"] == "blake3"
+    assert marker["format"] == FORMAT_VERSION and marker["hash"] == "blake3"
 
 
 def test_go_nanosecond_timestamp_kept_exactly(mem):

@@ -312,9 +312,12 @@ def test_find_cold_uses_access_statistics_and_thresholds(tmp_path):
     later = Timestamp(Timestamp.now().ns + 73 * 3600 * 10**9)
     assert find_cold(mem) == []                                   # nothing is 72 h old yet
     assert find_cold(mem, now=later) == [a, c]                    # b was used 3 times
-    assert find_cold(mem, now=later, max_access=3) == [a, c, b]    # oldest access first
+    # The write counts as the first access (as in HomeAgent): b has 1 + 3 = 4.
+    assert find_cold(mem, now=later, max_access=3) == [a, c]
+    assert find_cold(mem, now=later, max_access=4) == [a, c, b]    # oldest access first
     assert find_cold(mem, max_age_s=0) == [a, c]
-    assert find_cold(mem, max_age_s=0, max_access=0) == [a, c]
+    assert find_cold(mem, max_age_s=0, max_access=1) == [a, c]
+    assert find_cold(mem, max_age_s=0, max_access=0) == []      # every unit was written once
     assert find_cold(mem, 100 * 3600, now=later) == []
 
 

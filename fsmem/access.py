@@ -1,0 +1,191 @@
+"""Access statistics outside the units: an append-only log under ``.fsmem/``.
+
+Units are immutable once published, so a query's bump of ``access_count``/``last_access`` is one
+small line appended to ``.fsmem/access.log`` (``<unit id> <unix ns>``; no fsync: it is a
+statistic). A unit's access count is the count its manifest was written with (a new unit counts
+its write, as HomeAgent does; a prune remainder carries its original's history) plus its lines.
+
+Writers compact: the log is sealed by a rename (``access.<ns>.log``), a fresh one started, and
+the sealed logs folded into ``access.state`` (counts, last access, and how far each sealed log
+was folded). A sealed log is deleted only after a grace period, so a reader that opened the
+log just before the seal never writes into a deleted file. Readers append when the log exists
+and is writable; on a read-only store they simply do not count.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from typing import Iterable
+
+import msgspec
+
+from .layout import read_small
+from .model import NAME_RE
+
+__all__ = ["AccessLog", "AccessStats"]
+
+log = logging.getLogger(__name__)
+
+LOG = "access.log"
+STATE = "access.state"
+COMPACT_BYTES = 1 << 20
+SEAL_GRACE_S = 60.0
+
+
+class AccessStats(msgspec.Struct, array_like=True):
+    count: int = 0
+    last_ns: int = 0
+
+
+class _State(msgspec.Struct, kw_only=True):
+    version: int = 1
+    units: dict[str, AccessStats] = {}
+    folded: dict[str, int] = {}     # sealed log name -> bytes folded
+
+
+_state_decoder = msgspec.json.Decoder(_State)
+
+
+class AccessLog:
+    """The access statistics of one store (``meta`` is its ``.fsmem`` directory)."""
+
+    def __init__(self, meta: str) -> None:
+        self.meta = meta
+        self.path = os.path.join(meta, LOG)
+
+    # -- writing a statistic (readers too) -------------------------------------------------
+    def create(self) -> None:
+        """Writers make the log at open, so readers never have to create it."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o666)
+            os.close(fd)
+        except OSError as exc:
+            log.debug("%s: cannot create: %s", self.path, exc)
+
+    def record(self, unit_ids: Iterable[str], when_ns: int | None = None) -> bool:
+        """Append one line per unit; False (and nothing raised) where the log is missing or
+        not writable (a read-only store just answers)."""
+        ns = time.time_ns() if when_ns is None else when_ns
+        data = "".join(f"{u} {ns}\n" for u in unit_ids if NAME_RE.match(u)).encode()
+        if not data:
+            return True
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.EROFS, errno.EACCES, errno.EPERM):
+                log.warning("%s: access not counted: %s", self.path, exc)
+            return False
+        try:
+            os.write(fd, data)   # one write: O_APPEND keeps concurrent lines whole
+            return True
+        except OSError as exc:
+            log.warning("%s: access not counted: %s", self.path, exc)
+            return False
+        finally:
+            os.close(fd)
+
+    # -- reading ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, AccessStats]:
+        """unit id -> (accesses recorded since its manifest was written, last access ns)."""
+        state = self._state()
+        units = {u: AccessStats(s.count, s.last_ns) for u, s in state.units.items()}
+        for name in self._sealed():
+            _fold(units, self._read(name, state.folded.get(name, 0)))
+        _fold(units, self._read(LOG, 0))
+        return units
+
+    def _state(self) -> _State:
+        try:
+            return _state_decoder.decode(read_small(os.path.join(self.meta, STATE), 1 << 30))
+        except FileNotFoundError:
+            return _State()
+        except (OSError, msgspec.DecodeError, ValueError) as exc:
+            log.warning("%s: unreadable access state (%s); counting from the logs",
+                        os.path.join(self.meta, STATE), exc)
+            return _State()
+
+    def _sealed(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.meta)
+                          if n.startswith("access.") and n.endswith(".log") and n != LOG)
+        except FileNotFoundError:
+            return []
+
+    def _read(self, name: str, offset: int) -> bytes:
+        try:
+            data = read_small(os.path.join(self.meta, name), 1 << 30)
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            log.warning("%s: unreadable access log: %s", name, exc)
+            return b""
+        return data[offset:]
+
+    # -- compaction (writers, under the store lock) ----------------------------------------
+    def compact(self, *, force: bool = False) -> bool:
+        """Fold sealed logs into the state when the log has grown (or ``force``); True if
+        it did. The caller holds the writer lock."""
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            size = 0
+        sealed = self._sealed()
+        if not force and size < COMPACT_BYTES and not sealed:
+            return False
+        if size:
+            os.rename(self.path, os.path.join(self.meta, f"access.{time.time_ns()}.log"))
+            self.create()
+            sealed = self._sealed()
+        state = self._state()
+        now = time.time()
+        gone = []
+        for name in sealed:
+            done = state.folded.get(name, 0)
+            done += _fold(state.units, self._read(name, done))
+            state.folded[name] = done
+            if now - _sealed_at(name) > SEAL_GRACE_S:
+                gone.append(name)
+        self._write_state(state)
+        for name in gone:   # its bytes are in the state; late appends past the grace: none
+            try:
+                os.unlink(os.path.join(self.meta, name))
+            except FileNotFoundError:
+                pass
+            state.folded.pop(name, None)
+        if gone:
+            self._write_state(state)
+        return True
+
+    def _write_state(self, state: _State) -> None:
+        path = os.path.join(self.meta, STATE)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(msgspec.json.encode(state))
+        os.replace(tmp, path)
+
+
+def _sealed_at(name: str) -> float:
+    stamp = name[len("access."):-len(".log")]
+    return int(stamp) / 1e9 if stamp.isdigit() else 0.0
+
+
+def _fold(units: dict[str, AccessStats], data: bytes) -> int:
+    """Count the complete lines of ``data``; returns how many bytes they span (a line being
+    appended right now is left for the next read)."""
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].split(b"\n"):
+        parts = line.split(b" ")
+        if len(parts) != 2 or not parts[1].isdigit():
+            continue   # a torn line of a crashed append: a statistic, skipped
+        uid = parts[0].decode("ascii", "replace")
+        s = units.get(uid)
+        if s is None:
+            units[uid] = s = AccessStats()
+        s.count += 1
+        s.last_ns = max(s.last_ns, int(parts[1]))
+    return end
