@@ -242,10 +242,8 @@ def configs(rankers: list[str], weights: list[float]) -> list[tuple[str, str, fl
     return out
 
 
-def run_set(name: str, tmp: str, embedder, cfgs) -> tuple[dict, dict]:
-    """Build the store of one set and evaluate every config; returns (results, facts)."""
-    root = os.path.join(tmp, name)
-    t0 = time.perf_counter()
+def _build_set(name: str, root: str, embedder):
+    """(memory, unit id -> answer ids, items, turn ids in L1, facts) of one set."""
     in_view: frozenset[str] = frozenset()
     if name in ("docs", "docs-translation"):
         docs, queries = load_fixture()
@@ -269,6 +267,13 @@ def run_set(name: str, tmp: str, embedder, cfgs) -> tuple[dict, dict]:
         mem, answers = build_paraphrase(root, docs, embedder)
         items = paraphrase_items(queries)
         facts = {"units": len(docs)}
+    return mem, answers, items, in_view, facts
+
+
+def run_set(name: str, tmp: str, embedder, cfgs) -> tuple[dict, dict]:
+    """Build the store of one set and evaluate every config; returns (results, facts)."""
+    t0 = time.perf_counter()
+    mem, answers, items, in_view, facts = _build_set(name, os.path.join(tmp, name), embedder)
     facts["build_s"] = round(time.perf_counter() - t0, 2)
     facts["queries"] = len(items)
     try:
