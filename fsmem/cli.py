@@ -104,7 +104,8 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     findings = _open(args).fsck(fix=args.fix, read_data=not args.quick)
     _emit(args, findings, "\n".join(str(f) for f in findings) or "clean")
     if args.fix:
-        return 0 if all(f.fixed for f in findings if f.kind not in ("pending-journal", "legacy")
+        return 0 if all(f.fixed for f in findings if f.kind not in
+                        ("pending-journal", "legacy", "duplicate-event")
                         or "undecodable" in f.detail) else 1
     return 1 if findings else 0
 
@@ -178,6 +179,14 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adopt(args: argparse.Namespace) -> int:
+    from .legacy_context import adopt
+    plan = adopt(_open(args), dry_run=args.dry_run)
+    lines = (["dry run: nothing changed"] if args.dry_run else []) + plan.lines()
+    _emit(args, plan, "\n".join(lines))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
     return run_demo(args.dir, as_json=args.json)
@@ -240,6 +249,8 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--budget", type=int, required=True)
     verb("stats", cmd_stats, "counts per layer")
     verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
+    sp = verb("adopt", cmd_adopt, "adopt HomeAgent's context.json into L1 (see README)")
+    sp.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
     sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step")
     sp.add_argument("dir", nargs="?", default="./fsmem-demo")
     from .stablemem import add_cli as add_stablemem_cli
@@ -247,6 +258,16 @@ def _parser() -> argparse.ArgumentParser:
     from .watch import add_cli as add_watch_cli
     add_watch_cli(sub, [common])
     return p
+
+
+def _legacy_summary(args: argparse.Namespace) -> None:
+    """One line per command about legacy documents served (per-document warnings come once
+    per store: fsmem.legacy)."""
+    from .legacy import summary_line
+    root = getattr(args, "root", None)
+    line = summary_line(root) if root and os.path.isdir(root) else None
+    if line:
+        logging.getLogger("fsmem.legacy").warning(line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (msgspec.ValidationError, ValueError) as exc:
         print(f"fsmem {args.verb}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        _legacy_summary(args)
 
 
 if __name__ == "__main__":

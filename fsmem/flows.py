@@ -73,8 +73,9 @@ class Memory:
              plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
              embedder: Embedder | None = None, durability: Durability = "full",
              lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True,
-             ranker: str | None = None) -> "Memory":
-        """Open (creating what is missing) the store at ``root`` and run crash recovery."""
+             ranker: str | None = None, adopt: bool = False) -> "Memory":
+        """Open (creating what is missing) the store at ``root`` and run crash recovery.
+        ``adopt`` adopts HomeAgent's ``context.json`` into L1 (fsmem.legacy_context)."""
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
         # The default ranker follows the measurements (docs/BENCHMARKS.md): BM25 alone beats
@@ -85,10 +86,12 @@ class Memory:
                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
                   auto_prune=auto_prune, ranker=ranker or default)
         with store.locked():  # taking the lock runs recovery
-            if os.path.isfile(os.path.join(store.root, "context.json")):
-                from .legacy import adopt_context_json
+            from .legacy import allow_record
+            allow_record(store.root)
+            if adopt and os.path.isfile(os.path.join(store.root, "context.json")):
+                from .legacy_context import adopt as adopt_context
                 try:
-                    adopt_context_json(mem)
+                    adopt_context(mem)
                 except FormatError as exc:
                     log.error("context.json not adopted: %s", exc)
         return mem
@@ -252,8 +255,8 @@ class Memory:
         try:
             records, texts = fill(builder)
             now = Timestamp.now()
-            fields = {"created_at": now, **manifest_fields}
-            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, updated_at=now,
+            fields = {"created_at": now, "updated_at": now, **manifest_fields}
+            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id,
                                 events=records, embedder=self.embedder.fingerprint, **fields)
             manifest.vectors = self._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
             builder.finish(manifest)
@@ -353,6 +356,8 @@ class Memory:
     def find_block(self, digest: str) -> tuple[str, BlockRef]:
         """The unit directory and reference of the block whose digest (or unique prefix of at
         least 8 hex) is ``digest``; NotFound or AmbiguousDigest otherwise."""
+        if digest.startswith("blk_"):   # a HomeAgent block id (format 2 BlockRef.legacy_id)
+            return self._find_legacy_block(digest)
         prefix = digest.strip().lower()
         if not (8 <= len(prefix) <= 64) or not DIGEST_RE.match(prefix.ljust(64, "0")):
             raise InvalidName(f"digest {digest!r}: want 8 to 64 hex characters")
@@ -383,10 +388,36 @@ class Memory:
                                   + ", ".join(sorted(d[:16] for d in found)))
         return next(iter(found.values()))
 
+    def _find_legacy_block(self, block_id: str) -> tuple[str, BlockRef]:
+        """The block a HomeAgent ``blk_…`` id names: in a unit (kept as legacy_id), else a
+        media-store blob named by a legacy document or by graph.db's memory_blocks row."""
+        for layer in ("context", "documents", "stablemem"):
+            for unit_id in self.store.iter_units(layer):
+                path = self.store.unit_dir(layer, unit_id)
+                try:
+                    manifest = read_manifest(path)
+                except FsmemError:
+                    continue
+                for ev in manifest.events:
+                    for ref in ev.blocks:
+                        if ref.legacy_id == block_id:
+                            return path, ref
+        from .legacy import find_legacy_block
+        m = find_legacy_block(self.root, block_id)
+        sha = m.sha256 if m else self.graph.payload_digest(block_id)
+        if sha:
+            return self.find_block(sha)
+        raise NotFound(f"block {block_id!r}: no unit, legacy document or graph row has it")
+
     # -- reading ------------------------------------------------------------------------
     def document(self, unit_id: str) -> Document:
-        """A unit read back whole, from whichever layer holds it."""
-        layer, path = self.store.locate(unit_id)
+        """A unit read back whole, from whichever layer holds it; a HomeAgent document still
+        in documents/ is read through the fallback reader (layer ``legacy``)."""
+        try:
+            layer, path = self.store.locate(unit_id)
+        except NotFound:
+            from .legacy import legacy_document
+            return legacy_document(self.root, unit_id)
         manifest = read_manifest(path)
         events = [hydrate_event(path, manifest.id, rec) for rec in manifest.events]
         return Document.of(manifest, layer=layer, path=path, events=events)
@@ -460,7 +491,7 @@ class Memory:
             row = index.row_of.get(unit_id)
             if row is not None and index.alive[row]:
                 summary, events = index.summaries[row], int(index.nevents[row])
-                created = Timestamp(int(index.created[row, 0]), int(index.created[row, 1]))
+                created = index.created_at(row)
             else:
                 e = index.pending[unit_id]
                 summary, events = e.summary, e.events
@@ -521,6 +552,12 @@ class Memory:
     def remove(self, unit_id: str, layer: str = "documents") -> None:
         """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""
         path = self.store.unit_dir(layer, unit_id)
+        if layer == "documents" and not os.path.lexists(path):
+            from .legacy import legacy_file_of, remove_legacy
+            if legacy_file_of(self.root, unit_id):   # moved to .fsmem/legacy-removed/
+                remove_legacy(self, unit_id)
+                self._indexed(unit_id, layer, added=False)
+                return
         with self.store.locked():
             if not os.path.isdir(path) or os.path.islink(path):
                 raise NotFound(f"{path}: no such unit")
@@ -538,8 +575,8 @@ class Memory:
             units = self._load_layer(layer, with_vectors=False)
             out[f"{layer}_units"] = len(units)
             out[f"{layer}_events"] = sum(len(u.manifest.events) for u in units)
-        from .legacy import legacy_doc_files
-        out["legacy_documents"] = len(legacy_doc_files(self.root))
+        from .legacy import legacy_counts
+        out["legacy_documents"], out["legacy_unreadable"] = legacy_counts(self.root)
         return out
 
 

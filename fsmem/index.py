@@ -27,6 +27,7 @@ import numpy as np
 from .embed import HashEmbedder
 from .errors import FsmemError
 from .unit import block_path, read_manifest, read_vectors
+from .timestamps import Timestamp
 
 if TYPE_CHECKING:
     from .flows import Memory
@@ -102,7 +103,7 @@ class Index:
         self.alive = np.zeros(0, bool)
         self.dense = np.zeros((0, self.dim), np.float32)
         self.doclen = np.zeros(0, np.float32)
-        self.created = np.zeros((0, 2), np.int64)
+        self.created = np.zeros((0, 3), np.int64)   # seconds, nanos, UTC offset
         self.nevents = np.zeros(0, np.int32)
         self.summaries: list[str] = []
         self.legacy: dict[str, str] = {}
@@ -137,7 +138,7 @@ class Index:
             return False
         n = len(meta.ids)
         if not (arrays["dense"].shape == (n, self.dim) and len(arrays["inos"]) == n
-                and len(arrays["doclen"]) == n and arrays["created"].shape == (n, 2)
+                and len(arrays["doclen"]) == n and arrays["created"].shape == (n, 3)
                 and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
                 and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
             log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
@@ -267,6 +268,11 @@ class Index:
                             events=1))
         return True
 
+    def created_at(self, row: int) -> Timestamp:
+        """The creation time of an indexed row (stored as seconds, nanos, offset)."""
+        secs, nanos, off = (int(x) for x in self.created[row])
+        return Timestamp.from_seconds_nanos(secs, nanos, off)
+
     def legacy_file(self, unit_id: str) -> str:
         """The legacy JSON file behind an index entry, or '' for a unit directory."""
         if unit_id in self.pending:
@@ -355,7 +361,8 @@ class Index:
         self.doclen = np.concatenate([self.doclen[keep],
                                       np.array([e.tfs.sum() for e in new], np.float32)])
         self.created = np.concatenate([self.created[keep], np.array(
-            [[e.created_ns, e.created_off] for e in new], np.int64).reshape(-1, 2)])
+            [[*divmod(e.created_ns, 1_000_000_000), e.created_off] for e in new],
+            np.int64).reshape(-1, 3)])   # seconds + nanos: Go's years 1..9999 fit an int64
         self.nevents = np.concatenate([self.nevents[keep],
                                        np.array([e.events for e in new], np.int32)])
         self.alive = np.ones(len(self.ids), bool)

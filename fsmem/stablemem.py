@@ -65,8 +65,19 @@ def unit_blocks(mem: "Memory", doc: Document) -> list[BlockRow]:
                                  modality=ref.modality, mime=ref.mime, size=ref.size,
                                  created_at=ref.created_at, width=ref.width or 0,
                                  height=ref.height or 0, text=text, tool=tool,
-                                 semantic_type=ref.semantic_type, payload_digest=ref.sha256))
+                                 semantic_type=ref.semantic_type,
+                                 payload_digest=ref.sha256 or _sha256_of(doc.path, ref)))
     return rows
+
+
+def _sha256_of(unit_dir: str, ref) -> str:
+    """HomeAgent's payload_digest of a media block (sha256 of its bytes); '' for text."""
+    if ref.modality == "text":
+        return ""
+    import hashlib
+    from .blocks import read_block
+    from .unit import block_path
+    return hashlib.sha256(read_block(block_path(unit_dir, ref), ref.digest)).hexdigest()
 
 
 def unit_facts(mem: "Memory", doc: Document, distiller: Distiller,
