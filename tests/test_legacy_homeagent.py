@@ -119,6 +119,11 @@ def test_item3_media_db_types_voice_notes_and_m4a(tmp_path, schema):
     blocks = {b.sha256: b for b in mem.document(gen.DOC["v2"]).blocks if b.sha256}
     amr = blocks[gen.AMR.sha256]
     assert (amr.mime, amr.modality) == ("audio/amr", "audio")
+    assert amr.tool == "qq"                                     # media.db's tool column
+    if schema == "new":                                         # media.db's vec + vec_model
+        assert (amr.vector, amr.fingerprint) == ([0.5, 0.5], "chineseclip")
+    else:
+        assert amr.vector == [] and amr.fingerprint == ""
     assert mem.recall("签证", top_k=1) == [gen.DOC["v3"]]
     m4a = [b for b in mem.document(gen.DOC["v3"]).blocks if b.sha256 == gen.M4A.sha256][0]
     assert m4a.modality == "audio" and m4a.mime.startswith("audio/")
@@ -221,6 +226,13 @@ def test_item7_legacy_graph_facts_are_searchable(tmp_path, generation):
     mem = Memory.open(ha)
     rels = {(x.source_name, x.relation_type, x.target_name) for x in mem.graph.recall("老王").relations}
     assert ("老王", "住在", "成都") in rels
+    assert len([r for r in mem.graph.recall("老王").relations if r.relation_type == "住在"]) == 1
+    if generation == "latest":                      # a scene key leads to its entities' facts
+        by_scene = mem.graph.search("家里电话")
+        assert ("厨房", "有", "分机") in {(x.source_name, x.relation_type, x.target_name)
+                                         for x in by_scene.relations}
+    sent = [p.text for r in mem.graph.recall("分机").relations for p in r.provenance]
+    assert "厨房有分机，号码是8021" in sent                # the legacy sentence as provenance
 
 
 def test_item7_graph_writes_survive_homeagents_migration(tmp_path):
