@@ -426,6 +426,12 @@ class Memory:
         """The bytes of a block (digest or unique prefix), verified against its digest."""
         from .blocks import read_block
         path, ref = self.find_block(digest)
+        if path == _MEDIA_STORE:   # a HomeAgent media-store blob (verified by its sha256)
+            from .legacy import LegacyMedia, read_blob
+            got = read_blob(self.root, LegacyMedia(sha256=ref.sha256))
+            if got is None:
+                raise NotFound(f"media blob {ref.sha256} missing from the media store")
+            return got[0]
         return read_block(block_path(path, ref), ref.digest)
 
     def units(self, layer: str) -> list[str]:

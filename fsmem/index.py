@@ -252,12 +252,12 @@ class Index:
     def add_legacy(self, filename: str, ino: int) -> bool:
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
-        from .legacy import legacy_id, legacy_texts, read_legacy
+        from .legacy import legacy_id, legacy_texts, read_legacy, report_unreadable
         path = os.path.join(self.mem.store.layer_dir("documents"), filename)
         try:
             doc = read_legacy(path)
         except (FsmemError, OSError, ValueError) as exc:
-            log.warning("index: skipping legacy %s: %s", path, exc)
+            report_unreadable(path, f"index: skipping legacy {path}: {exc}")  # once per store
             return False
         texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
         terms, tfs = term_counts(texts)

@@ -38,7 +38,7 @@ __all__ = ["LegacyDoc", "LegacyMedia", "legacy_doc_files", "read_legacy", "legac
            "cleanup_recalled", "convert_cold_legacy", "legacy_document", "legacy_file_of",
            "remove_legacy", "media_info", "allow_record", "summary_line", "legacy_counts",
            "find_legacy_block", "block_ref", "read_blob", "unread_files", "ZERO_NS",
-           "sqlite_readonly"]
+           "sqlite_readonly", "report_unreadable"]
 
 log = logging.getLogger("fsmem.legacy")
 _logged: set[tuple[str, str]] = set()          # (store root, file) reported by this process
@@ -262,17 +262,30 @@ def _recorded_names(root: str) -> set[str]:
 def _report(path: str, doc: LegacyDoc) -> None:
     root, name = _store_of(path)
     _served.setdefault(root, set()).add(name)
+    _once(root, name, f"{doc.id}\t{doc.version}",
+          f"legacy document {doc.id} ({doc.version}) read through the fallback path: {name}")
+
+
+def report_unreadable(path: str, message: str) -> None:
+    """Warn about a JSON file in documents/ that is not a readable HomeAgent document, once
+    per store (fsck lists it every time)."""
+    root, name = _store_of(path)
+    _once(root, name, "unreadable", message)
+
+
+def _once(root: str, name: str, record: str, message: str) -> None:
+    """Log ``message`` unless this file was already reported in this store (the record in
+    ``.fsmem/``) or by this process; a writer appends it to the record."""
     if (root, name) in _logged or name in _recorded_names(root):
         return
     _logged.add((root, name))
-    log.warning("legacy document %s (%s) read through the fallback path: %s",
-                doc.id, doc.version, name)
+    log.warning("%s", message)
     if root in _writers:
         try:
             fd = fsops.open_(os.path.join(root, ".fsmem", RECORD),
                              os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             try:
-                fsops.write_all(fd, f"{name}\t{doc.id}\t{doc.version}\n".encode())
+                fsops.write_all(fd, f"{name}\t{record}\n".encode())
             finally:
                 fsops.close(fd)
             _recorded[root].add(name)
@@ -288,8 +301,9 @@ def summary_line(root: str) -> str | None:
     if not served and not left:
         return None
     new = sum(1 for r, _ in _logged if r == root)
-    return (f"{len(served)} legacy documents served through the fallback path this run "
-            f"({new} reported for the first time; {left} JSON files left in documents/)")
+    return (f"{left} legacy JSON files in documents/ (legacy documents served through the "
+            f"fallback path: {len(served)} read by this command, {new} files reported for the "
+            "first time; fsmem adopt --dry-run tells more)")
 
 
 # -- the media store ------------------------------------------------------------------------

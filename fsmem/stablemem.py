@@ -256,7 +256,8 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def _fmt(rec: Recall) -> list[str]:
     return [f"{r.source_name} -[{r.relation_type}]-> {r.target_name}  ({r.confidence:.2f})"
-            + "".join(f"  from {p.unit_id or '?'}/{p.event_id or '?'}" for p in r.provenance)
+            + "".join(f"  from {p.unit_id or '?'}/{p.event_id or '?'}" if p.unit_id or not p.text
+                      else f"  from 「{p.text[:60]}」" for p in r.provenance)
             for r in rec.relations]
 
 

@@ -139,6 +139,7 @@ def test_item3_sniffing_without_media_db():
 
 def test_item4_v3_block_fields_are_kept_and_resolve(ha, caplog):
     mem = Memory.open(ha)
+    assert mem.read_block(gen.V3_IMAGE_BLOCK) == gen.PNG.data     # before recall: media store
     with caplog.at_level(logging.WARNING, logger="fsmem.legacy"):
         assert mem.recall("签证", top_k=1) == [gen.DOC["v3"]]
     assert any(gen.V3_EMPTY_BLOCK in r.getMessage() for r in caplog.records)   # loss logged
