@@ -177,8 +177,9 @@ def test_item4_context_json_blocks_and_ids_are_kept(ha):
 
 # -- 5. an old graph.db is only read -------------------------------------------------------------
 
-def test_item5_entities_only_graph_is_read_never_changed(tmp_path):
-    ha = gen.build(tmp_path / "m", graph="entities-only")
+@pytest.mark.parametrize("generation", gen.GRAPH_GENERATIONS)
+def test_item5_old_graph_is_read_never_changed(tmp_path, generation):
+    ha = gen.build(tmp_path / "m", graph=generation)
     before = _tree(ha)
     names = sorted(p.name for p in ha.iterdir())
     mem = Memory.open(ha)
@@ -191,7 +192,8 @@ def test_item5_entities_only_graph_is_read_never_changed(tmp_path):
     assert not [p for p in ha.iterdir() if p.name.startswith("graph.db") and p.name not in names]
     with sqlite3.connect(f"file:{ha / 'graph.db'}?immutable=1", uri=True) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert "memory_blocks" not in tables and "documents" not in tables
+    if generation == "entities-only":
+        assert "memory_blocks" not in tables and "documents" not in tables
 
 
 # -- 6. a second context.json --------------------------------------------------------------------
@@ -236,9 +238,10 @@ def test_item7_legacy_graph_facts_are_searchable(tmp_path, generation):
     assert "厨房有分机，号码是8021" in sent                # the legacy sentence as provenance
 
 
-def test_item7_graph_writes_survive_homeagents_migration(tmp_path):
+@pytest.mark.parametrize("generation", gen.GRAPH_GENERATIONS)
+def test_item7_graph_writes_survive_homeagents_migration(tmp_path, generation):
     from fsmem.distill import Triple
-    ha = gen.build(tmp_path / "m", graph="v1.2-unique-edges")
+    ha = gen.build(tmp_path / "m", graph=generation)
     mem = Memory.open(ha)
     with mem.store.locked():
         mem.graph.commit([Triple(subject="小雨", relation="喜欢", object="钢琴", confidence=0.8)],
