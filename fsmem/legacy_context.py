@@ -46,6 +46,8 @@ class AdoptionPlan:
     legacy_documents: int = 0
     unread: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    changed: bool = False        # the file changed while it was adopted: left for next time
+    stat: tuple[int, int, int] = (0, 0, 0)   # (inode, size, mtime) of the file read
 
     def lines(self) -> list[str]:
         out = []
@@ -60,6 +62,14 @@ class AdoptionPlan:
                    "read through the fallback path (recall moves each into a unit)")
         out += [f"not read (kept as it is): {p}" for p in self.unread]
         return out
+
+
+def _identity(path: str) -> tuple[int, int, int]:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return (0, 0, 0)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _free_name(root: str) -> str:
@@ -124,12 +134,14 @@ def plan(mem: "Memory") -> tuple[AdoptionPlan, list[dict], bytes]:
     path = os.path.join(mem.root, CONTEXT_FILE)
     if not os.path.isfile(path) or os.path.islink(path):
         return p, [], b""
-    raw = json.dumps(_read_json(path), sort_keys=True, ensure_ascii=False).encode()
+    p.stat = _identity(path)
+    data = _read_json(path)
+    raw = json.dumps(data, sort_keys=True, ensure_ascii=False).encode()
     p.path, p.rename_to = path, _free_name(mem.root)
     p.unit_id = "u-context-json-" + hashlib.sha256(raw).hexdigest()[:12]
     p.already_adopted = any(os.path.isdir(mem.store.unit_dir(layer, p.unit_id))
                             for layer in ("context", "documents", "stablemem"))
-    events = _events(_read_json(path), path, p.dropped)
+    events = _events(data, path, p.dropped)
     have = _store_event_ids(mem)
     fresh = [e for e in events if e["id"] not in have]
     p.events, p.new_events = len(events), len(fresh)
@@ -147,6 +159,13 @@ def adopt(mem: "Memory", *, dry_run: bool = False) -> AdoptionPlan:
             return p
         if not p.already_adopted and fresh:
             _write(mem, p, fresh)
+        if _identity(p.path) != p.stat:
+            # HomeAgent rewrote it meanwhile: what was read is adopted; the new content
+            # stays in context.json for the next adoption (its old events are not doubled).
+            p.changed = True
+            log.warning("%s changed while it was adopted; left in place for the next "
+                        "fsmem adopt", p.path)
+            return p
         fsops.rename(p.path, p.rename_to)
         if mem.store.sync:
             fsops.fsync_dir(mem.root)

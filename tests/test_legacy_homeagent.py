@@ -216,6 +216,23 @@ def test_item6_second_context_json_is_adopted_into_its_own_unit(ha, caplog):
     assert any("context.json.adopted.2" in r.getMessage() for r in caplog.records)
 
 
+def test_item6_context_json_rewritten_during_adoption_is_left_for_next_time(ha):
+    from fsmem import ChannelDef
+    later = [dict(gen.EV_DUP), {"timestamp": "2026-10-08T11:00:00+08:00", "source": "qq",
+                                "input": "写入期间的新事件"}]
+
+    def homeagent_writes(text: str) -> str:   # HomeAgent's debounced write lands meanwhile
+        (ha / "context.json").write_bytes(gen.go_json(later, indent=False))
+        return text
+    Memory.open(ha, adopt=True, plugins=[ChannelDef(name="qq", cleaner=homeagent_writes)])
+    assert (ha / "context.json").read_bytes() == gen.go_json(later, indent=False)
+    assert not (ha / "context.json.adopted").exists()
+    Memory.open(ha, adopt=True)
+    assert (ha / "context.json.adopted").read_bytes() == gen.go_json(later, indent=False)
+    inputs = [e.input for e in Memory.open(ha).timeline()]
+    assert "写入期间的新事件" in inputs and inputs.count("在吗") == 3   # 2 dups + agent turn
+
+
 # -- 7. legacy graph facts, HomeAgent's migration, text/*.jsonl, updated_at ------------------------
 
 @pytest.mark.parametrize("generation", gen.GRAPH_GENERATIONS)
