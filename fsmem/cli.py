@@ -31,7 +31,7 @@ def _root_default() -> str:
 
 def _open(args: argparse.Namespace, **kw: Any) -> Memory:
     """A writer on an existing store (``init``, ``demo`` and ``--init`` create one)."""
-    create = args.verb == "init" or getattr(args, "init", False)
+    create = args.verb in ("init", "adopt") or getattr(args, "init", False)
     timeout = os.environ.get("FSMEM_LOCK_TIMEOUT")
     if timeout:
         kw.setdefault("lock_timeout", float(timeout))
@@ -120,7 +120,8 @@ def cmd_fsck(args: argparse.Namespace) -> int:
         findings = _read(args).fsck(read_data=not args.quick)
     _emit(args, findings, "\n".join(str(f) for f in findings) or "clean")
     if args.fix:
-        return 0 if all(f.fixed for f in findings if f.kind not in ("pending-journal", "legacy")
+        return 0 if all(f.fixed for f in findings if f.kind not in
+                        ("pending-journal", "legacy", "duplicate-event")
                         or "undecodable" in f.detail) else 1
     return 1 if findings else 0
 
@@ -202,6 +203,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adopt(args: argparse.Namespace) -> int:
+    from .legacy_context import adopt, plan as adoption_plan
+    plan = adoption_plan(_read(args))[0] if args.dry_run else adopt(_open(args))
+    lines = (["dry run: nothing changed"] if args.dry_run else []) + plan.lines()
+    _emit(args, plan, "\n".join(lines))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
     return run_demo(args.dir, as_json=args.json)
@@ -271,6 +280,8 @@ def _parser() -> argparse.ArgumentParser:
     sp = verb("snapshot", cmd_snapshot, "a point-in-time copy of the store: immutable files "
               "hard-linked, the rest copied; writers wait only for a listing")
     sp.add_argument("dest", help="a directory that does not exist yet (or is empty)")
+    sp = verb("adopt", cmd_adopt, "adopt HomeAgent's context.json into L1 (see README)")
+    sp.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
     sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step")
     sp.add_argument("dir", nargs="?", default="./fsmem-demo")
     from .stablemem import add_cli as add_stablemem_cli
@@ -278,6 +289,16 @@ def _parser() -> argparse.ArgumentParser:
     from .watch import add_cli as add_watch_cli
     add_watch_cli(sub, [common])
     return p
+
+
+def _legacy_summary(args: argparse.Namespace) -> None:
+    """One line per command about legacy documents served (per-document warnings come once
+    per store: fsmem.legacy)."""
+    from .legacy import summary_line
+    root = getattr(args, "root", None)
+    line = summary_line(root) if root and os.path.isdir(root) else None
+    if line:
+        logging.getLogger("fsmem.legacy").warning(line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -295,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (msgspec.ValidationError, ValueError) as exc:
         print(f"fsmem {args.verb}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        _legacy_summary(args)
 
 
 if __name__ == "__main__":

@@ -52,11 +52,13 @@ class Memory(Reader):
              plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
              embedder: Embedder | None = None, durability: Durability = "full",
              lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True,
-             ranker: str | None = None, readonly: bool = False) -> "Memory | Reader":
+             ranker: str | None = None, readonly: bool = False,
+             adopt: bool = False) -> "Memory | Reader":
         """Open (creating what is missing) the store at ``root`` and run crash recovery.
 
         ``readonly=True`` returns a ``Reader`` instead: no lock, nothing created or written,
-        works on a read-only filesystem (NotAStore if ``root`` holds no store)."""
+        works on a read-only filesystem (NotAStore if ``root`` holds no store). ``adopt``
+        adopts HomeAgent's ``context.json`` into L1 (fsmem.legacy_context)."""
         if readonly:
             return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
@@ -66,10 +68,12 @@ class Memory(Reader):
                   auto_prune=auto_prune, ranker=ranker or default_ranker(embedder))
         mem.access.create()
         with store.locked():  # taking the lock runs recovery
-            if os.path.isfile(os.path.join(store.root, "context.json")):
-                from .legacy import adopt_context_json
+            from .legacy import allow_record
+            allow_record(store.root)
+            if adopt and os.path.isfile(os.path.join(store.root, "context.json")):
+                from .legacy_context import adopt as adopt_context
                 try:
-                    adopt_context_json(mem)
+                    adopt_context(mem)
                 except FormatError as exc:
                     log.error("context.json not adopted: %s", exc)
         return mem
@@ -199,8 +203,9 @@ class Memory(Reader):
             records, texts = fill(builder)
             now = Timestamp.now()
             # A new unit counts its write as its first access (HomeAgent starts at 1).
-            fields = {"created_at": now, "access_count": 1, **manifest_fields}
-            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, updated_at=now,
+            fields = {"created_at": now, "updated_at": now, "access_count": 1,
+                      **manifest_fields}
+            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id,
                                 events=records, embedder=self.embedder.fingerprint, **fields)
             manifest.vectors = self._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
             builder.finish(manifest)
@@ -341,6 +346,12 @@ class Memory(Reader):
     def remove(self, unit_id: str, layer: str = "documents") -> None:
         """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""
         path = self.store.unit_dir(layer, unit_id)
+        if layer == "documents" and not os.path.lexists(path):
+            from .legacy import legacy_file_of, remove_legacy
+            if legacy_file_of(self.root, unit_id):   # moved to .fsmem/legacy-removed/
+                remove_legacy(self, unit_id)
+                self._indexed(unit_id, layer, added=False)
+                return
         with self.store.locked():
             if not os.path.isdir(path) or os.path.islink(path):
                 raise NotFound(f"{path}: no such unit")

@@ -186,11 +186,11 @@ def _repair(store: Store, finding: Finding) -> None:
         if os.path.lexists(inner):
             finding.fixed = "moved to " + store.quarantine(inner, f"{finding.unit}-{name}")
         return
-    if finding.kind == "pending-journal":
-        return
+    if finding.kind in ("pending-journal", "duplicate-event"):
+        return  # a readable unit is never quarantined for a finding about one event in it
     if finding.kind == "legacy":
-        if "missing from the media store" in finding.detail:
-            return  # nothing fsmem can restore; the document stays recallable with its text
+        if "missing from the media store" in finding.detail or "not read by" in finding.detail:
+            return  # nothing fsmem can restore or needs to move; the file stays as it is
         finding.fixed = "moved to " + store.quarantine(path, "legacy-" + os.path.basename(path))
         return
     label = finding.unit or os.path.basename(path)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import msgspec
 
+from . import graph_legacy as legacy_g
 from .distill import TextPiece, Triple
 from .errors import FsmemError
 from .timestamps import Timestamp
@@ -91,23 +92,6 @@ def _sqlite_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except sqlite3.Error as exc:
             raise FsmemError(f"{self.path}: {fn.__name__} failed: {exc}") from exc
     return wrapper
-
-
-def _open_readonly(path: str, busy_timeout_s: float) -> sqlite3.Connection:
-    """graph.db for reading only: nothing created, nothing written. With a live writer (its
-    -wal file exists) SQLite's read-only mode shares the writer's WAL; with none, the file is
-    opened immutable, so no -wal/-shm file is made (and a read-only filesystem works)."""
-    from urllib.parse import quote
-    wal = os.path.exists(path + "-wal") and os.access(os.path.dirname(path) or ".", os.W_OK)
-    uri = f"file:{quote(os.path.abspath(path))}?" + ("mode=ro" if wal else "immutable=1")
-    try:
-        db = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None,
-                             check_same_thread=False)
-        db.execute("PRAGMA query_only=ON")
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as exc:
-        raise FsmemError(f"{path}: cannot open the graph read-only: {exc}") from exc
-    return db
 
 
 def _db_time(ts: Timestamp) -> str:
@@ -218,6 +202,7 @@ class Graph:
             self.sync = True if sync is None else sync
         self.busy_timeout_s = busy_timeout_s
         self._db: sqlite3.Connection | None = None
+        self._ro: sqlite3.Connection | None = None   # reads: never creates or changes anything
         self._lock = threading.RLock()
 
     def __enter__(self) -> "Graph":
@@ -228,9 +213,10 @@ class Graph:
 
     def close(self) -> None:
         with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            for db in (self._db, self._ro):
+                if db is not None:
+                    db.close()
+            self._db = self._ro = None
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -240,17 +226,28 @@ class Graph:
         return db
 
     def _open(self, *, create: bool) -> sqlite3.Connection | None:
+        """``create=False`` is a read: the writer's connection if this process has one, else
+        a read-only connection that creates no table, file or sidecar (an old HomeAgent
+        graph.db stays byte for byte as it was). ``create=True`` opens for writing."""
         with self._lock:
             if self._db is not None:
                 return self._db
-            if not create and not os.path.exists(self.path):
-                return None
-            if self.readonly:
-                if create:
-                    raise FsmemError(f"{self.path}: opened read-only; the graph cannot be "
-                                     "written through a reader")
-                self._db = _open_readonly(self.path, self.busy_timeout_s)
-                return self._db
+            if create and self.readonly:
+                raise FsmemError(f"{self.path}: opened through a reader; the graph cannot be "
+                                  "written")
+            if not create:
+                if self._ro is None and os.path.isfile(self.path):
+                    from .legacy import sqlite_readonly
+                    try:
+                        self._ro = sqlite_readonly(self.path, timeout=self.busy_timeout_s)
+                        self._ro.execute(
+                            f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+                    except sqlite3.Error as exc:
+                        raise FsmemError(f"{self.path}: cannot read the graph: {exc}") from exc
+                return self._ro
+            if self._ro is not None:
+                self._ro.close()
+                self._ro = None
             try:
                 db = sqlite3.connect(self.path, timeout=self.busy_timeout_s,
                                      isolation_level=None, check_same_thread=False)
@@ -309,27 +306,44 @@ class Graph:
     @_sqlite_errors
     def has_document(self, unit_id: str) -> bool:
         db = self._open(create=False)
-        return bool(db and db.execute("SELECT 1 FROM documents WHERE id=?", (unit_id,)).fetchone())
+        return bool(db and "documents" in legacy_g.tables(db) and
+                    db.execute("SELECT 1 FROM documents WHERE id=?", (unit_id,)).fetchone())
+
+    @_sqlite_errors
+    def payload_digest(self, block_id: str) -> str:
+        """The ``payload_digest`` graph.db records for a block id ('' when none)."""
+        db = self._open(create=False)
+        if db is None or "memory_blocks" not in legacy_g.tables(db):
+            return ""
+        row = db.execute("SELECT payload_digest FROM memory_blocks WHERE id=?",
+                         (block_id,)).fetchone()
+        return (row[0] or "") if row else ""
 
     @_sqlite_errors
     def seeds(self, names: Sequence[str], *, like_limit: int = 20) -> list[str]:
-        """Node ids for names: the exact endpoint id first, else a LIKE over endpoint texts."""
+        """Node ids for names: the exact endpoint id first, else a LIKE over endpoint texts
+        (triple endpoints and migrated legacy entities); and the legacy ``entities`` rows."""
         db = self._open(create=False)
         if db is None:
             return []
+        have = legacy_g.tables(db)
         out: dict[str, None] = {}
         for name in names:
             name = name.strip()
             if not name:
+                continue
+            for found in legacy_g.entity_seeds(db, have, name, _like(name), like_limit):
+                out.setdefault(found, None)
+            if "memory_blocks" not in have:
                 continue
             bid = triple_block_id(name)
             if db.execute("SELECT 1 FROM memory_blocks WHERE id=?", (bid,)).fetchone():
                 out.setdefault(bid, None)
                 continue
             for (found,) in db.execute(
-                    "SELECT id FROM memory_blocks WHERE modality='text' AND source='triple' "
-                    "AND text_content LIKE ? ESCAPE '\\' ORDER BY length(text_content), id LIMIT ?",
-                    (_like(name), like_limit)):
+                    "SELECT id FROM memory_blocks WHERE modality='text' AND source IN "
+                    f"{legacy_g.NODE_SOURCES!r} AND text_content LIKE ? ESCAPE '\\' "
+                    "ORDER BY length(text_content), id LIMIT ?", (_like(name), like_limit)):
                 out.setdefault(found, None)
         return list(out)
 
@@ -373,16 +387,22 @@ class Graph:
         if db is None or not text.strip():
             return Recall()
         pattern = _like(text.strip())
-        ids = [r[0] for r in db.execute(
-            "SELECT id FROM memory_blocks WHERE modality='text' AND source='triple' AND "
-            "text_content LIKE ? ESCAPE '\\' ORDER BY length(text_content), id LIMIT ?",
-            (pattern, limit))]
-        rows = {r[0]: r for r in self._incident(db, ids)} if ids else {}
-        for row in db.execute(
-                "SELECT id, source_id, target_id, edge_type, confidence, session_id "
+        have = legacy_g.tables(db)
+        ids, legacy_rows = legacy_g.search_rows(db, have, pattern, limit)
+        found: list[tuple] = []
+        if {"memory_blocks", "memory_block_edges"} <= have:
+            ids += [r[0] for r in db.execute(
+                f"SELECT id FROM memory_blocks WHERE modality='text' AND source IN "
+                f"{legacy_g.NODE_SOURCES!r} AND text_content LIKE ? ESCAPE '\\' "
+                "ORDER BY length(text_content), id LIMIT ?", (pattern, limit))]
+            cols, status = legacy_g.edge_select(db)
+            found = db.execute(
+                f"SELECT {cols} "
                 "FROM memory_block_edges WHERE source_kind='block' AND target_kind='block' AND "
-                f"status='active' AND edge_type NOT IN {STRUCTURAL!r} AND edge_type LIKE ? "
-                "ESCAPE '\\' ORDER BY id LIMIT ?", (pattern, limit)):
+                f"{status} AND edge_type NOT IN {STRUCTURAL!r} AND edge_type "
+                "LIKE ? ESCAPE '\\' ORDER BY id LIMIT ?", (pattern, limit)).fetchall()
+        rows = {r[0]: r for r in self._incident(db, ids)} if ids else {}
+        for row in [*found, *legacy_rows]:
             rows.setdefault(row[0], row)
         return self._answer(db, ids, rows, True)
 
@@ -392,11 +412,17 @@ class Graph:
         ends = [n for r in rows.values() for n in (r[1], r[2])]
         nodes = self._nodes(db, list(dict.fromkeys(entity_ids + ends)))
         prov = self.provenance(list(rows)) if provenance else {}
-        rels = [Relation(source_name=nodes.get(s, ("", ""))[0],
-                         target_name=nodes.get(d, ("", ""))[0], relation_type=t,
-                         confidence=float(c or 0), edge_id=e, source_id=s, target_id=d,
-                         session_id=ss or "", provenance=prov.get(e, []))
-                for e, s, d, t, c, ss in sorted(rows.values())]
+        rels, seen = [], set()
+        # Block edges first (positive ids), then legacy rows: a fact migrated into blocks
+        # and still in the legacy tables is listed once.
+        for e, s, d, t, c, ss in sorted(rows.values(), key=lambda r: (r[0] < 0, abs(r[0]))):
+            key = (nodes.get(s, ("", ""))[0], t, nodes.get(d, ("", ""))[0])
+            if key in seen:
+                continue
+            seen.add(key)
+            rels.append(Relation(source_name=key[0], target_name=key[2], relation_type=t,
+                                 confidence=float(c or 0), edge_id=e, source_id=s, target_id=d,
+                                 session_id=ss or "", provenance=prov.get(e, [])))
         counts = self._mentions(db, entity_ids)
         ents = [Entity(name=nodes[n][0], type=nodes[n][1] or "Concept", block_id=n,
                        mention_count=counts.get(n, 0)) for n in entity_ids if n in nodes]
@@ -411,12 +437,19 @@ class Graph:
         out: dict[int, list[Provenance]] = {}
         if db is None or not edge_ids:
             return out
-        keys = [str(e) for e in edge_ids]
+        have = legacy_g.tables(db)
+        for edge_id, (sid, text) in legacy_g.sentence_texts(db, have, edge_ids).items():
+            out.setdefault(edge_id, []).append(Provenance(block=f"sentence:{sid}", text=text))
+        keys = [str(e) for e in edge_ids if e >= 0]
+        if "memory_block_edges" not in have:
+            return out
+        sess_cols = "session_id, turn_id" if "session_id" in {
+            r[1] for r in db.execute("PRAGMA table_info(memory_block_edges)")} else "'', 0"
         found: list[tuple[int, str, str, int]] = []
         for part in _chunks(keys):
             q = ",".join("?" * len(part))
             found += [(int(t), s, ev or "", turn or 0) for s, t, ev, turn in db.execute(
-                "SELECT source_id, target_id, session_id, turn_id FROM memory_block_edges "
+                f"SELECT source_id, target_id, {sess_cols} FROM memory_block_edges "
                 f"WHERE target_kind='edge' AND target_id IN ({q}) AND edge_type='contains' "
                 "AND source_kind='block' ORDER BY id", part)]
         for edge_id, block, event_id, turn in found:
@@ -437,27 +470,38 @@ class Graph:
     @_sqlite_errors
     def stats(self) -> dict[str, int]:
         db = self._open(create=False)
-        if db is None:
-            return {"memory_blocks": 0, "memory_block_edges": 0, "documents": 0}
-        return {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _COLUMNS}
+        have = legacy_g.tables(db) if db is not None else set()
+        return {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] if t in have else 0
+                for t in _COLUMNS}
 
     @staticmethod
     def _incident(db: sqlite3.Connection, nodes: list[str]) -> list[tuple]:
-        rows: list[tuple] = []
-        for part in _chunks(nodes):
+        """Relation edges touching ``nodes``: active (or migrated, status unset) block
+        edges, and legacy ``relations`` rows of ``ent:`` nodes."""
+        have = legacy_g.tables(db)
+        rows: list[tuple] = legacy_g.incident(db, have, nodes)
+        blocks = [n for n in nodes if not n.startswith(legacy_g.ENT)]
+        if "memory_block_edges" not in have:
+            return rows
+        cols, status = legacy_g.edge_select(db)
+        for part in _chunks(blocks):
             q = ",".join("?" * len(part))
             for side in ("source", "target"):
                 rows += db.execute(
-                    "SELECT id, source_id, target_id, edge_type, confidence, session_id "
+                    f"SELECT {cols} "
                     f"FROM memory_block_edges WHERE {side}_kind='block' AND {side}_id IN ({q}) "
-                    f"AND source_kind='block' AND target_kind='block' AND status='active' "
-                    f"AND edge_type NOT IN {STRUCTURAL!r}", part).fetchall()
+                    f"AND source_kind='block' AND target_kind='block' AND "
+                    f"{status} AND edge_type NOT IN {STRUCTURAL!r}",
+                    part).fetchall()
         return rows
 
     @staticmethod
     def _nodes(db: sqlite3.Connection, ids: list[str]) -> dict[str, tuple[str, str]]:
-        out: dict[str, tuple[str, str]] = {}
-        for part in _chunks(ids):
+        have = legacy_g.tables(db)
+        out = legacy_g.nodes(db, have, ids)
+        if "memory_blocks" not in have:
+            return out
+        for part in _chunks([i for i in ids if not i.startswith(legacy_g.ENT)]):
             q = ",".join("?" * len(part))
             for bid, text, stype in db.execute(
                     f"SELECT id, text_content, semantic_type FROM memory_blocks WHERE id IN ({q})",
@@ -467,9 +511,13 @@ class Graph:
 
     @staticmethod
     def _mentions(db: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
-        """How many text blocks a node was read from (its ``derived_from`` edges)."""
-        out: dict[str, int] = {}
-        for part in _chunks(ids):
+        """How many text blocks a node was read from (its ``derived_from`` edges); a legacy
+        entity's own mention_count."""
+        have = legacy_g.tables(db)
+        out = legacy_g.mentions(db, have, ids)
+        if "memory_block_edges" not in have:
+            return out
+        for part in _chunks([i for i in ids if not i.startswith(legacy_g.ENT)]):
             q = ",".join("?" * len(part))
             for bid, n in db.execute(
                     "SELECT source_id, count(*) FROM memory_block_edges WHERE source_kind='block' "
@@ -596,8 +644,36 @@ def _ensure_schema(db: sqlite3.Connection) -> None:
                 decl = decl.replace("DEFAULT CURRENT_TIMESTAMP", "DEFAULT NULL")
                 log.info("%s: adding column %s.%s", db, table, col)
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
+    _drop_edge_unique(db)
     for ddl in _INDEXES:
         db.execute(ddl)
+
+
+def _drop_edge_unique(db: sqlite3.Connection) -> None:
+    """A v1.2-era ``memory_block_edges`` still has UNIQUE(kinds, ids, type). HomeAgent's
+    ``ensureRelationEdgeUniqueness`` rebuilds such a table copying only the old DDL's
+    columns, which resets every relation edge to status '' and confidence 0. Before fsmem's
+    first write, the same rebuild is done here keeping every column, so HomeAgent's
+    migration then finds nothing to do and the facts survive for both."""
+    row = db.execute("SELECT sql FROM sqlite_master WHERE type='table' AND "
+                     "name='memory_block_edges'").fetchone()
+    if not row or "UNIQUE" not in (row[0] or "").upper():
+        return
+    cols = ", ".join(c for c, _ in _COLUMNS["memory_block_edges"])
+    decl = ",\n    ".join(f"{c} {d}" for c, d in _COLUMNS["memory_block_edges"])
+    log.warning("%s: memory_block_edges rebuilt without its old UNIQUE constraint (every "
+                "column kept), as HomeAgent's own migration would", db)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(f"CREATE TABLE memory_block_edges_fsmem_new (\n    {decl}\n)")
+        db.execute(f"INSERT INTO memory_block_edges_fsmem_new ({cols}) SELECT {cols} "
+                   "FROM memory_block_edges")
+        db.execute("DROP TABLE memory_block_edges")
+        db.execute("ALTER TABLE memory_block_edges_fsmem_new RENAME TO memory_block_edges")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _like(text: str) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 from .embed import HashEmbedder
 from .errors import FsmemError
 from .unit import block_path, read_manifest, read_vectors
+from .timestamps import Timestamp
 
 if TYPE_CHECKING:
     from .reader import Reader
@@ -105,7 +106,7 @@ class Index:
         self.alive = np.zeros(0, bool)
         self.dense = np.zeros((0, self.dim), np.float32)
         self.doclen = np.zeros(0, np.float32)
-        self.created = np.zeros((0, 2), np.int64)
+        self.created = np.zeros((0, 3), np.int64)   # seconds, nanos, UTC offset
         self.nevents = np.zeros(0, np.int32)
         self.summaries: list[str] = []
         self.legacy: dict[str, str] = {}
@@ -153,7 +154,7 @@ class Index:
             return False
         n = len(meta.ids)
         if not (arrays["dense"].shape == (n, self.dim) and len(arrays["inos"]) == n
-                and len(arrays["doclen"]) == n and arrays["created"].shape == (n, 2)
+                and len(arrays["doclen"]) == n and arrays["created"].shape == (n, 3)
                 and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
                 and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
             log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
@@ -275,12 +276,12 @@ class Index:
     def add_legacy(self, filename: str, ino: int) -> bool:
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
-        from .legacy import legacy_id, legacy_texts, read_legacy
+        from .legacy import legacy_id, legacy_texts, read_legacy, report_unreadable
         path = os.path.join(self.layout.layer_dir("documents"), filename)
         try:
             doc = read_legacy(path)
         except (FsmemError, OSError, ValueError) as exc:
-            log.warning("index: skipping legacy %s: %s", path, exc)
+            report_unreadable(path, f"index: skipping legacy {path}: {exc}")  # once per store
             return False
         texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
         terms, tfs = term_counts(texts)
@@ -290,6 +291,11 @@ class Index:
                             created_ns=doc.created_at.ns, created_off=doc.created_at.offset,
                             events=1))
         return True
+
+    def created_at(self, row: int) -> Timestamp:
+        """The creation time of an indexed row (stored as seconds, nanos, offset)."""
+        secs, nanos, off = (int(x) for x in self.created[row])
+        return Timestamp.from_seconds_nanos(secs, nanos, off)
 
     def legacy_file(self, unit_id: str) -> str:
         """The legacy JSON file behind an index entry, or '' for a unit directory."""
@@ -381,7 +387,8 @@ class Index:
         self.doclen = np.concatenate([self.doclen[keep],
                                       np.array([e.tfs.sum() for e in new], np.float32)])
         self.created = np.concatenate([self.created[keep], np.array(
-            [[e.created_ns, e.created_off] for e in new], np.int64).reshape(-1, 2)])
+            [[*divmod(e.created_ns, 1_000_000_000), e.created_off] for e in new],
+            np.int64).reshape(-1, 3)])   # seconds + nanos: Go's years 1..9999 fit an int64
         self.nevents = np.concatenate([self.nevents[keep],
                                        np.array([e.events for e in new], np.int32)])
         self.alive = np.ones(len(self.ids), bool)

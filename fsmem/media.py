@@ -10,8 +10,12 @@ _EXT = {
     "text/plain": ".txt", "text/markdown": ".md", "application/json": ".json",
     "image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp",
     "audio/wav": ".wav", "audio/x-wav": ".wav", "audio/mpeg": ".mp3", "audio/ogg": ".ogg",
-    "video/mp4": ".mp4", "application/pdf": ".pdf",
+    "video/mp4": ".mp4", "application/pdf": ".pdf", "audio/amr": ".amr",
+    "audio/amr-wb": ".awb", "audio/mp4": ".m4a",
 }
+
+
+_AUDIO_BRANDS = (b"M4A ", b"M4B ", b"M4P ", b"F4A ", b"F4B ")
 
 
 def extension_for(mime: str) -> str:
@@ -44,8 +48,12 @@ def sniff_mime(head: bytes) -> str | None:
         return "audio/mpeg"
     if head.startswith(b"OggS"):
         return "audio/ogg"
-    if head[4:8] == b"ftyp":
-        return "video/mp4"
+    if head.startswith(b"#!AMR\n"):
+        return "audio/amr"
+    if head.startswith(b"#!AMR-WB\n"):
+        return "audio/amr-wb"
+    if head[4:8] == b"ftyp":   # ISO media: the major brand says audio-only (m4a) or not
+        return "audio/mp4" if head[8:12] in _AUDIO_BRANDS else "video/mp4"
     if head.startswith(b"%PDF-"):
         return "application/pdf"
     return None

@@ -55,6 +55,15 @@ class BlockRef(msgspec.Struct, kw_only=True, omit_defaults=True):
     semantic_type: str = ""
     name: str = ""
     sha256: str = ""
+    # Format 2: a HomeAgent MemoryBlock's own fields, kept on adoption and recall
+    # (docs/FORMAT.md, "HomeAgent fields"). Empty/None for blocks fsmem made itself.
+    legacy_id: str = ""           # the ``blk_…`` id; find_block resolves it
+    source: str = ""
+    tool: str = ""
+    scene: str = ""
+    vector: list[float] = []      # the legacy dense vector, in the space named by fingerprint
+    fingerprint: str = ""
+    updated_at: Timestamp | None = None
 
 
 class ToolResult(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -74,6 +83,7 @@ class EventRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     tools_used: list[str] = []
     tool_results: list[ToolResult] = []
     blocks: list[BlockRef] = []
+    legacy_id: str = ""           # format 2: a context.json event id that is not a valid id
 
 
 class VectorsRef(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -147,6 +157,7 @@ class Event(msgspec.Struct, kw_only=True):
     attachments: list[MediaAttachment] = []
     id: str = ""
     unit_id: str = ""
+    texts: dict[str, str] = {}    # text attachment blocks (HomeAgent v3 text blocks) by digest
 
 
 class TextEvent(msgspec.Struct, kw_only=True):

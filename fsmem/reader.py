@@ -170,8 +170,13 @@ class Reader:
 
         def read(view: View) -> Document:
             found = view.locate(unit_id)
-            if found is None:
-                raise NotFound(f"unit {unit_id!r} not found under {self.root}")
+            if found is None:   # a HomeAgent document still in documents/: the fallback
+                from .legacy import legacy_document
+                doc = legacy_document(self.root, unit_id)
+                seen = self.access.stats().get(unit_id)
+                if seen is not None:
+                    doc.access_count += seen.count
+                return doc
             layer, path = found
             try:
                 manifest = read_manifest(path, expect_id=unit_id)
@@ -200,7 +205,10 @@ class Reader:
 
     def find_block(self, digest: str) -> tuple[str, BlockRef]:
         """The unit directory and reference of the block whose digest (or unique prefix of at
-        least 8 hex) is ``digest``; NotFound or AmbiguousDigest otherwise."""
+        least 8 hex) is ``digest``; NotFound or AmbiguousDigest otherwise. A HomeAgent block
+        id (``blk_…``) resolves too."""
+        if digest.startswith("blk_"):
+            return self._find_legacy_block(digest)
         prefix = digest.strip().lower()
         if not (8 <= len(prefix) <= 64) or not DIGEST_RE.match(prefix.ljust(64, "0")):
             raise InvalidName(f"digest {digest!r}: want 8 to 64 hex characters")
@@ -230,10 +238,37 @@ class Reader:
                                   + ", ".join(sorted(d[:16] for d in found)))
         return next(iter(found.values()))
 
+    def _find_legacy_block(self, block_id: str) -> tuple[str, BlockRef]:
+        """The block a HomeAgent ``blk_…`` id names: in a unit (kept as legacy_id), else a
+        media-store blob named by a legacy document or by graph.db's memory_blocks row."""
+        def read(view: View) -> tuple[str, BlockRef] | None:
+            for layer in LAYERS:
+                for unit in self._units_of(view, layer):
+                    for ev in unit.manifest.events:
+                        for ref in ev.blocks:
+                            if ref.legacy_id == block_id:
+                                return unit.path, ref
+            return None
+        found = self.consistent(read)
+        if found is not None:
+            return found
+        from .legacy import find_legacy_block
+        m = find_legacy_block(self.root, block_id)
+        sha = m.sha256 if m else self.graph.payload_digest(block_id)
+        if sha:
+            return self.find_block(sha)
+        raise NotFound(f"block {block_id!r}: no unit, legacy document or graph row has it")
+
     def read_block(self, digest: str) -> bytes:
         """The bytes of a block (digest or unique prefix), verified against its digest."""
         from .blocks import read_block
         path, ref = self.find_block(digest)
+        if path == MEDIA_STORE:   # a HomeAgent media-store blob (verified by its sha256)
+            from .legacy import LegacyMedia, read_blob
+            got = read_blob(self.root, LegacyMedia(sha256=ref.sha256))
+            if got is None:
+                raise NotFound(f"media blob {ref.sha256} missing from the media store")
+            return got[0]
         return read_block(block_path(path, ref), ref.digest)
 
     # -- search -----------------------------------------------------------------------------
@@ -269,7 +304,7 @@ class Reader:
             row = index.row_of.get(unit_id)
             if row is not None and index.alive[row]:
                 summary, events = index.summaries[row], int(index.nevents[row])
-                created = Timestamp(int(index.created[row, 0]), int(index.created[row, 1]))
+                created = index.created_at(row)
             else:
                 e = index.pending[unit_id]
                 summary, events = e.summary, e.events
@@ -306,6 +341,6 @@ class Reader:
                 out[f"{layer}_events"] = sum(len(u.manifest.events) for u in units)
             return out
         out = self.consistent(read)
-        from .legacy import legacy_doc_files
-        out["legacy_documents"] = len(legacy_doc_files(self.root))
+        from .legacy import legacy_counts
+        out["legacy_documents"], out["legacy_unreadable"] = legacy_counts(self.root)
         return out

@@ -296,6 +296,10 @@ def _entry(ev: Event, days: dict[int, str]) -> _Entry:
             pieces += (f"  [工具] {tr.name}: ", bodies[-1], "\n")
         else:
             pieces.append(f"  [工具] {tr.name}:\n")
+    for text in ev.texts.values():   # text attachments (HomeAgent v3 text blocks): bodies too
+        if text:
+            bodies.append(_Body(text))
+            pieces += ("  [文本] ", bodies[-1], "\n")
     media = [_placeholder(b) for b in ev.blocks if b.modality != "text"] if ev.blocks else None
     if media:
         pieces.append("  [媒体] " + " ".join(media) + "\n")

@@ -66,8 +66,19 @@ def unit_blocks(mem: "Memory", doc: Document) -> list[BlockRow]:
                                  modality=ref.modality, mime=ref.mime, size=ref.size,
                                  created_at=ref.created_at, width=ref.width or 0,
                                  height=ref.height or 0, text=text, tool=tool,
-                                 semantic_type=ref.semantic_type, payload_digest=ref.sha256))
+                                 semantic_type=ref.semantic_type,
+                                 payload_digest=ref.sha256 or _sha256_of(doc.path, ref)))
     return rows
+
+
+def _sha256_of(unit_dir: str, ref) -> str:
+    """HomeAgent's payload_digest of a media block (sha256 of its bytes); '' for text."""
+    if ref.modality == "text":
+        return ""
+    import hashlib
+    from .blocks import read_block
+    from .unit import block_path
+    return hashlib.sha256(read_block(block_path(unit_dir, ref), ref.digest)).hexdigest()
 
 
 def unit_facts(mem: "Memory", doc: Document, distiller: Distiller,
@@ -245,7 +256,8 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def _fmt(rec: Recall) -> list[str]:
     return [f"{r.source_name} -[{r.relation_type}]-> {r.target_name}  ({r.confidence:.2f})"
-            + "".join(f"  from {p.unit_id or '?'}/{p.event_id or '?'}" for p in r.provenance)
+            + "".join(f"  from {p.unit_id or '?'}/{p.event_id or '?'}" if p.unit_id or not p.text
+                      else f"  from 「{p.text[:60]}」" for p in r.provenance)
             for r in rec.relations]
 
 

@@ -128,8 +128,21 @@ class Timestamp:
         return f"{text}{sign}{oh:02d}:{om:02d}"
 
     def strftime(self, fmt: str) -> str:
-        """Format the wall-clock time in the stored offset (seconds resolution)."""
-        return self._local_parts()[0].strftime(fmt)
+        """Format the wall-clock time in the stored offset (seconds resolution). ``%Y`` is
+        always four digits (C strftime prints year 1 as ``1``; Go's zero time is year 1)."""
+        dt = self._local_parts()[0]
+        if "%Y" in fmt:
+            fmt = fmt.replace("%%", "\0").replace("%Y", f"{dt.year:04d}").replace("\0", "%%")
+        return dt.strftime(fmt)
+
+    def seconds_nanos(self) -> tuple[int, int]:
+        """(whole seconds since the epoch, nanoseconds 0..999999999): both fit an int64 for
+        every time Go can write (years 1..9999), unlike ``ns`` itself."""
+        return divmod(self.ns, 1_000_000_000)
+
+    @classmethod
+    def from_seconds_nanos(cls, seconds: int, nanos: int, offset: int = 0) -> "Timestamp":
+        return cls(int(seconds) * 1_000_000_000 + int(nanos), int(offset))
 
     def to_datetime(self) -> datetime:
         """An aware datetime (microseconds: lossy, for display and arithmetic only)."""

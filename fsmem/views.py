@@ -26,11 +26,13 @@ def hydrate_event(unit_dir: str, unit_id: str, rec: EventRecord) -> Event:
     resp = next((r for r in rec.blocks if r.role == "response" and r.modality == "text"), None)
     results = [ToolOutput(name=tr.name, output=_text(unit_dir, by_digest[tr.block]))
                for tr in rec.tool_results]
+    texts = {r.digest: _text(unit_dir, r) for r in rec.blocks
+             if r.role == "attachment" and r.modality == "text"}
     return Event(id=rec.id, timestamp=rec.timestamp, source=rec.source, role=rec.role,
                  input=_text(unit_dir, inp) if inp else "",
                  response=_text(unit_dir, resp) if resp else "",
                  tools_used=list(rec.tools_used), tool_results=results,
-                 blocks=list(rec.blocks), unit_id=unit_id)
+                 blocks=list(rec.blocks), unit_id=unit_id, texts=texts)
 
 
 def event_text(event: Event) -> str:
@@ -42,6 +44,8 @@ def event_text(event: Event) -> str:
         line += f" → {event.response}"
     for tr in event.tool_results:
         line += f"\n  [tool] {tr.name}: {tr.output}"
+    for digest, text in event.texts.items():
+        line += f"\n  [text {digest[:8]}] {text}"
     for ref in event.blocks:
         if ref.modality != "text":
             dims = f" {ref.width}×{ref.height}" if ref.width and ref.height else ""

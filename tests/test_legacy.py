@@ -46,10 +46,13 @@ def test_open_in_place_changes_no_legacy_file(home):
     before = _digests(home)
     context = (home / "context.json").read_bytes()
     mem = Memory.open(home)
+    assert _digests(home) == before and (home / "context.json").read_bytes() == context
+    mem = Memory.open(home, adopt=True)          # adoption is explicit (issue 14, item 8)
     assert _digests(home) == before
     assert not (home / "context.json").exists()
     assert (home / "context.json.adopted").read_bytes() == context
-    assert mem.stats()["legacy_documents"] == 11
+    stats = mem.stats()                           # the malformed one is counted apart (item 9)
+    assert (stats["legacy_documents"], stats["legacy_unreadable"]) == (10, 1)
 
 
 @pytest.mark.parametrize("keyword,doc_id", sorted(KEYWORDS.items()))
@@ -63,7 +66,7 @@ def test_every_legacy_read_is_logged_once_per_document(home, caplog):
     import fsmem.legacy as legacy
     legacy._logged.clear()
     with caplog.at_level(logging.WARNING, logger="fsmem.legacy"):
-        mem = Memory.open(home)
+        mem = Memory.open(home, adopt=True)
         mem.query("咖啡机")
         mem.reindex()
         mem.query("签证")
@@ -123,7 +126,7 @@ def test_malformed_document_and_missing_blob_do_not_stop_the_rest(home, caplog):
 
 def test_context_json_is_adopted_whole(home):
     raw = json.loads((home / "context.json").read_text("utf-8"))
-    mem = Memory.open(home)
+    mem = Memory.open(home, adopt=True)
     tl = mem.timeline()
     assert len(tl) == len(raw)
     by_ts = {e.timestamp.isoformat(): e for e in tl}
@@ -137,7 +140,7 @@ def test_context_json_is_adopted_whole(home):
         if e.get("blocks"):
             img = [b for b in ev.blocks if b.modality == "image"]
             assert img and img[0].sha256 == e["blocks"][0]["payload_digest"]
-    Memory.open(home)                            # reopening adopts nothing twice
+    Memory.open(home, adopt=True)                # reopening adopts nothing twice
     assert len(Memory.open(home).timeline()) == len(raw)
 
 
