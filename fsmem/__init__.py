@@ -5,6 +5,7 @@ from .docmemory import Doc, DocMemory
 from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError, FsmemError,
                      InvalidName, MissingDependency, NotFound, StorageError, StoreLocked)
 from .flows import Memory
+from .turn import InjectOptions
 from .fsck import Finding
 from .model import (FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput)
 from .plugins import ChannelDef, Plugins, ToolDef

@@ -148,3 +148,7 @@ def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: Jou
     name = builder.path.rsplit("/", 1)[1]
     entry.publish.append((name, layer, builder.unit_id))
     return builder.unit_id
+
+
+def watermark(capacity, protected, *, context_tokens, avg_event_tokens=2000):
+    return capacity

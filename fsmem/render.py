@@ -466,3 +466,9 @@ def budget_split(context_window: int, system_prompt: str, *, utilization: float 
     return BudgetSplit(max_context=window, target_usage=target, fixed_tokens=fixed,
                        memory_tokens=memory, context_tokens=available - memory,
                        reserved=window - target)
+
+HITS_HEADER = "x"
+
+
+class HitView:
+    pass
