@@ -428,10 +428,19 @@ class Memory:
         events.sort(key=lambda p: (p[0].timestamp.ns, p[1], p[0].id))
         return [e for e, _ in events]
 
-    def render(self, budget_tokens: int, *, estimator=None) -> str:
-        """The model's view of L1 under a token budget (fsmem.render.render over timeline())."""
+    def render(self, budget_tokens: int, *, estimator=None, hits: Sequence[Hit] = (),
+               memory_tokens: int | None = None) -> str:
+        """The model's view of L1 under a token budget (fsmem.render.render over timeline());
+        ``hits`` (a turn's query hits) come first as their own section within
+        ``memory_tokens`` (default: a third of the budget, budget_split's memory share)."""
         from .render import render
-        return render(self.timeline(), budget_tokens, estimator=estimator)
+        from .turn import hit_views
+        views = hit_views(self, hits)
+        if views and memory_tokens is None:
+            memory_tokens = budget_tokens // 3
+            budget_tokens -= memory_tokens
+        return render(self.timeline(), budget_tokens, estimator=estimator, hits=views,
+                      memory_tokens=memory_tokens or 0)
 
     def _load_layer(self, layer: str, *, with_vectors: bool) -> list[_Loaded]:
         out = []

@@ -34,8 +34,9 @@ from .views import Hit
 
 if TYPE_CHECKING:
     from .flows import Memory
+    from .render import HitView
 
-__all__ = ["InjectOptions", "TurnResult", "run_turn", "read_pins", "pin_units", "tick_pins",
+__all__ = ["InjectOptions", "TurnResult", "run_turn", "hit_views", "read_pins", "pin_units", "tick_pins",
            "CONTEXT_POLICIES", "RECALL_POLICIES", "PRIORITIES", "RECALL_TOP_K"]
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,15 @@ def read_pins(store: Store) -> dict[str, int]:
 
 
 def _write_pins(store: Store, pins: dict[str, int]) -> None:
+    """Replace the pins file atomically (under the writer lock, the only writer of pins);
+    temp files a crashed writer left beside it go first."""
+    from . import _fsops
     path = _pins_path(store)
+    for name in os.listdir(store.meta):
+        if name.startswith(PINS_FILE + ".") and name.endswith(".tmp"):
+            _fsops.unlink(os.path.join(store.meta, name))
     if not pins:
         if os.path.lexists(path):
-            from . import _fsops
             _fsops.unlink(path)
         return
     store.write_file_atomic(path, msgspec.json.encode(_Pins(pins=pins)))
@@ -258,6 +264,21 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
                 result.hits.append(hit)
     tick_pins(mem.store)
     return result
+
+
+def hit_views(mem: "Memory", hits: Iterable[Hit]) -> list["HitView"]:
+    """The hits as the model's view shows them: label = summary (or id), text = the unit's
+    content, every event whole. Read-only; a hit gone meanwhile is left out."""
+    from .errors import FsmemError
+    from .render import HitView
+    out = []
+    for hit in hits:
+        try:
+            doc = mem.document(hit.unit_id)
+        except (FsmemError, OSError):
+            continue
+        out.append(HitView(label=doc.summary or hit.summary or doc.id, text=doc.content))
+    return out
 
 
 def _l1_events(mem: "Memory") -> int:

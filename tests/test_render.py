@@ -355,7 +355,7 @@ def test_everything_whole_exactly_when_everything_fits(events):
     assert not MARK.search(full) and "omitted" not in full
     need = HEUR.count(full)
     assert render(events, need) == full
-    if events and need > 0:
+    if events and need > 0 and full != render(events, 0):  # not the always-shown minimum
         assert render(events, need - 1) != full
 
 
