@@ -34,6 +34,7 @@ _MEDIA_STORE = "<media-store>"   # find_block's marker for a legacy media-store 
 
 if TYPE_CHECKING:
     from .index import Index
+    from .turn import InjectOptions, TurnResult
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,8 @@ class Memory:
 
     def turn(self, input_event: Event | TextEvent | dict,
              response_event: Event | TextEvent | dict | None = None, *,
-             options=None, context_tokens: int | None = None):
+             options: "InjectOptions | None" = None,
+             context_tokens: int | None = None) -> "TurnResult":
         """One agent turn (HomeAgent's memoryPass): append, then act on the policies; returns
         a fsmem.turn.TurnResult (event ids, query hits for the view, archived units)."""
         from .turn import run_turn

@@ -28,7 +28,7 @@ import msgspec
 
 from .errors import FormatError
 from .model import Event, TextEvent
-from .plugins import ChannelDef, Plugins
+from .plugins import _POLICIES, ChannelDef, Plugins
 from .store import Store
 from .views import Hit
 
@@ -41,8 +41,8 @@ __all__ = ["InjectOptions", "TurnResult", "run_turn", "hit_views", "read_pins", 
 
 log = logging.getLogger(__name__)
 
-CONTEXT_POLICIES = ("", "none", "prune")
-RECALL_POLICIES = ("", "none", "auto")
+CONTEXT_POLICIES = _POLICIES["context_policy"]
+RECALL_POLICIES = _POLICIES["recall_policy"]
 PRIORITIES = ("", "L1", "L2", "L3", "L4")
 RECALL_TOP_K = 3            # HomeAgent injects Query(input, top 3)
 PINS_FILE = "pins.json"

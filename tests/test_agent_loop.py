@@ -329,3 +329,10 @@ def test_text_event_timestamp_zero_means_now(tmp_path):
     got = {e.input: e.timestamp.ns for e in mem.timeline()}
     assert before - 10**9 <= got["hi"] <= time.time_ns()
     assert got["then"] == 1_790_000_000 * 10**9
+
+
+def test_declarations_with_unknown_policies_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="ToolDef.*'fetch'.*context_policy"):
+        Memory.open(tmp_path / "m", plugins=[ToolDef(name="fetch", context_policy="always")])
+    with pytest.raises(ValueError, match="ChannelDef.*recall_policy"):
+        Memory.open(tmp_path / "m", plugins=[ChannelDef(name="qq", recall_policy="sometimes")])
