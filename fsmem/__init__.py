@@ -16,7 +16,7 @@ from .timestamps import Timestamp
 from .views import Document, Hit
 
 __all__ = [
-    "Memory", "Doc", "DocMemory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
+    "Memory", "InjectOptions", "Doc", "DocMemory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
     "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
     "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
     "AlreadyExists", "AmbiguousDigest", "StorageError", "Graph", "Triple", "RuleDistiller",
