@@ -7,6 +7,7 @@ from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatErr
 from .flows import Memory
 from .reader import Reader
 from .layout import NotAStore
+from .turn import InjectOptions
 from .fsck import Finding
 from .model import (FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput)
 from .plugins import ChannelDef, Plugins, ToolDef
@@ -17,7 +18,8 @@ from .timestamps import Timestamp
 from .views import Document, Hit
 
 __all__ = [
-    "Memory", "Reader", "NotAStore", "Doc", "DocMemory", "Event", "TextEvent", "MediaAttachment", "ToolOutput", "BlockRef", "Document",
+    "Memory", "Reader", "NotAStore", "InjectOptions", "Doc", "DocMemory", "Event", "TextEvent",
+    "MediaAttachment", "ToolOutput", "BlockRef", "Document",
     "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
     "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
     "AlreadyExists", "AmbiguousDigest", "StorageError", "Graph", "Triple", "RuleDistiller",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from . import _fsops as fsops
 from .embed import Embedder, HashEmbedder
@@ -25,6 +25,9 @@ from .unit import UnitBuilder
 
 __all__ = ["Memory"]
 
+if TYPE_CHECKING:
+    from .turn import InjectOptions, TurnResult
+
 log = logging.getLogger(__name__)
 _Loaded = Loaded   # the name prune.py and older callers use
 
@@ -37,7 +40,7 @@ class Memory(Reader):
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,
-                 ranker: str = DEFAULT_RANKER) -> None:
+                 ranker: str = DEFAULT_RANKER, context_tokens: int | None = None) -> None:
         if context_capacity < 1 or not 0 <= context_protected <= context_capacity:
             raise ValueError("need context_capacity >= 1 and 0 <= context_protected <= capacity")
         super().__init__(store, plugins=plugins, embedder=embedder, ranker=ranker)
@@ -45,6 +48,7 @@ class Memory(Reader):
         self.context_capacity = context_capacity
         self.context_protected = context_protected
         self.auto_prune = auto_prune
+        self.context_tokens = context_tokens   # the host's token budget: sets prune's watermark
 
     @classmethod
     def open(cls, root: str | os.PathLike, *, context_capacity: int = 30,
@@ -53,19 +57,21 @@ class Memory(Reader):
              embedder: Embedder | None = None, durability: Durability = "full",
              lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True,
              ranker: str | None = None, readonly: bool = False,
-             adopt: bool = False) -> "Memory | Reader":
+             adopt: bool = False, context_tokens: int | None = None) -> "Memory | Reader":
         """Open (creating what is missing) the store at ``root`` and run crash recovery.
 
         ``readonly=True`` returns a ``Reader`` instead: no lock, nothing created or written,
         works on a read-only filesystem (NotAStore if ``root`` holds no store). ``adopt``
-        adopts HomeAgent's ``context.json`` into L1 (fsmem.legacy_context)."""
+        adopts HomeAgent's ``context.json`` into L1 (fsmem.legacy_context). ``context_tokens``
+        (the host's token budget for L1) sets prune's low watermark."""
         if readonly:
             return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
         mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
-                  auto_prune=auto_prune, ranker=ranker or default_ranker(embedder))
+                  auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
+                  context_tokens=context_tokens)
         mem.access.create()
         with store.locked():  # taking the lock runs recovery
             from .legacy import allow_record
@@ -150,8 +156,10 @@ class Memory(Reader):
     def commit_events(self, events: Sequence[Event | TextEvent], *, summary: str = "",
                       tags: Sequence[str] = (), source: str = "manual",
                       entities: Sequence[str] = (), meta: dict[str, str] | None = None,
-                      layer: str = "documents", unit_id: str | None = None) -> str:
-        """Write one unit holding ``events`` into ``layer`` (documents by default)."""
+                      layer: str = "documents", unit_id: str | None = None,
+                      plugins: Plugins | None = None) -> str:
+        """Write one unit holding ``events`` into ``layer`` (documents by default);
+        ``plugins`` overrides the declarations for the compute layer of these events."""
         drafts = [e.to_event() if isinstance(e, TextEvent) else e for e in events]
         _check_strings(summary=summary, source=source, tags=tags, entities=entities)
         resolved = [self._resolve_attachments(e.attachments) for e in drafts]
@@ -159,7 +167,7 @@ class Memory(Reader):
         def fill(builder: UnitBuilder) -> tuple[list[EventRecord], list[tuple[str, str]]]:
             records, texts = [], []
             for draft, links in zip(drafts, resolved):
-                rec, rec_texts = self._write_event(builder, draft, links)
+                rec, rec_texts = self._write_event(builder, draft, links, plugins)
                 records.append(rec)
                 texts.extend(rec_texts)
             return records, texts
@@ -220,26 +228,43 @@ class Memory(Reader):
         return builder.unit_id
 
     def append(self, event: Event | TextEvent | dict) -> str:
-        """Add one event to L1 (durable on return); prunes if L1 is over capacity."""
-        if isinstance(event, dict):
-            event = TextEvent(**event) if "content" in event else Event(**event)
-        draft = event.to_event() if isinstance(event, TextEvent) else event
-        event_id = draft.id or new_unit_id("e")
-        draft = _with(draft, id=event_id, timestamp=Timestamp.coerce(draft.timestamp))
-        self.commit_events([draft], source=draft.source, layer="context")
+        """Add one event to L1 (durable on return); prunes (down to the watermark) if L1 is
+        over capacity; releases the pins of a recall made before the previous write call."""
+        from .turn import _as_event, tick_pins
+        draft = _as_event(event)
+        event_id = self._append_draft(draft)
         if self.auto_prune:
             self.prune(query=" ".join(self._compute_texts(draft)))
+        tick_pins(self.store)
         return event_id
 
-    def _write_event(self, builder: UnitBuilder, draft: Event,
-                     links: list[tuple[str, BlockRef]]) -> tuple[EventRecord, list[tuple[str, str]]]:
+    def _append_draft(self, draft: Event, *, plugins: Plugins | None = None) -> str:
+        """Write one event into L1 as its own unit, without pruning; returns its id."""
+        event_id = draft.id or new_unit_id("e")
+        draft = _with(draft, id=event_id, timestamp=Timestamp.coerce(draft.timestamp))
+        self.commit_events([draft], source=draft.source, layer="context", plugins=plugins)
+        return event_id
+
+    def turn(self, input_event: Event | TextEvent | dict,
+             response_event: Event | TextEvent | dict | None = None, *,
+             options: "InjectOptions | None" = None,
+             context_tokens: int | None = None) -> "TurnResult":
+        """One agent turn (HomeAgent's memoryPass): append, then act on the policies; returns
+        a fsmem.turn.TurnResult (event ids, query hits for the view, archived units)."""
+        from .turn import run_turn
+        return run_turn(self, input_event, response_event, options=options,
+                        context_tokens=context_tokens)
+
+    def _write_event(self, builder: UnitBuilder, draft: Event, links: list[tuple[str, BlockRef]],
+                     plugins: Plugins | None = None
+                     ) -> tuple[EventRecord, list[tuple[str, str]]]:
         """Blocks of one event: input and response text blocks, tool outputs, attachments."""
         ts = Timestamp.coerce(draft.timestamp, field="event.timestamp")
         event_id = check_name(draft.id or new_unit_id("e"), "event id")
         _check_strings(source=draft.source, role=draft.role, tools_used=draft.tools_used)
         blocks: list[BlockRef] = []
         texts: list[tuple[str, str]] = []
-        compute = self.plugins
+        compute = plugins or self.plugins
 
         def text_block(text: str, role: str, compute_text: str) -> BlockRef:
             ref = builder.add_text(text, role=role, created_at=ts)
@@ -333,15 +358,22 @@ class Memory(Reader):
                 self.store.move(hit.unit_id, "documents", "context")
                 self._indexed(hit.unit_id, "documents", added=False)
                 moved.append(hit.unit_id)
+        if moved:
+            from .turn import pin_units
+            with self.store.locked():
+                pin_units(self.store, moved)   # never evicted before the next turn
         if moved and self.auto_prune:
             self.prune(query=text)
         return moved
 
     def prune(self, query: str = "") -> str | None:
-        """If L1 holds more than capacity, move the least relevant unprotected events into one
-        new L2 unit (journaled, exactly once); returns its id, or None when nothing moved."""
+        """If L1 holds more than capacity, move the least relevant unprotected, unpinned
+        events down to the watermark into new L2 units, one per coherent group, in one
+        journal entry (exactly once); returns the first unit's id, or None when nothing
+        moved (fsmem.prune.prune_context returns them all)."""
         from .prune import prune_context
-        return prune_context(self, query)
+        ids = prune_context(self, query)
+        return ids[0] if ids else None
 
     def remove(self, unit_id: str, layer: str = "documents") -> None:
         """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""

@@ -549,7 +549,7 @@ def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     return terms, counts.astype(np.float32)
 
 
-def unit_texts(mem: "Memory", path: str, manifest) -> list[str]:
+def unit_texts(mem: "Reader", path: str, manifest) -> list[str]:
     """The compute-layer texts of a unit: its summary and every event's (``event_texts``)."""
     out = [manifest.summary] if manifest.summary else []
     for ev in manifest.events:
@@ -557,7 +557,7 @@ def unit_texts(mem: "Memory", path: str, manifest) -> list[str]:
     return out
 
 
-def event_texts(mem: "Memory", path: str, ev) -> list[str]:
+def event_texts(mem: "Reader", path: str, ev) -> list[str]:
     """One event's text blocks through the plugin declarations (cleaners applied, no_memory
     left out), plus the names and MIME types of its media blocks."""
     from .blocks import read_block

@@ -161,7 +161,8 @@ class Event(msgspec.Struct, kw_only=True):
 
 
 class TextEvent(msgspec.Struct, kw_only=True):
-    """SDK TextEvent: ``timestamp`` is Unix seconds (int) or anything Timestamp.coerce takes."""
+    """SDK TextEvent: ``timestamp`` is Unix seconds (int) or anything Timestamp.coerce takes;
+    0 (Go's zero value) means now, as None does."""
 
     role: str
     content: str
@@ -171,7 +172,8 @@ class TextEvent(msgspec.Struct, kw_only=True):
 
     def to_event(self) -> Event:
         """Assistant text is a response (source ``channel`` or ``agent``); other roles are input."""
-        ts = Timestamp.coerce(self.timestamp, field="TextEvent.timestamp")
+        zero = type(self.timestamp) in (int, float) and self.timestamp == 0
+        ts = Timestamp.coerce(None if zero else self.timestamp, field="TextEvent.timestamp")
         if self.role == "assistant":
             return Event(timestamp=ts, source=self.channel or "agent", role=self.role,
                          response=self.content, attachments=list(self.attachments))

@@ -3,7 +3,9 @@
 The kernel names no plugin or channel. Behaviour differences are declared by the host:
 ``no_memory`` keeps an event's text out of the compute layer (vectors, keywords, summary,
 distillation) while the original is still stored; ``cleaner`` rewrites compute-layer text
-only, never the stored original.
+only, never the stored original. ``context_policy`` / ``recall_policy`` act in
+``Memory.turn`` (fsmem.turn): a channel's for its input events (unless the turn's
+InjectOptions set them), a tool's for its outputs in the turn.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Callable, Iterable
 __all__ = ["ToolDef", "ChannelDef", "Plugins", "Cleaner"]
 
 Cleaner = Callable[[str], str]
+_POLICIES = {"context_policy": ("", "none", "prune"), "recall_policy": ("", "none", "auto")}
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class ToolDef:
     no_memory: bool = False
     cleaner: Cleaner | None = None
     context_policy: str = ""      # "" or "none": no prune trigger; "prune": prune after its output
-    recall_policy: str = ""       # "" or "none": no recall; "auto": recall on its output
+    recall_policy: str = ""       # "" or "none": no query; "auto": query L2 with its output
     plugin: str = ""
     description: str = ""
 
@@ -36,8 +39,8 @@ class ChannelDef:
     name: str
     no_memory: bool = False
     cleaner: Cleaner | None = None
-    context_policy: str = ""      # default none
-    recall_policy: str = "auto"   # default auto
+    context_policy: str = ""      # "" or "none" (default): no prune; "prune": prune on input
+    recall_policy: str = "auto"   # "auto" (default, also ""): query L2 with the input; "none"
 
 
 @dataclass
@@ -57,6 +60,14 @@ class Plugins:
         return reg
 
     def register(self, d: ToolDef | ChannelDef) -> None:
+        """Add a declaration; ValueError naming the field for a policy value it cannot have."""
+        if isinstance(d, (ToolDef, ChannelDef)):
+            for name, value in (("context_policy", d.context_policy),
+                                ("recall_policy", d.recall_policy)):
+                allowed = _POLICIES[name]
+                if value not in allowed:
+                    raise ValueError(f"{type(d).__name__}({d.name!r}).{name}: {value!r} is "
+                                     f"not one of {', '.join(repr(a) for a in allowed)}")
         if isinstance(d, ToolDef):
             self.tools[d.name] = d
         elif isinstance(d, ChannelDef):

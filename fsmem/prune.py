@@ -1,11 +1,14 @@
 """Prune (L1 → L2), HomeAgent semantics, exactly once through the journal.
 
-When L1 holds more than ``context_capacity`` events: the ``context_protected`` events that
-arrived in L1 most recently stay (arrival, not event time); the others are ranked by cosine
-similarity of their stored vectors to the query; the best stay up to capacity; the rest move
-whole into ONE new L2 unit. Blocks move by hard link (same inode, never re-encoded) and their
-vector rows are copied bit for bit. A unit that keeps some events is replaced by a remainder
-unit holding exactly those, with the same arrival time.
+When L1 holds more than ``context_capacity`` events, it is pruned down to a low watermark
+(HomeAgent's ``topK`` rule, see ``watermark``), so one prune archives a batch: the units a
+recall pinned stay whole, the ``context_protected`` other events that arrived most recently
+stay (arrival, not event time), the rest are ranked by similarity to the query and the best
+stay up to the watermark. The evicted events are split into coherent groups (adjacent in
+time: no gap over ``SESSION_GAP_NS``), one new L2 unit per group, all in ONE journal entry.
+Blocks move by hard link (same inode, never re-encoded) and their vector rows are copied bit
+for bit. A unit that keeps some events is replaced by a remainder unit holding exactly those,
+with the same arrival time.
 """
 
 from __future__ import annotations
@@ -24,9 +27,30 @@ from .timestamps import Timestamp
 if TYPE_CHECKING:
     from .flows import Memory, _Loaded
 
-__all__ = ["prune_context", "select_evictions"]
+__all__ = ["prune_context", "select_evictions", "watermark", "group_evictions",
+           "AVG_EVENT_TOKENS", "SESSION_GAP_NS"]
 
 log = logging.getLogger(__name__)
+
+AVG_EVENT_TOKENS = 2000                   # HomeAgent's defaultAvgEventTokens
+SESSION_GAP_NS = 3600 * 1_000_000_000     # a longer silence starts another archive unit
+
+
+def watermark(capacity: int, protected: int, *, context_tokens: int | None,
+              avg_event_tokens: int = AVG_EVENT_TOKENS) -> int:
+    """How many events L1 keeps after a prune: HomeAgent's ``contextTopK`` =
+    clamp(context_tokens / avg_event_tokens, >= protected + 1, <= capacity - 1).
+
+    Without a token budget from the host, ``context_tokens`` is the context share of
+    HomeAgent's budget for an unknown window (32768 tokens, empty system prompt), which is
+    what HomeAgent itself falls back to: 11 at the defaults 30/10."""
+    if context_tokens is None:
+        from .render import budget_split
+        context_tokens = budget_split(0, "").context_tokens
+    if avg_event_tokens < 1:
+        raise ValueError(f"avg_event_tokens: expected >= 1, got {avg_event_tokens!r}")
+    top_k = max(context_tokens // avg_event_tokens, protected + 1)
+    return max(0, min(top_k, capacity - 1))
 
 
 def _event_vector(unit: "_Loaded", rec: EventRecord) -> np.ndarray | None:
@@ -39,19 +63,57 @@ def _event_vector(unit: "_Loaded", rec: EventRecord) -> np.ndarray | None:
 
 
 def select_evictions(units: list["_Loaded"], capacity: int, protected: int,
-                     similarity: Callable[["_Loaded", EventRecord], float]) -> set[str]:
-    """Event ids to move out of L1 (empty when L1 is within capacity)."""
+                     similarity: Callable[["_Loaded", EventRecord], float], *,
+                     keep: int | None = None, pinned: frozenset[str] = frozenset()) -> set[str]:
+    """Event ids to move out of L1 (empty when L1 is within capacity): down to ``keep``
+    events (default: capacity). Events of ``pinned`` units are never chosen; when they and
+    the protected events alone exceed ``keep``, every other event goes and L1 stays over."""
     events = [(u, rec) for u in units for rec in u.manifest.events]
     if len(events) <= capacity:
         return set()
+    keep = capacity if keep is None else keep
+    n_pinned = sum(1 for u, _ in events if u.unit_id in pinned)
+    events = [p for p in events if p[0].unit_id not in pinned]
     # Arrival order: unit arrival (directory mtime), then event time within a unit.
     events.sort(key=lambda p: (p[0].arrival_ns, p[0].unit_id, p[1].timestamp.ns, p[1].id))
     keep_protected = events[len(events) - protected:] if protected else []
     candidates = events[:len(events) - protected] if protected else events
-    slots = capacity - len(keep_protected)
+    slots = max(0, keep - len(keep_protected) - n_pinned)
     ranked = sorted(candidates, reverse=True,  # ties: keep the more recent
                     key=lambda p: (similarity(*p), p[1].timestamp.ns, p[1].id))
     return {rec.id for _, rec in ranked[slots:]}
+
+
+Pair = tuple["_Loaded", EventRecord]
+
+
+def group_evictions(pairs: list[Pair], gap_ns: int = SESSION_GAP_NS) -> list[list[Pair]]:
+    """Split evicted events into coherent groups, one archive unit each: in timestamp order,
+    a silence longer than ``gap_ns`` starts a new group (a new session). Sources are not
+    split: a two-person conversation alternates sources and belongs together. A lone event
+    (a straggler kept by relevance since an older session) joins the nearest group in time,
+    so no one-event crumbs are written while other groups exist."""
+    ordered = sorted(pairs, key=lambda p: (p[1].timestamp.ns, p[1].id))
+    groups: list[list[Pair]] = []
+    for pair in ordered:
+        if groups and pair[1].timestamp.ns - groups[-1][-1][1].timestamp.ns <= gap_ns:
+            groups[-1].append(pair)
+        else:
+            groups.append([pair])
+    i = 0
+    while len(groups) > 1 and i < len(groups):
+        if len(groups[i]) > 1:
+            i += 1
+            continue
+        t = groups[i][0][1].timestamp.ns
+        before = t - groups[i - 1][-1][1].timestamp.ns if i > 0 else None
+        after = groups[i + 1][0][1].timestamp.ns - t if i + 1 < len(groups) else None
+        j = i - 1 if after is None or (before is not None and before <= after) else i + 1
+        lone = groups.pop(i)
+        target = groups[j if j < i else i]
+        target[:] = (lone + target) if j > i else (target + lone)
+        i = 0
+    return groups
 
 
 def _similarity(mem: "Memory", units: list["_Loaded"], query: str
@@ -75,23 +137,36 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
     return cosine
 
 
-def prune_context(mem: "Memory", query: str) -> str | None:
+def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = None,
+                  pinned: frozenset[str] | None = None) -> list[str]:
+    """Prune L1 if it holds more than capacity; returns the new L2 unit ids (oldest group
+    first), [] when nothing moved. ``pinned`` (default: the recall pins on disk) are unit
+    ids never evicted; ``context_tokens`` (default: ``mem.context_tokens``) sets the
+    watermark."""
     store = mem.store
     with store.locked():
         units = mem._load_layer("context", with_vectors=True)
         if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
-            return None
+            return []
+        if pinned is None:
+            from .turn import read_pins
+            pinned = frozenset(read_pins(store))
+        tokens = context_tokens if context_tokens is not None else \
+            getattr(mem, "context_tokens", None)
+        keep = watermark(mem.context_capacity, mem.context_protected, context_tokens=tokens)
         evict = select_evictions(units, mem.context_capacity, mem.context_protected,
-                                 _similarity(mem, units, query))
+                                 _similarity(mem, units, query), keep=keep, pinned=pinned)
         if not evict:
-            return None
+            return []
+        groups = group_evictions([(u, r) for u in units for r in u.manifest.events
+                                  if r.id in evict])
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
         logged = mem.access.stats()
-        staged = []
+        staged, l2_ids = [], []
         try:
-            l2_id = _stage(mem, [(u, r) for u in units for r in u.manifest.events
-                                 if r.id in evict], entry, "documents", archive=True)
-            staged.append(entry.publish[-1][0])
+            for group in groups:
+                l2_ids.append(_stage(mem, group, entry, "documents", archive=True))
+                staged.append(entry.publish[-1][0])
             for u in units:
                 ids = {r.id for r in u.manifest.events}
                 if not ids & evict:
@@ -110,9 +185,10 @@ def prune_context(mem: "Memory", query: str) -> str | None:
                 shutil.rmtree(f"{store.staging}/{name}", ignore_errors=True)
             raise
         store.journal_apply(entry)
-        mem._indexed(l2_id, "documents", added=True)
-        log.info("pruned %d events from L1 into %s", len(evict), l2_id)
-        return l2_id
+        for l2_id in l2_ids:
+            mem._indexed(l2_id, "documents", added=True)
+        log.info("pruned %d events from L1 into %s", len(evict), ", ".join(l2_ids))
+        return l2_ids
 
 
 def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: JournalEntry,
@@ -153,3 +229,4 @@ def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: Jou
     name = builder.path.rsplit("/", 1)[1]
     entry.publish.append((name, layer, builder.unit_id))
     return builder.unit_id
+

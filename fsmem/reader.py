@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
@@ -159,10 +159,19 @@ class Reader:
             return [e for e, _ in pairs]
         return self.consistent(read, ("context",))
 
-    def render(self, budget_tokens: int, *, estimator=None) -> str:
-        """The model's view of L1 under a token budget (fsmem.render.render over timeline())."""
+    def render(self, budget_tokens: int, *, estimator=None, hits: Sequence[Hit] = (),
+               memory_tokens: int | None = None) -> str:
+        """The model's view of L1 under a token budget (fsmem.render.render over timeline());
+        ``hits`` (a turn's query hits) come first as their own section within
+        ``memory_tokens`` (default: a third of the budget, budget_split's memory share)."""
         from .render import render
-        return render(self.timeline(), budget_tokens, estimator=estimator)
+        from .turn import hit_views
+        views = hit_views(self, hits)
+        if views and memory_tokens is None:
+            memory_tokens = budget_tokens // 3
+            budget_tokens -= memory_tokens
+        return render(self.timeline(), budget_tokens, estimator=estimator, hits=views,
+                      memory_tokens=memory_tokens or 0)
 
     def document(self, unit_id: str) -> Document:
         """A unit read back whole, from whichever layer holds it."""

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter
-from typing import Iterable, Protocol, runtime_checkable
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import MissingDependency
 from .model import BlockRef, Event
@@ -21,16 +21,18 @@ from .timestamps import Timestamp
 __all__ = [
     "HEADER", "MIN_BODY_TOKENS", "DEFAULT_CONTEXT_WINDOW", "TokenEstimator",
     "AdditiveEstimator", "HeuristicEstimator", "RuneEstimator", "TiktokenEstimator",
-    "BudgetSplit", "render", "budget_split",
+    "BudgetSplit", "render", "budget_split", "HITS_HEADER", "HitView",
 ]
 
 log = logging.getLogger(__name__)
 
 HEADER = "【对话时序】"
+HITS_HEADER = "【相关记忆】"     # the turn's query hits (HomeAgent injects Query(input, top 3))
 MIN_BODY_TOKENS = 32            # a cut body keeps about this much: its beginning stays readable
 DEFAULT_CONTEXT_WINDOW = 32768  # HomeAgent's window when the provider's is unknown
 _MARKER = "…[+{}字]"            # what a cut removed, in characters
 _OMITTED = "({} earlier events omitted)\n"
+_MORE_HITS = "({} more hits omitted)\n"
 _UNKNOWN_TIME = "????-??-?? ??:??:??"
 _BY_TIME = attrgetter("timestamp.ns")
 _ATTEMPTS = 12                  # plans allowed when a non-additive estimator overshoots
@@ -146,6 +148,15 @@ class TiktokenEstimator:
 
     def count(self, text: str) -> int:
         return len(self._enc.encode(text, disallowed_special=())) if text else 0
+
+
+@dataclass(frozen=True)
+class HitView:
+    """One query hit as the model sees it: a label (the unit's summary) and its text (the
+    unit's content view, every event whole; render cuts it to the hits' share)."""
+
+    label: str
+    text: str
 
 
 @dataclass(slots=True)
@@ -335,16 +346,17 @@ def _fill(bodies: list[_Body], room: int, floor: int, meter: _Meter) -> int | No
         meter.settle(stale)
 
 
-def _select(events: list[Event], budget: int, meter: _Meter,
-            floor: int) -> tuple[int, list[_Entry]]:
-    """Newest first, the most events whose least forms fit with the header and, when any is
-    left out, the omitted line: (how many, their entries oldest first), or (-1, []).
-    Measured in batches sized by the mean least cost so far, to keep numpy passes few."""
-    n, days, size = len(events), {}, 64
-    head, omit = meter.units(HEADER + "\n"), meter.units(_OMITTED.format(n))
+def _select(make: Callable[[int], _Entry], n: int, budget: int, meter: _Meter, floor: int,
+            head_text: str, omit_fmt: str) -> tuple[int, list[_Entry]]:
+    """In priority order (``make(0)`` first), the most entries whose least forms fit with
+    the header and, when any is left out, the omitted line: (how many, their entries in
+    priority order), or (-1, []). Measured in batches sized by the mean least cost so far,
+    to keep numpy passes few."""
+    size = 64
+    head, omit = meter.units(head_text), meter.units(omit_fmt.format(n))
     best, used, done, chosen = (0 if head + omit <= budget else -1), head, 0, []
     while done < n and used <= budget:
-        batch = [_entry(events[n - 1 - i], days) for i in range(done, min(n, done + size))]
+        batch = [make(i) for i in range(done, min(n, done + size))]
         meter.measure(batch, floor)
         for entry in batch:
             done, used = done + 1, used + entry.least
@@ -354,25 +366,49 @@ def _select(events: list[Event], budget: int, meter: _Meter,
             if used + (omit if done < n else 0) <= budget:
                 best = done
         size = max(16, (budget - used) * done // max(1, used - head) * 21 // 20 + 1)
-    return best, chosen[:max(best, 0)][::-1]
+    return best, chosen[:max(best, 0)]
 
 
-def _layout(events: list[Event], budget: int, meter: _Meter, floor: int) -> str:
-    """One plan in units: select events, water-fill their bodies, build the text once."""
-    n = len(events)
-    shown, chosen = _select(events, budget, meter, floor)
-    if shown < 0:
-        return ""
-    extra = [_OMITTED.format(n - shown)] if shown < n else []
-    room = budget - meter.units(HEADER + "\n" + "".join(extra)) - sum(e.fixed for e in chosen)
+@dataclass(frozen=True)
+class _Section:
+    """How one section is laid out: its first line, its omitted line, and whether its first
+    entry is always shown (the timeline's newest event) even over budget."""
+
+    head: str
+    omit_fmt: str
+    oldest_first: bool   # entries were made newest first: show them reversed
+    force_first: bool
+
+
+_TIMELINE = _Section(HEADER + "\n", _OMITTED, oldest_first=True, force_first=True)
+_HITS = _Section(HITS_HEADER + "\n", _MORE_HITS, oldest_first=False, force_first=False)
+
+
+def _layout(make: Callable[[int], _Entry], n: int, budget: int, meter: _Meter, floor: int,
+            sec: _Section) -> tuple[str, bool]:
+    """One plan in units: select entries, water-fill their bodies, build the text once.
+    Returns (text, forced): forced when only the always-shown first entry, at the floor,
+    is given although it does not fit."""
+    shown, chosen = _select(make, n, budget, meter, floor, sec.head, sec.omit_fmt)
+    forced = False
+    if shown <= 0 and sec.force_first and n:
+        chosen = [make(0)]
+        meter.measure(chosen, floor)
+        shown, forced = 1, True
+    if shown <= 0:
+        return "", False
+    if sec.oldest_first:
+        chosen = chosen[::-1]
+    extra = [sec.omit_fmt.format(n - shown)] if shown < n else []
+    room = budget - meter.units(sec.head + "".join(extra)) - sum(e.fixed for e in chosen)
     bodies = [b for e in chosen for b in e.bodies]
     level = _fill(bodies, room, floor, meter)
     if level is not None:
         meter.extend([b for b in bodies if b.cost > level + b.mark and level > b.at], level)
-    out = [HEADER, "\n", *extra]
+    out = [sec.head, *extra]
     for e in chosen:
         out += [p if p.__class__ is str else _show(p, level) for p in e.pieces]  # type: ignore
-    return "".join(out)
+    return "".join(out), forced
 
 
 def _show(body: _Body, level: int | None) -> str:
@@ -384,35 +420,61 @@ def _show(body: _Body, level: int | None) -> str:
 
 def render(events: Iterable[Event], budget_tokens: int, *,
            estimator: TokenEstimator | None = None,
-           min_body_tokens: int = MIN_BODY_TOKENS) -> str:
-    """The timeline as the model sees it, never over ``budget_tokens`` by ``estimator``.
+           min_body_tokens: int = MIN_BODY_TOKENS, hits: Sequence[HitView] = (),
+           memory_tokens: int = 0) -> str:
+    """The timeline as the model sees it, within ``budget_tokens`` by ``estimator``.
 
     Events are shown oldest first (stable for equal timestamps). Every body is whole when all
     fit; otherwise each gets min(its cost, one common cap), cut with ``…[+N字]``; when not
     even every event with bodies at ``min_body_tokens`` fits, the oldest collapse into one
-    line. "" when there are no events or not even the header fits. Deterministic.
+    line. The newest event is always shown, at least its bodies' beginnings at the floor,
+    however small the budget (HomeAgent also always shows one event): that minimal view is
+    the one output that may exceed the budget. "" when there are no events.
+
+    ``hits`` (the read-only query hits of the turn, best first) come first as their own
+    section, ``【相关记忆】``, within ``memory_tokens`` (budget_split's memory share), each
+    hit's text water-filled by the same rule; the lowest-ranked collapse first. Deterministic.
     """
-    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 0:
-        raise ValueError(f"budget_tokens: expected an int >= 0, got {budget_tokens!r}")
+    for name, value in (("budget_tokens", budget_tokens), ("memory_tokens", memory_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
     est = estimator if estimator is not None else HeuristicEstimator()
+    meter = _Meter(est)
+    floor = max(1, min_body_tokens) * meter.scale
+    section = _render_hits(list(hits), memory_tokens, meter, floor) if hits else ""
     ordered = list(events)
     try:
         ordered.sort(key=_BY_TIME)
     except AttributeError:  # some event has no timestamp: those sort first
         ordered.sort(key=lambda e: (0, 0) if e.timestamp is None else (1, e.timestamp.ns))
     if not ordered:
-        return ""
-    meter = _Meter(est)
-    return _fit(ordered, budget_tokens, meter, max(1, min_body_tokens) * meter.scale)
+        return section
+    days: dict[int, str] = {}
+    n = len(ordered)
+    return section + _fit(lambda i: _entry(ordered[n - 1 - i], days), n, budget_tokens, meter,
+                          floor, _TIMELINE)
 
 
-def _fit(events: list[Event], budget: int, meter: _Meter, floor: int) -> str:
+def _render_hits(hits: list[HitView], budget: int, meter: _Meter, floor: int) -> str:
+    """The query hits section: ``#k label`` then the hit's text as one body, best first."""
+    def make(i: int) -> _Entry:
+        body = _Body(hits[i].text)
+        label = " ".join(str(hits[i].label).split())
+        return _Entry([f"#{i + 1} {label}\n", body, "\n"], [body])
+    return _fit(make, len(hits), budget, meter, floor, _HITS)
+
+
+def _fit(make: Callable[[int], _Entry], n: int, budget: int, meter: _Meter, floor: int,
+         sec: _Section) -> str:
     """Plan for the whole budget and check the text once. Only a non-additive estimator can
     overshoot (its parts' counts under-predict the whole); then the planning budget is
-    searched, in proportion to the overshoot or by halves, keeping the best text that fits."""
+    searched, in proportion to the overshoot or by halves, keeping the best text that fits.
+    The forced minimal view (the newest event only, at the floor) is returned as it is."""
     plan, lo, hi, best = budget, 0, budget + 1, ""  # plans <= lo fit (best), plans >= hi do not
     for _ in range(_ATTEMPTS):
-        text = _layout(events, plan * meter.scale, meter, floor)
+        text, forced = _layout(make, n, plan * meter.scale, meter, floor, sec)
+        if forced:
+            return text
         used = meter.est.count(text)
         if used <= budget:
             if plan == budget:
@@ -426,6 +488,8 @@ def _fit(events: list[Event], budget: int, meter: _Meter, floor: int) -> str:
             break
         guess = plan * budget // used if used > budget else (lo + hi) // 2
         plan = min(hi - 1, max(lo + 1, guess))
+    if not best and sec.force_first and n:
+        return _layout(make, n, 0, meter, floor, sec)[0]
     return best
 
 

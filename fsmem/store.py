@@ -28,7 +28,7 @@ from typing import Iterator, Literal
 
 from . import _fsops as fsops
 from .errors import AlreadyExists, FormatError, NotFound, StoreLocked
-from .layout import LAYERS, META, JournalEntry, Layer, Layout, owner_dead
+from .layout import LAYERS, JournalEntry, Layer, Layout, owner_dead
 from .model import FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, encode_pretty
 from .timestamps import Timestamp
 from .unit import UnitBuilder
@@ -61,7 +61,7 @@ class Store(Layout):
         super().__init__(root)
         self.durability = durability
         self.lock_timeout = lock_timeout
-        self.pins_dir = os.path.join(self.meta, "pins")
+        self.pins_dir = os.path.join(self.meta, "snapshot-pins")
         self._lock_fd: int | None = None
         self._lock_depth = 0
         self._recovered = False

@@ -61,6 +61,55 @@ def test_crash_point_sweep_prune_and_recall(tmp_path):
     assert "recalled ['u-" in proc.stdout
 
 
+CHILD_LOOP = """
+import sys
+from fsmem import Event, Memory
+from fsmem.prune import prune_context
+mem = Memory.open(sys.argv[1], context_capacity=5, context_protected=1, auto_prune=False)
+print("groups", len(prune_context(mem, "keep")), flush=True)
+mem.auto_prune = True
+print("recalled", mem.recall("archived conversation", top_k=1), flush=True)
+mem.append(Event(source="qq", input="keep the recall pinned"))
+"""
+
+
+def _loop_template(path) -> Counter:
+    """L1 holds two sessions a day apart (a multi-group prune); L2 a 4-event conversation
+    that a recall brings back into a full L1 (its own prune must evict others, not it)."""
+    from fsmem import Timestamp
+    day = 86_400_000_000_000
+    t0 = Timestamp.parse("2026-10-01T08:00:00Z").ns
+    mem = Memory.open(path, context_capacity=100, auto_prune=False)
+    mem.commit_events([Event(timestamp=Timestamp(t0 - day + k), source="qq",
+                             input=f"archived conversation {k}") for k in range(4)])
+    for k in range(4):
+        for d in (0, 1):
+            mem.append(Event(timestamp=Timestamp(t0 + d * day + k * 60_000_000_000),
+                             source="wechat" if d else "qq",
+                             input=("keep" if k % 2 else "drop") + f" day{d} {k}"))
+    return _all_events(path)
+
+
+def test_crash_point_sweep_multi_group_prune_pinned_recall(tmp_path):
+    template = tmp_path / "template"
+    expected = _loop_template(template)
+    assert all(c == 1 for c in expected.values()) and len(expected) == 12
+    appended = {"keep the recall pinned"}
+
+    def check(root, label):
+        got = _all_events(root)          # reopening runs recovery
+        new = got - expected             # the child's own append, once if it was durable
+        assert not expected - got and all(c == 1 for c in got.values()), \
+            f"{label}: events lost or duplicated: {expected - got} {got}"
+        assert {inp for _, inp, _ in new} <= appended, label
+        assert Memory.open(root).fsck() == [], label
+        assert os.listdir(root / ".fsmem" / "staging") == [], label
+        assert os.listdir(root / ".fsmem" / "journal") == [], label
+    n, proc = crash_sweep(tmp_path, template, CHILD_LOOP, check)
+    assert "groups 2" in proc.stdout and "recalled ['u-" in proc.stdout
+    assert n > 30
+
+
 def test_two_processes_recalling_and_pruning(tmp_path):
     root = tmp_path / "m"
     mem = Memory.open(root, auto_prune=False)

@@ -148,7 +148,7 @@ def _identity(mem, layer, unit):
 
 def test_block_ids_vectors_and_created_at_never_change(tmp_path):
     mem = Memory.open(tmp_path / "m", context_capacity=2, context_protected=0, auto_prune=False)
-    mem.append(_events(2)[1])
+    eid = mem.append(_events(2)[1])
     before_blocks, before_vecs = {}, {}
     for unit in mem.units("context"):
         b, v = _identity(mem, "context", unit)
@@ -158,8 +158,9 @@ def test_block_ids_vectors_and_created_at_never_change(tmp_path):
     mem.append(Event(source="cli", input="unrelated two"))
     unit = mem.prune(query="unrelated")
     in_l2, vec_l2 = _identity(mem, "documents", unit)
-    assert {k: x[0] for k, x in in_l2.items()} == before_blocks
-    assert vec_l2 == before_vecs
+    # The prune archives a batch (down to the watermark): this event's blocks and rows.
+    assert {k: x[0] for k, x in in_l2.items() if k[0] == eid} == before_blocks
+    assert {k: v for k, v in vec_l2.items() if k.startswith(eid + ":")} == before_vecs
     calls = mem.embedder.calls
     assert mem.recall("咖啡机 coffee machine", top_k=1) == [unit]
     assert mem.embedder.calls == calls          # recall never calls the embedder
@@ -211,35 +212,38 @@ def test_prune_protects_the_most_recent_arrivals(tmp_path):
         mem.append(Event(source="cli", input=f"solar panel {k}"))
     assert mem.recall("piano lesson", top_k=1) == [archived]
     mem.append(Event(source="cli", input="solar panel fresh"))
-    mem.prune(query="solar panel")           # 5 events, capacity 4: one goes
+    mem.prune(query="solar panel")           # 5 events, capacity 4: down to the watermark 3
     inputs = [e.input for e in mem.timeline()]
     assert "ancient piano lesson notes" in inputs   # protected by its arrival
-    assert len(inputs) == 4
+    assert len(inputs) == 3
 
 
 def test_prune_keeps_the_most_relevant(tmp_path):
-    mem = Memory.open(tmp_path / "m", context_capacity=3, context_protected=1, auto_prune=False)
+    # capacity 4: the prune goes down to the watermark clamp(8, >= 2, <= 3) = 3
+    mem = Memory.open(tmp_path / "m", context_capacity=4, context_protected=1, auto_prune=False)
     for text in ("cat food brand", "solar panel output", "cat food price", "visa appointment",
-                 "latest message"):
+                 "rain boots", "latest message"):
         mem.append(Event(source="cli", input=text))
     unit = mem.prune(query="cat food")
     kept = sorted(e.input for e in mem.timeline())
     assert kept == ["cat food brand", "cat food price", "latest message"]
-    assert sorted(e.input for e in mem.document(unit).events) == ["solar panel output",
+    assert sorted(e.input for e in mem.document(unit).events) == ["rain boots",
+                                                                   "solar panel output",
                                                                    "visa appointment"]
     assert mem.prune(query="cat food") is None      # within capacity now
     assert mem.fsck() == []
 
 
 def test_prune_moves_events_into_one_unit_and_splits_a_recalled_unit(tmp_path):
-    mem = Memory.open(tmp_path / "m", context_capacity=3, context_protected=0, auto_prune=False)
+    mem = Memory.open(tmp_path / "m", context_capacity=4, context_protected=0, auto_prune=False)
     unit = mem.commit_events([Event(source="qq", input="alpha topic"),
                               Event(source="qq", input="beta other"),
-                              Event(source="qq", input="alpha again")])
+                              Event(source="qq", input="alpha again"),
+                              Event(source="qq", input="gamma thing")])
     mem.recall("alpha", top_k=1)
-    mem.append(Event(source="cli", input="alpha three"))
-    new = mem.prune(query="alpha")
-    assert [e.input for e in mem.document(new).events] == ["beta other"]
+    mem.append(Event(source="cli", input="alpha three"))   # the recall's turn ends: unpinned
+    new = mem.prune(query="alpha")                          # 5 events: down to 3
+    assert [e.input for e in mem.document(new).events] == ["beta other", "gamma thing"]
     assert sorted(e.input for e in mem.timeline()) == ["alpha again", "alpha three", "alpha topic"]
     assert unit not in mem.units("context")   # replaced by a remainder unit
     assert mem.fsck() == []

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsmem.model import BlockRef, Event, ToolOutput
-from fsmem.render import (HEADER, MIN_BODY_TOKENS, AdditiveEstimator, BudgetSplit,
-                          HeuristicEstimator, RuneEstimator, TiktokenEstimator, TokenEstimator,
-                          budget_split, render)
+from fsmem.render import (HEADER, HITS_HEADER, MIN_BODY_TOKENS, AdditiveEstimator,
+                          BudgetSplit, HeuristicEstimator, HitView, RuneEstimator,
+                          TiktokenEstimator, TokenEstimator, budget_split, render)
 from fsmem.timestamps import Timestamp
 
 HEUR = HeuristicEstimator()
@@ -111,10 +111,12 @@ def test_order_is_by_timestamp_stable_for_ties_and_times_in_their_own_offset():
     assert render(events + [undated], 1000).split("\n")[1] == "[????-??-?? ??:??:??] s9: when?"
 
 
-def test_no_events_or_no_room_gives_empty_text_and_bad_budget_is_refused():
+def test_no_events_gives_empty_text_and_bad_budget_is_refused():
     assert render([], 1000) == ""
-    assert render([ev(0, "hello")], 0) == ""
-    assert render([ev(0, "hello")], 3) == ""  # not even the header and the omitted line
+    # However small the budget, the newest event's beginning is shown (issue 12).
+    for budget in (0, 1, 3):
+        assert shown_sources(render([ev(0, "hello")], budget)) == ["s0"]
+        assert "hello" in render([ev(0, "hello")], budget)
     for bad in (-1, 1.5, True, "100"):
         with pytest.raises(ValueError):
             render([ev(0, "x")], bad)  # type: ignore[arg-type]
@@ -213,9 +215,11 @@ def test_collapse_oldest_events_into_one_line_when_not_even_the_first_lines_fit(
     assert shown == [f"s{i}" for i in range(n_omitted, 500)]  # the newest, oldest first
     for i in range(n_omitted, 500):
         assert f"message number {i} " in out
-    # Only the header and the omitted line fit:
+    # Only the header and the omitted line fit: the newest event's beginning is still shown.
     tiny = HEUR.count(f"{HEADER}\n(500 earlier events omitted)\n")
-    assert render(events, tiny) == f"{HEADER}\n(500 earlier events omitted)\n"
+    out = render(events, tiny)
+    assert out.startswith(f"{HEADER}\n(499 earlier events omitted)\n")
+    assert shown_sources(out) == ["s499"] and "message number 499 " in out
 
 
 def test_min_body_tokens_sets_the_floor_of_a_cut_body():
@@ -326,7 +330,10 @@ ESTIMATORS = [HEUR, RUNE, WordEstimator(), LineSquareEstimator()]
 def test_random_timelines_fit_the_budget_in_order_and_deterministically(events, budget, k, rnd):
     est = ESTIMATORS[k]
     out = render(events, budget, estimator=est)
-    assert est.count(out) <= budget
+    # Never over budget, except the minimal view: the newest event at the floor, always shown.
+    assert est.count(out) <= budget or (out == render(events, 0, estimator=est)
+                                        and len(shown_sources(out)) == 1)
+    assert bool(out) == bool(events)
     assert out == render(events, budget, estimator=est)
     shuffled = list(events)
     rnd.shuffle(shuffled)
@@ -348,7 +355,7 @@ def test_everything_whole_exactly_when_everything_fits(events):
     assert not MARK.search(full) and "omitted" not in full
     need = HEUR.count(full)
     assert render(events, need) == full
-    if events and need > 0:
+    if events and need > 0 and full != render(events, 0):  # not the always-shown minimum
         assert render(events, need - 1) != full
 
 
@@ -389,3 +396,59 @@ def test_render_fills_the_context_share_of_a_split():
     events = [ev(i, "问" * rng.randint(1, 400), "answer " * rng.randint(0, 300)) for i in range(300)]
     out = render(events, split.context_tokens)
     assert split.context_tokens - 200 < HEUR.count(out) <= split.context_tokens
+
+
+# -- issue 12: the newest event always shows; the query hits section ------------------------
+
+def test_budget_one_still_shows_the_newest_events_start():
+    events = [ev(i, f"message {i} " + "长文本" * 300, "reply " * 200) for i in range(40)]
+    for budget in (1, 5, 20):
+        out = render(events, budget)
+        assert shown_sources(out) == ["s39"]
+        assert "message 39 " in out and MARK.search(out)        # its beginning, then cut
+        assert "(39 earlier events omitted)" in out
+    big = render(events, 100_000)
+    assert len(shown_sources(big)) == 40
+
+
+def _hit(k: int, n: int) -> HitView:
+    return HitView(label=f"hit {k}", text=f"BEGIN-{k} " + "内容" * n + f" END-{k}")
+
+
+def test_hits_are_their_own_section_water_filled_within_the_memory_share():
+    events = [ev(i, f"message {i}") for i in range(5)]
+    hits = [_hit(0, 3000), _hit(1, 5), _hit(2, 3000)]
+    split = budget_split(4000, "system")
+    out = render(events, split.context_tokens, hits=hits, memory_tokens=300)
+    section, timeline = out.split(HEADER, 1)
+    assert section.startswith(HITS_HEADER)
+    assert HEUR.count(section) <= 300
+    assert HEUR.count(HEADER + timeline) <= split.context_tokens
+    for k in range(3):
+        assert f"BEGIN-{k}" in section                       # every hit's beginning
+    assert "END-1" in section                                # the short one whole
+    assert "END-0" not in section and "END-2" not in section  # the long ones share one cap
+    cuts = [int(m) for m in MARK.findall(section)]
+    assert len(cuts) == 2 and abs(cuts[0] - cuts[1]) <= 2
+    roomy = render(events, split.context_tokens, hits=hits, memory_tokens=100_000)
+    assert all(f"END-{k}" in roomy for k in range(3)) and not MARK.search(roomy.split(HEADER)[0])
+    assert render(events, split.context_tokens) == HEADER + timeline   # no hits: no section
+
+
+def test_hits_keep_their_rank_and_the_lowest_ones_collapse_first():
+    hits = [_hit(k, 200) for k in range(10)]
+    out = render([ev(0, "x")], 1000, hits=hits, memory_tokens=250)
+    section = out.split(HEADER)[0]
+    shown = [int(m) for m in re.findall(r"BEGIN-(\d+)", section)]
+    assert shown == list(range(len(shown))) and 0 < len(shown) < 10
+    assert f"({10 - len(shown)} more hits omitted)" in section
+
+
+def test_memory_render_shows_the_turns_query_hits(tmp_path):
+    from fsmem import Event as Ev, Memory
+    mem = Memory.open(tmp_path / "m")
+    mem.commit("piano recital on friday at 7 " + "细节" * 50)
+    res = mem.turn(Ev(source="qq", input="piano recital"))
+    out = mem.render(2000, hits=res.hits)
+    assert out.startswith(HITS_HEADER) and "piano recital on friday at 7" in out
+    assert "qq: piano recital" in out.split(HEADER)[1]
