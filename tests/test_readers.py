@@ -113,7 +113,7 @@ def test_prune_remainder_and_recall_keep_access_history(tmp_path):
     assert mem.document(x).access_count == 5          # kept through the recall (same unit)
     mem.append(Event(source="qq", input="the weather today"))
     mem.append(Event(source="qq", input="more about the weather"))
-    mem.prune(query="weather")
+    mem.prune(query="piano lesson part 2")   # keeps one piano event: a remainder unit
     remainders = [u for u in mem.units("context")
                   if mem.document(u).summary == "piano"]
     assert remainders, "part of the piano unit should stay in L1"
