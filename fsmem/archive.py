@@ -147,7 +147,7 @@ def _snapshot(store: Store, layers: Sequence[str], since: Timestamp | None
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
     import io
     info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), mtime, 0o644
+    info.size, info.mtime, info.mode = len(data), int(mtime), 0o644
     tar.addfile(info, io.BytesIO(data))
 
 
@@ -160,7 +160,7 @@ def _add_file(tar: tarfile.TarFile, name: str, path: str, size: int, digest: str
             raise ChecksumMismatch(f"{path}: not a regular file of the {size} bytes its "
                                    "manifest records; run fsmem fsck")
         info = tarfile.TarInfo(name)
-        info.size, info.mtime, info.mode = size, mtime, 0o444
+        info.size, info.mtime, info.mode = size, int(mtime), 0o444
         reader = _HashingReader(fd)
         tar.addfile(info, reader)  # type: ignore[arg-type]
     finally:
@@ -230,17 +230,23 @@ def _open_tar(path: str) -> tuple[tarfile.TarFile, IO[bytes] | None]:
         return tarfile.open(fileobj=fh, mode="r|"), fh
     except (tarfile.TarError, OSError) as exc:
         fh.close()
-        raise FormatError(f"{path}: not a tar archive: {exc}") from exc
+        raise FormatError(f"{path}: entry {HEADER_NAME!r}: not a tar archive, or truncated: "
+                          f"{exc}") from exc
 
 
 def _read_header(tar: tarfile.TarFile, src: str) -> ArchiveHeader:
-    first = tar.next()
+    try:
+        first = tar.next()
+        raw = tar.extractfile(first).read() if first is not None and first.isreg() \
+            and first.size <= MAX_HEADER else b""  # type: ignore[union-attr]
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise FormatError(f"{src}: entry {HEADER_NAME!r}: truncated or unreadable: {exc}") \
+            from exc
     if first is None or first.name != HEADER_NAME or not first.isreg():
         raise FormatError(f"{src}: not an fsmem archive (first entry is "
                           f"{first.name if first else 'missing'!r}, want {HEADER_NAME!r})")
     if first.size > MAX_HEADER:
         raise FormatError(f"{src}: entry {HEADER_NAME}: {first.size} bytes is too large")
-    raw = tar.extractfile(first).read()  # type: ignore[union-attr]
     if len(raw) != first.size:
         raise FormatError(f"{src}: entry {HEADER_NAME}: truncated")
     try:
