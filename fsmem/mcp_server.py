@@ -90,11 +90,14 @@ class MemoryService:
             self._mem.close()
 
 
-def _media_content(types: Any, service: MemoryService, media: list[dict]) -> list[Any]:
+def _media_content(types: Any, service: MemoryService, media: list[dict], *,
+                   inline: bool) -> list[Any]:
+    """Media of a result as MCP content: image content or an embedded resource when
+    ``inline`` (memory_show) and small enough, else a resource link the client can read."""
     out = []
     for m in media:
         uri = m["uri"]
-        if m["size"] > MEDIA_INLINE_MAX:
+        if not inline or m["size"] > MEDIA_INLINE_MAX:
             out.append(types.ResourceLink(type="resource_link", name=m["name"] or m["digest"],
                                           uri=uri, mime_type=m["mime"], size=m["size"]))
             continue
@@ -138,9 +141,9 @@ def build_server(service: MemoryService) -> Any:
         def run() -> Any:
             result = service.call(params.name, params.arguments)
             content = [types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))]
-            return types.CallToolResult(content=content + _media_content(
-                types, service, result.get("media", []) if isinstance(result, dict) else []),
-                structured_content=result)
+            media = _media_content(types, service, result.get("media", []),
+                                   inline=params.name == "memory_show")
+            return types.CallToolResult(content=content + media, structured_content=result)
         try:
             return await anyio.to_thread.run_sync(run)
         except (FsmemError, OSError, ValueError) as exc:
