@@ -169,3 +169,49 @@ def test_missing_store_is_a_clear_tool_error(tmp_path):
             assert "'top_k'" in await _error(s, "coldcontext_query", {"query": "x", "top_k": -1})
     anyio.run(main)
     assert not root.exists()
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_streamable_http_on_loopback(tmp_path):
+    import socket
+    import subprocess
+    import time
+    from mcp.client.streamable_http import streamable_http_client
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fsmem.cli", "mcp", "--http", "--port",
+                             str(port), "--root", str(tmp_path / "m"), "--init"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        listening = Path("/proc/net/tcp").read_text() if Path("/proc/net/tcp").exists() else ""
+        rows = [ln.split() for ln in listening.splitlines()[1:]]
+        local = {r[1] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == port}
+        if rows:
+            assert local == {f"0100007F:{port:04X}"}  # 127.0.0.1 only, never 0.0.0.0
+
+        async def main() -> None:
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w), \
+                    ClientSession(r, w) as s:
+                await s.initialize()
+                assert len((await s.list_tools()).tools) == len(TOOLS)
+                made = await _call(s, "coldcontext_commit", {"content": "over http"})
+                listed = await _call(s, "memory_list", {})
+                assert listed["units"][0]["unit_id"] == made["unit_id"]
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert Memory.open(tmp_path / "m").fsck() == []
