@@ -183,3 +183,44 @@ def test_root_path_target_and_missing_store(tmp_path):
     assert not root.exists()                      # a read never creates a store
     Memory.open(root).commit("one fact", summary="f")
     assert call(str(root), "memory_list", "{}")["total"] == 1
+
+
+def _readme_blocks() -> list[tuple[str, str]]:
+    import re
+    text = (Path(REPO) / "README.md").read_text("utf-8")
+    section = text.split("## Use it from an agent", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+
+
+def test_readme_agent_section_runs(tmp_path):
+    """Every code block of README "Use it from an agent" runs as written."""
+    import os
+    import runpy
+    blocks = _readme_blocks()
+    assert [lang for lang, _ in blocks] == ["json", "python", "sh"]
+    config = json.loads(blocks[0][1])["mcpServers"]["fsmem"]
+    assert config["command"] == "fsmem" and config["args"][:2] == ["mcp", "--root"]
+    work = tmp_path / "work"
+    (work / "fixtures" / "chatgpt").mkdir(parents=True)
+    (work / "fixtures" / "chatgpt" / "conversations.json").write_bytes(
+        (Path(REPO) / "fixtures" / "chatgpt" / "conversations.json").read_bytes())
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = bindir / "fsmem"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m fsmem.cli "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    subprocess.run(["bash", "-e", "-c", blocks[2][1]], cwd=work, env=env, check=True,
+                   capture_output=True)
+    restored = Memory.open(work / "restored")
+    assert len(restored.units("documents")) == 3 and restored.fsck() == []
+    script = tmp_path / "snippet.py"
+    script.write_text(blocks[1][1], "utf-8")
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        ns = runpy.run_path(str(script))
+    finally:
+        os.chdir(cwd)
+    assert ns["result"]["hits"][0]["summary"] == "solar"
+    assert ns["definitions"] == definitions("openai")
