@@ -123,16 +123,21 @@ def _parse_uri(uri: str) -> tuple[str, str | None]:
     raise NotFound(f"resource {uri!r}: want fsmem://unit/<id> or fsmem://unit/<id>/block/<digest>")
 
 
+def _sdk_tools(types: Any) -> list[Any]:
+    """fsmem.tools.TOOLS as SDK Tool objects: the same schemas and annotations."""
+    return [types.Tool(name=t.name, title=t.title, description=t.description,
+                       input_schema=t.schema,
+                       annotations=types.ToolAnnotations(
+                           title=t.title, read_only_hint=t.read_only,
+                           destructive_hint=t.destructive, idempotent_hint=t.idempotent,
+                           open_world_hint=False)) for t in TOOLS]
+
+
 def build_server(service: MemoryService) -> Any:
     """The low-level SDK server with fsmem's tools and unit resources."""
     types, Server = _sdk()
     import anyio
-    tools = [types.Tool(name=t.name, title=t.title, description=t.description,
-                        input_schema=t.schema,
-                        annotations=types.ToolAnnotations(
-                            title=t.title, read_only_hint=t.read_only,
-                            destructive_hint=t.destructive, idempotent_hint=t.idempotent,
-                            open_world_hint=False)) for t in TOOLS]
+    tools = _sdk_tools(types)
 
     async def list_tools(ctx: Any, params: Any) -> Any:
         return types.ListToolsResult(tools=tools)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import msgspec
 
@@ -51,8 +52,13 @@ class ToolSpec:
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
-    run: Callable[[Any, dict[str, Any]], dict[str, Any]] = field(default=lambda t, a: {},
-                                                                 repr=False, compare=False)
+    read_only_if: str = ""   # a boolean argument that, when true, makes the call read-only
+    run: Callable[[Memory, dict[str, Any]], dict[str, Any]] = field(
+        default=lambda mem, a: {}, repr=False, compare=False)
+
+    def reads_only(self, args: dict[str, Any]) -> bool:
+        """Whether this call only reads (then it goes through ``_reader``)."""
+        return self.read_only or bool(self.read_only_if and args.get(self.read_only_if))
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -106,22 +112,29 @@ def unit_json(doc: Any) -> dict[str, Any]:
 
 # -- the read path and the write path ------------------------------------------------------
 
-def _reader(target: "Memory | str | os.PathLike[str]") -> Memory:
-    """Every read tool goes through here: today a Memory (opened without creating anything);
-    the read-only reader (``Memory.open(root, readonly=True)``) replaces it when it exists."""
+@contextmanager
+def _reader(target: "Memory | str | os.PathLike[str]") -> Iterator[Memory]:
+    """Every read tool goes through here: today a Memory (opened without creating anything,
+    closed after the call); the read-only reader (``Memory.open(root, readonly=True)``)
+    replaces it when it exists."""
     if isinstance(target, Memory):
-        return target
-    return Memory.open(target, create=False)
+        yield target
+        return
+    with Memory.open(target, create=False) as mem:
+        yield mem
 
 
-def _writer(target: "Memory | str | os.PathLike[str]") -> Memory:
+@contextmanager
+def _writer(target: "Memory | str | os.PathLike[str]") -> Iterator[Memory]:
+    """Every tool that changes the store goes through here."""
     if isinstance(target, Memory):
-        return target
-    return Memory.open(target, create=False)
+        yield target
+        return
+    with Memory.open(target, create=False) as mem:
+        yield mem
 
 
-def _q_query(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    mem = _reader(t)
+def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     hits = []
     for h in mem.query(a["query"], top_k=a["top_k"]):
         try:
@@ -136,8 +149,7 @@ def _q_query(t: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"query": a["query"], "hits": hits}
 
 
-def _q_commit(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    mem = _writer(t)
+def _q_commit(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     summary = a["summary"] or a["content"][:100]
     uid = mem.commit(a["content"], summary=summary, tags=a["tags"], source=a["source"],
                      media_digests=a["media_digests"])
@@ -146,17 +158,15 @@ def _q_commit(t: Any, a: dict[str, Any]) -> dict[str, Any]:
             "created_at": doc.created_at.isoformat(), "media": _media_of(doc)}
 
 
-def _q_recall(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    mem = _writer(t)
+def _q_recall(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     return {"query": a["query"], "recalled": mem.recall(a["query"], top_k=a["top_k"])}
 
 
-def _q_append(t: Any, a: dict[str, Any]) -> dict[str, Any]:
+def _q_append(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     from .model import Event, MediaAttachment, ToolOutput
     if not a["input"] and not a["response"]:
         raise BadArgument("memory_append: argument 'input' or 'response': give at least one")
     ts = Timestamp.coerce(a["timestamp"] or None, field="argument 'timestamp'")
-    mem = _writer(t)
     event = Event(timestamp=ts, source=a["source"], role=a["role"], input=a["input"],
                   response=a["response"], tools_used=list(a["tools_used"]),
                   tool_results=[ToolOutput(name=r["name"], output=r["output"])
@@ -166,17 +176,15 @@ def _q_append(t: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"event_id": event_id, "timestamp": ts.isoformat()}
 
 
-def _q_render(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    mem = _reader(t)
+def _q_render(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     return {"budget_tokens": a["budget_tokens"], "text": mem.render(a["budget_tokens"])}
 
 
-def _q_show(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    return unit_json(_reader(t).document(a["unit_id"]))
+def _q_show(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return unit_json(mem.document(a["unit_id"]))
 
 
-def _q_list(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    mem = _reader(t)
+def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     layers = [a["layer"]] if a["layer"] else ["context", "documents", "stablemem"]
     rows = []
     for layer in layers:
@@ -191,23 +199,21 @@ def _q_list(t: Any, a: dict[str, Any]) -> dict[str, Any]:
     return {"total": len(rows), "units": rows[a["offset"]:a["offset"] + a["limit"]]}
 
 
-def _q_remove(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    mem = _writer(t)
+def _q_remove(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     layer, _ = mem.store.locate(a["unit_id"])
     mem.remove(a["unit_id"], layer)
     return {"unit_id": a["unit_id"], "layer": layer, "removed": True}
 
 
-def _q_graph_search(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    return jsonable(_reader(t).graph.search(a["text"], limit=a["limit"]))
+def _q_graph_search(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return jsonable(mem.graph.search(a["text"], limit=a["limit"]))
 
 
-def _q_graph_neighbors(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    return jsonable(_reader(t).graph.neighbors(a["name"], depth=a["depth"]))
+def _q_graph_neighbors(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return jsonable(mem.graph.neighbors(a["name"], depth=a["depth"]))
 
 
-def _q_distill(t: Any, a: dict[str, Any]) -> dict[str, Any]:
-    mem = _reader(t) if a["dry_run"] else _writer(t)
+def _q_distill(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     report = mem.distill(max_age_s=a["max_age_hours"] * 3600.0, max_access=a["max_access"],
                          dry_run=a["dry_run"])
     return jsonable(report)
@@ -319,7 +325,7 @@ TOOLS: tuple[ToolSpec, ...] = (
               "max_age_hours": {"type": "number", "default": 72, "minimum": 0,
                                 "description": "cold when last accessed this long ago"},
               "max_access": _i("cold when accessed at most this often", 2, 0, 1_000_000)},
-             (), run=_q_distill),
+             (), read_only_if="dry_run", run=_q_distill),
 )
 
 _BY_NAME = {t.name: t for t in TOOLS}
@@ -422,4 +428,5 @@ def call(target: "Memory | str | os.PathLike[str]", name: str,
     opened or written; errors are FsmemError subclasses whose message names what is wrong."""
     spec, args = validate(name, arguments)
     log.debug("tool %s %s", name, args)
-    return spec.run(target, args)
+    with (_reader if spec.reads_only(args) else _writer)(target) as mem:
+        return spec.run(mem, args)

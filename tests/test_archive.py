@@ -65,8 +65,11 @@ def full(tmp_path) -> Memory:
                      timestamp=Timestamp.parse("2026-03-04T05:06:07.000000001+05:30"),
                      attachments=[MediaAttachment(data=make_png(seed=9), mime="image/png")]))
     mem.append({"role": "user", "content": "hello", "timestamp": "2026-03-04T05:06:08Z"})
-    counts = {layer: len(os.listdir(root / layer)) for layer in LAYERS}
+    counts = {layer: len(mem.units(layer)) for layer in LAYERS}
     assert all(counts.values()), counts
+    assert any(u.startswith("u-context-json-") for u in mem.units("context"))  # adopted
+    assert {b.mime for u in mem.units("stablemem") + mem.units("documents")
+            for b in mem.document(u).blocks} >= {"image/png", "audio/wav"}
     return mem
 
 
