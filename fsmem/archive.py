@@ -491,7 +491,7 @@ def _cmd_import(args: Any) -> int:
     from .flows import Memory
     from .model import encode
     mem = Memory.open(args.root)
-    if args.source == "chatgpt":
+    if args.from_format == "chatgpt":
         from .importers import import_chatgpt
         rep = import_chatgpt(mem, args.src)
     else:
@@ -515,6 +515,6 @@ def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
                                help="read an archive (or a foreign export) into the store, "
                                "exactly once")
     sp.add_argument("src", help="the archive ('-' for stdin) or foreign export file")
-    sp.add_argument("--from", dest="source", choices=["fsmem", "chatgpt"], default="fsmem",
+    sp.add_argument("--from", dest="from_format", choices=["fsmem", "chatgpt"], default="fsmem",
                     help="fsmem archive (default) or ChatGPT conversations.json")
     sp.set_defaults(fn=_cmd_import)
