@@ -269,3 +269,37 @@ def test_bad_chatgpt_file_imports_nothing(tmp_path, mutate, needle):
     with pytest.raises(FsmemError, match="not JSON"):
         import_chatgpt(mem, str(tmp_path / "trunc.json"))
     assert mem.units("documents") == [] and mem.fsck() == []
+
+
+CRASH_CHILD = """
+import sys
+from fsmem import Memory
+from fsmem.archive import import_archive
+print(import_archive(Memory.open(sys.argv[1]), sys.argv[1] + "/../archive.tar"), flush=True)
+"""
+
+
+def test_crash_at_every_step_of_an_import_is_all_or_nothing(tmp_path):
+    from conftest import crash_sweep
+    src = Memory.open(tmp_path / "src")
+    src.commit("one", attachments=[MediaAttachment(data=make_png(seed=2), mime="image/png")])
+    src.append({"role": "user", "content": "two", "timestamp": "2026-01-02T03:04:05.5+01:00"})
+    export_archive(src.store, str(tmp_path / "archive.tar"))
+    want = units_snapshot(Path(src.root))
+    template = tmp_path / "template"
+    Memory.open(template).close()
+    outcomes = []
+
+    def check(root, label):
+        mem = Memory.open(root)                  # reopening runs recovery
+        got = units_snapshot(root)
+        assert got in ({}, want), f"{label}: partial import {sorted(got)}"
+        outcomes.append(bool(got))
+        assert mem.fsck() == [], label
+        assert os.listdir(root / ".fsmem" / "staging") == [], label
+        assert os.listdir(root / ".fsmem" / "journal") == [], label
+
+    # every crash copy sits beside archive.tar, so the child finds it at <root>/../archive.tar
+    n, proc = crash_sweep(tmp_path, template, CRASH_CHILD, check)
+    assert n > 10 and "imported=" in proc.stdout
+    assert False in outcomes[:-1] and True in outcomes[:-1]   # crashes before and after the commit
