@@ -288,6 +288,8 @@ def _parser() -> argparse.ArgumentParser:
     add_stablemem_cli(sub, [common])
     from .watch import add_cli as add_watch_cli
     add_watch_cli(sub, [common])
+    from . import archive, mcp_server
+    archive.add_cli(sub, [common]), mcp_server.add_cli(sub, [common])
     return p
 
 
