@@ -53,7 +53,7 @@ def full(tmp_path) -> Memory:
     """All three layers, media, a legacy-adopted context.json, ns timestamps, offsets."""
     root = tmp_path / "src"
     shutil.copytree(HOME, root)                 # context.json is adopted into L1 on open
-    mem = Memory.open(root, context_capacity=200, context_protected=10)
+    mem = Memory.open(root, context_capacity=200, context_protected=10, adopt=True)
     mem.commit("屋顶光伏板今天发电 14.2 kWh", summary="solar",
                attachments=[MediaAttachment(data=make_png(seed=3), mime="image/png"),
                             MediaAttachment(data=make_wav(), mime="audio/wav", name="a.wav")],
