@@ -462,7 +462,7 @@ class Index:
         return [(u, sc) for u, sc, _ in self.search_events(text, top_k, ranker, weight=weight)]
 
     def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
-                      weight: float = DEFAULT_WEIGHT, smooth: float = ranking.SMOOTH
+                      weight: float = DEFAULT_WEIGHT, smooth: float | None = None
                       ) -> list[tuple[str, float, list[str]]]:
         """The ``top_k`` live units as (unit id, score, ids of the events that matched).
 

@@ -40,8 +40,9 @@ def event_kind(role: str) -> int:
 
 
 def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: np.ndarray,
-                    window_ns: int = WINDOW_NS) -> tuple[np.ndarray, np.ndarray]:
+                    window_ns: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(prev, next) row of each row (-1: none), from one sort by (key, time)."""
+    window_ns = WINDOW_NS if window_ns is None else window_ns
     n = len(unit)
     prev = np.full(n, -1, np.int32)
     nxt = np.full(n, -1, np.int32)
@@ -58,17 +59,19 @@ def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: n
 
 
 def bm25_add(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf_of_hit: np.ndarray,
-             doclen: np.ndarray, avgdl: float, k1: float = K1, b: float = B) -> None:
+             doclen: np.ndarray, avgdl: float) -> None:
     """Add the BM25 contribution of each (row, tf, idf) posting hit into ``scores``."""
+    k1, b = K1, B
     denom = tf + k1 * (1 - b + b * doclen[rows] / avgdl)
     np.add.at(scores, rows, idf_of_hit * tf * (k1 + 1) / denom)
 
 
 def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
            extra: tuple[np.ndarray, np.ndarray] | None = None,
-           weight: float = SMOOTH) -> np.ndarray:
+           weight: float | None = None) -> np.ndarray:
     """score + weight x max(previous, next neighbour's score); ``extra`` adds (i, j) edges
     (both directions) found at query time for rows not yet compacted."""
+    weight = SMOOTH if weight is None else weight
     if weight == 0 or not len(scores):
         return scores
     ext = np.append(scores, np.float32(0))   # row -1 reads the appended 0
