@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--embedder", default="hash", choices=["hash", "e5", "minilm"])
     ap.add_argument("--ranker", default="bm25")
-    ap.add_argument("--weight", type=float, default=0.5)
+    ap.add_argument("--weights", default="0.5", help="dense weights of fusion, comma-separated")
     args = ap.parse_args()
     embedder = None
     if args.embedder == "e5":
@@ -141,14 +141,16 @@ def main() -> None:
         head = f"{'variant':<26}{'direct':>7}{'lived':>7}{'l-unit':>7}{'docs':>7}  " \
                f"{'1hop':>5}{'mhop':>5}{'temp':>5}{'open':>5}{'en':>5}{'zh':>5}{'p50ms':>7}"
         print(head)
-        for name in args.variants.split(","):
+        for name, w in ((n, float(w)) for w in args.weights.split(",")
+                        for n in args.variants.split(",")):
             old = _set(VARIANTS[name])
             try:
-                d = eval_conversations(direct, questions, args.ranker, False, args.weight)
-                li = eval_conversations(lived, questions, args.ranker, True, args.weight)
-                doc = eval_documents(dmem, unit_of, core, args.ranker, args.weight)
+                d = eval_conversations(direct, questions, args.ranker, False, w)
+                li = eval_conversations(lived, questions, args.ranker, True, w)
+                doc = eval_documents(dmem, unit_of, core, args.ranker, w)
             finally:
                 _set(old)
+            name = f"{name} w{w}" if args.ranker in ("fusion", "rrf") else name
             print(f"{name:<26}{d['r@5']:>7.3f}{li['r@5']:>7.3f}{li['unit_r@5']:>7.3f}"
                   f"{doc:>7.3f}  {d['single-hop']:>5.2f}{d['multi-hop']:>5.2f}"
                   f"{d['temporal']:>5.2f}{d['open']:>5.2f}{d['en']:>5.2f}{d['zh']:>5.2f}"

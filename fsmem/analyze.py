@@ -104,8 +104,11 @@ def _dates(words: list[str]) -> list[str]:
         prev = words[i - 1] if i else ""
         nxt = words[i + 1] if i + 1 < len(words) else ""
         nxt2 = words[i + 2] if i + 2 < len(words) else ""
-        day = _day(prev) or _day(nxt)
-        year = next((int(x) for x in (nxt2, nxt) if x.isdigit() and len(x) == 4), 0)
+        if _day(nxt):
+            day, after = _day(nxt), nxt2      # May 7(th)(,) 2023
+        else:
+            day, after = _day(prev), nxt      # 7 May 2023; May 2023
+        year = int(after) if after.isdigit() and len(after) == 4 else 0
         if day and year:
             out += _day_terms(year, month, day)
         elif year:

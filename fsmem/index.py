@@ -476,10 +476,10 @@ class Index:
         ids = self.ids + pend.unit_ids
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
-        lex = None
+        raw = None
         if ranker != "dense":
-            lex = self.bm25_rows(text, pend)
-            lex = ranking.smooth(lex, np.concatenate([self.ev_prev, pend.prev]),
+            raw = self.bm25_rows(text, pend)
+            lex = ranking.smooth(raw, np.concatenate([self.ev_prev, pend.prev]),
                                  np.concatenate([self.ev_next, pend.next]), pend.extra, smooth)
             unit_lex = ranking.unit_max(lex, starts)
         if ranker == "bm25":
@@ -500,12 +500,13 @@ class Index:
         best = sorted(cand, key=lambda i: (-round(float(scores[i]), 6), ids[i]))[:k]
         ends = np.append(starts[1:], len(self.ev_len) + pend.n)
         return [(ids[i], float(scores[i]),
-                 self._matched(lex, int(starts[i]), int(ends[i]), pend)) for i in best]
+                 self._matched(raw, int(starts[i]), int(ends[i]), pend)) for i in best]
 
     def _matched(self, lex: np.ndarray | None, lo: int, hi: int, pend: "_PendingRows",
                  limit: int = 5) -> list[str]:
-        """Ids of a unit's events that matched: positive, at least MATCH_RATIO of its best
-        row's score, best first (summary and legacy rows have no id and are left out)."""
+        """Ids of a unit's events that matched the query's terms themselves (before
+        neighbour smoothing): at least MATCH_RATIO of the unit's best row, best first
+        (summary and legacy rows have no id and are left out)."""
         if lex is None:
             return []
         sc = lex[lo:hi]
