@@ -1,11 +1,11 @@
-"""The derived search index of L2: dense unit vectors and BM25 postings.
+"""The derived search index of L2: dense vectors and BM25 postings, per event row.
 
 The unit directories are the only source of truth. ``.fsmem/index/CURRENT`` names the current
 snapshot, a generation directory of ``.npy`` arrays and a ``meta.json`` with their checksums
 (written whole, then switched to by one rename; never fsynced: it is derived), holding, per unit,
-its id, the inode of its directory and its dense vector, and per event row (each event of a
-unit; a unit's summary and a legacy document are rows of their own) its id, time, conversation
-key, neighbours and BM25 term counts (``fsmem.analyze`` terms; scoring in ``fsmem.ranking``).
+its id and the inode of its directory, and per event row (each event of a unit; a unit's
+summary and a legacy document are rows of their own) its id, time, conversation key,
+neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts (``fsmem.analyze`` terms; scoring in ``fsmem.ranking``).
 Events are rows so that an archive of many events ranks by its best events. On open the
 snapshot is checked against one listing of ``documents/`` (names and inodes, no stat): units
 added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
@@ -56,7 +56,8 @@ class IndexEntry:
 
     unit_id: str
     ino: int
-    vector: np.ndarray            # float32 [dim], zero if the unit has no comparable vectors
+    vector: np.ndarray            # float32 [rows, dim], per event row; zero rows if the unit
+                                  # has no comparable vectors (or 1-d [dim]: one row)
     terms: np.ndarray             # uint64 term hashes, unique within each row, rows concatenated
     tfs: np.ndarray               # float32 counts, aligned with terms
     summary: str = ""
@@ -69,6 +70,8 @@ class IndexEntry:
     def __post_init__(self) -> None:
         if self.rows is None:
             self.rows = _Rows.single(len(self.terms), self.created_ns)
+        if self.vector.ndim == 1:
+            self.vector = np.repeat(self.vector[None, :], len(self.rows.ids), axis=0)
 
 
 @dataclass
@@ -174,7 +177,7 @@ class Index:
             log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
             return False
         n, n_ev = len(meta.ids), len(meta.ev_ids)
-        if not (arrays["dense"].shape == (n, self.dim) and len(arrays["inos"]) == n
+        if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
                 and arrays["created"].shape == (n, 2) and len(arrays["u_ptr"]) == n + 1
                 and int(arrays["u_ptr"][-1]) == n_ev and np.all(np.diff(arrays["u_ptr"]) > 0)
                 and all(len(arrays[a]) == n_ev for a in _ARRAYS if a.startswith("ev_"))
@@ -337,13 +340,12 @@ class Index:
         """Dense vector from the unit's stored vectors (never re-embedded); BM25 terms from
         its compute-layer text (cleaners applied, no_memory left out) and media names."""
         manifest = read_manifest(path)
-        vec = np.zeros(self.dim, np.float32)
+        by_event: dict[str, np.ndarray] = {}
         if manifest.vectors is not None and manifest.vectors.embedder == self.fingerprint:
-            _, mat = read_vectors(path, manifest)  # type: ignore[misc]
-            v = mat.sum(axis=0)
-            n = float(np.linalg.norm(v))
-            if n > 0:
-                vec = (v / n).astype(np.float32)
+            keys, mat = read_vectors(path, manifest)  # type: ignore[misc]
+            for key, row in zip(keys, mat):
+                ev_id = key.split(":", 1)[0]
+                by_event[ev_id] = by_event.get(ev_id, 0) + row
         rows = _Rows([], np.zeros(1, np.int64), np.zeros(0, np.int64), [],
                      np.zeros(0, np.int8))
         parts: list[tuple[np.ndarray, np.ndarray]] = []
@@ -360,6 +362,12 @@ class Index:
         rows.ptr = np.cumsum([0] + [len(t) for t, _ in parts]).astype(np.int64)
         rows.time = np.array([p[1] for p in pieces], np.int64)
         rows.kind = np.array([p[3] for p in pieces], np.int8)
+        vec = np.zeros((len(rows.ids), self.dim), np.float32)
+        for i, ev_id in enumerate(rows.ids):
+            v = by_event.get(ev_id) if ev_id else None
+            n = float(np.linalg.norm(v)) if v is not None else 0.0
+            if n > 0:
+                vec[i] = v / n
         return IndexEntry(unit_id=unit_id, ino=ino, vector=vec,
                           terms=np.concatenate([t for t, _ in parts]),
                           tfs=np.concatenate([f for _, f in parts]),
@@ -422,8 +430,8 @@ class Index:
         self.summaries = [self.summaries[i] for i in keep] + [e.summary for e in new]
         self.row_of = {u: i for i, u in enumerate(self.ids)}
         self.inos = np.concatenate([self.inos[keep], np.array([e.ino for e in new], np.int64)])
-        self.dense = np.vstack([self.dense[keep]] + [e.vector[None, :] for e in new]) \
-            if new else self.dense[keep]
+        self.dense = np.vstack([self.dense[ev_keep]] + [e.vector for e in new]) \
+            if new else self.dense[ev_keep]
         self.created = np.concatenate([self.created[keep], np.array(
             [[e.created_ns, e.created_off] for e in new], np.int64).reshape(-1, 2)])
         self.nevents = np.concatenate([self.nevents[keep],
@@ -466,8 +474,8 @@ class Index:
                       ) -> list[tuple[str, float, list[str]]]:
         """The ``top_k`` live units as (unit id, score, ids of the events that matched).
 
-        Lexical scores are per event row, smoothed with the row's conversation neighbours,
-        and a unit scores as its best row; the dense signal is per unit."""
+        Scores are per event row (BM25 smoothed with the row's conversation neighbours,
+        fused with the dense cosine for ``fusion``/``rrf``); a unit scores as its best row."""
         if ranker not in RANKERS:
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
         if top_k <= 0 or not text.strip() or not len(self):
@@ -475,21 +483,18 @@ class Index:
         pend = self._pending_rows()
         ids = self.ids + pend.unit_ids
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
+        ev_alive = np.concatenate([self.alive[self.ev_unit], np.ones(pend.n, bool)])
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
-        raw = None
+        raw = dense = None
         if ranker != "dense":
             raw = self.bm25_rows(text, pend)
-            lex = ranking.smooth(raw, np.concatenate([self.ev_prev, pend.prev]),
-                                 np.concatenate([self.ev_next, pend.next]), pend.extra, smooth)
-            unit_lex = ranking.unit_max(lex, starts)
-        if ranker == "bm25":
-            scores = unit_lex
-        elif ranker == "dense":
-            scores = self.dense_scores(text, pend.entries)
-        else:
-            scores = ranking.fuse(unit_lex, self.dense_scores(text, pend.entries), ranker,
-                                  weight=weight, live=alive)
-        scores = np.where(alive, scores, -np.inf)
+            ev = ranking.smooth(raw, np.concatenate([self.ev_prev, pend.prev]),
+                                np.concatenate([self.ev_next, pend.next]), pend.extra, smooth)
+        if ranker != "bm25":
+            dense = self.dense_rows(text, pend)
+            ev = dense if ranker == "dense" else \
+                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive)
+        scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:
             return []
@@ -500,35 +505,46 @@ class Index:
         best = sorted(cand, key=lambda i: (-round(float(scores[i]), 6), ids[i]))[:k]
         ends = np.append(starts[1:], len(self.ev_len) + pend.n)
         return [(ids[i], float(scores[i]),
-                 self._matched(raw, int(starts[i]), int(ends[i]), pend)) for i in best]
+                 self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
+                for i in best]
 
-    def _matched(self, lex: np.ndarray | None, lo: int, hi: int, pend: "_PendingRows",
-                 limit: int = 5) -> list[str]:
-        """Ids of a unit's events that matched the query's terms themselves (before
-        neighbour smoothing): at least MATCH_RATIO of the unit's best row, best first
-        (summary and legacy rows have no id and are left out)."""
-        if lex is None:
-            return []
-        sc = lex[lo:hi]
-        top = float(sc.max()) if len(sc) else 0.0
-        if top <= 0:
-            return []
-        n_base = len(self.ev_ids)
-        names = [self.ev_ids[r] if r < n_base else pend.ev_ids[r - n_base]
-                 for r in range(lo, hi)]
-        order = np.argsort(-sc, kind="stable")
-        return [names[j] for j in order
-                if sc[j] > 0 and sc[j] >= ranking.MATCH_RATIO * top and names[j]][:limit]
+    def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
+                 pend: "_PendingRows", limit: int = 5) -> list[str]:
+        """Ids of a unit's events that matched by their own score (before neighbour
+        smoothing; the lexical one, else the dense one): at least MATCH_RATIO of the unit's
+        best row, best first (summary and legacy rows have no id and are left out)."""
+        for sig in signals:
+            if sig is None:
+                continue
+            sc = sig[lo:hi]
+            top = float(sc.max()) if len(sc) else 0.0
+            if top <= 0:
+                continue
+            n_base = len(self.ev_ids)
+            names = [self.ev_ids[r] if r < n_base else pend.ev_ids[r - n_base]
+                     for r in range(lo, hi)]
+            order = np.argsort(-sc, kind="stable")
+            return [names[j] for j in order
+                    if sc[j] > 0 and sc[j] >= ranking.MATCH_RATIO * top and names[j]][:limit]
+        return []
 
-    def dense_scores(self, text: str, entries: Sequence[IndexEntry] = ()) -> np.ndarray:
-        """Cosine of each unit's vector to the query (``embed_query`` when the embedder has
-        one: asymmetric models embed queries and passages differently)."""
+    def dense_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
+        """Cosine of each event row's vector to the query, compacted rows then pending ones
+        (``embed_query`` when the embedder has one: asymmetric models embed queries and
+        passages differently)."""
+        pend = pend or self._pending_rows()
         embed = getattr(self.mem.embedder, "embed_query", None) or self.mem.embedder.embed
         q = embed([text])[0].astype(np.float32)
         base = self.dense @ q
-        if not entries:
+        if not pend.entries:
             return base
-        return np.concatenate([base, np.array([e.vector @ q for e in entries], np.float32)])
+        return np.concatenate([base] + [e.vector @ q for e in pend.entries]).astype(np.float32)
+
+    def dense_scores(self, text: str) -> np.ndarray:
+        """Per unit (compacted, then pending), the cosine of its best event row."""
+        pend = self._pending_rows()
+        starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
+        return ranking.unit_max(self.dense_rows(text, pend), starts)
 
     def bm25_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
@@ -690,14 +706,6 @@ def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, np.uint64), np.zeros(0, np.float32)
     terms, counts = np.unique(feats, return_counts=True)
     return terms, counts.astype(np.float32)
-
-
-def unit_texts(mem: "Memory", path: str, manifest) -> list[str]:
-    """The compute-layer texts of a unit: its summary and every event's (``event_texts``)."""
-    out = [manifest.summary] if manifest.summary else []
-    for ev in manifest.events:
-        out += event_texts(mem, path, ev)
-    return out
 
 
 def event_texts(mem: "Memory", path: str, ev) -> list[str]:

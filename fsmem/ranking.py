@@ -116,4 +116,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
             order = pos[np.argsort(-s[pos], kind="stable")]
             out[order] += 1.0 / (rrf_k + np.arange(1, len(order) + 1))
         return out
-    return (1 - weight) * minmax(lexical, live) + weight * minmax(dense, live)
+    # Rows without a vector (summaries, other embedding spaces) score exactly 0: they take
+    # no part in the dense min and max, and add nothing.
+    has = dense != 0 if live is None else live & (dense != 0)
+    d = np.where(has, minmax(dense, has), np.float32(0))
+    return ((1 - weight) * minmax(lexical, live) + weight * d).astype(np.float32)
