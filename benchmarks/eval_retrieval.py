@@ -1,27 +1,64 @@
-"""Retrieval quality on fixtures/retrieval: recall@5 and MRR of BM25, the hashed dense signal,
-and their fusions (weighted sum at several weights, reciprocal-rank fusion).
+"""Retrieval quality and query latency on four sets, for each ranker:
 
-Usage: python benchmarks/eval_retrieval.py [--embedder hash|minilm] [--json]
+- ``docs``: fixtures/retrieval (zh/en/mixed documents, one expected document a query); the core
+  queries, and apart ``docs-translation`` (a query in the other language from its document);
+- ``conv-direct``: fixtures/conversations, one L2 unit per turn (committed with the turn's
+  timestamp and its event id = turn id; source = the speaker, session/turn/speaker in meta);
+- ``conv-lived``: the same turns appended through ``Memory.append`` in time order at the default
+  L1 capacity, so prune archives them into L2; queried over L2, with the events still in L1
+  counted as in the model's view (answered at rank 1, reported as ``in_view``);
+- ``paraphrase``: fixtures/paraphrase (queries that share few words with their document).
+
+A question counts as answered at k when any evidence turn (or relevant document) is held by one
+of the top k units. Prints recall@5, recall@10 and MRR (over the top 10) per set, per kind and
+per language, and query latency p50/p95 (``Index.search`` only, after one warm-up query).
+
+Usage: python benchmarks/eval_retrieval.py [--embedder hash|minilm|module:factory]
+           [--rankers bm25,dense,fusion] [--fusion-weights 0.2,0.5] [--sets ...] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fsmem import Memory  # noqa: E402
+from _conversations import load_conversations, load_paraphrase  # noqa: E402
+
+from fsmem import Event, Memory, Timestamp  # noqa: E402
 from fsmem import index as index_mod  # noqa: E402
 
+__all__ = ["Item", "load_fixture", "is_translation", "build", "build_direct", "build_lived",
+           "build_paraphrase", "evaluate", "evaluate_items", "main"]
+
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "retrieval"
+SETS = ("docs", "docs-translation", "conv-direct", "conv-lived", "paraphrase")
+KS = (5, 10)
 
 
+@dataclass(frozen=True)
+class Item:
+    """One query of a set: its text, the answer ids that satisfy it, its kinds and language."""
+
+    qid: str
+    text: str
+    relevant: frozenset[str]
+    kinds: tuple[str, ...]
+    lang: str
+
+
+# -- fixtures/retrieval ---------------------------------------------------------------------
 def load_fixture() -> tuple[list[dict], list[dict]]:
     docs = [json.loads(line) for line in (FIXTURE / "docs.jsonl").read_text("utf-8").splitlines()
             if line.strip()]
@@ -39,6 +76,7 @@ def is_translation(q: dict, doc_lang: dict[str, str]) -> bool:
 
 
 def build(root: str, docs: list[dict], embedder=None) -> tuple[Memory, dict[str, str]]:
+    """One unit per document of fixtures/retrieval; returns (memory, unit id -> document id)."""
     mem = Memory.open(root, durability="off", embedder=embedder, auto_prune=False)
     unit_of = {}
     for d in docs:
@@ -46,71 +84,261 @@ def build(root: str, docs: list[dict], embedder=None) -> tuple[Memory, dict[str,
     return mem, unit_of
 
 
+def docs_items(queries: list[dict]) -> list[Item]:
+    out = []
+    for q in queries:
+        tags = q.get("kind", "").split("+")
+        lang = next((t for t in tags if t in ("zh", "en", "mixed")), "")
+        out.append(Item(q["id"], q["query"], frozenset([q["expected"]]),
+                        tuple(t for t in tags if t != lang), lang))
+    return out
+
+
+# -- fixtures/conversations -----------------------------------------------------------------
+def _turns_in_time_order(sessions: list[dict]) -> list[tuple[dict, dict]]:
+    """Every turn of every session, by absolute time (both conversations interleaved)."""
+    pairs = [(s, t) for s in sessions for t in s["turns"]]
+    pairs.sort(key=lambda p: (Timestamp.parse(p[1]["timestamp"]).ns, p[1]["id"]))
+    return pairs
+
+
+def _turn_event(t: dict) -> Event:
+    """A turn as an event: its id, time and speaker (as source); the text names the speaker,
+    as a chat transcript line does."""
+    return Event(id=t["id"], timestamp=Timestamp.parse(t["timestamp"]), source=t["speaker"],
+                 input=f"{t['speaker']}: {t['text']}")
+
+
+def build_direct(root: str, sessions: list[dict], embedder=None
+                 ) -> tuple[Memory, dict[str, list[str]]]:
+    """One L2 unit per turn; returns (memory, unit id -> [turn id])."""
+    mem = Memory.open(root, durability="off", embedder=embedder, auto_prune=False)
+    answers = {}
+    for s, t in _turns_in_time_order(sessions):
+        uid = mem.commit_events([_turn_event(t)], source=t["speaker"],
+                                meta={"session": s["id"], "turn": t["id"],
+                                      "speaker": t["speaker"], "session_date": s["date"]})
+        answers[uid] = [t["id"]]
+    return mem, answers
+
+
+def build_lived(root: str, sessions: list[dict], embedder=None
+                ) -> tuple[Memory, dict[str, list[str]], frozenset[str]]:
+    """Every turn appended to L1 in time order at the default capacity (prune archives the
+    overflow into L2 units); returns (memory, L2 unit id -> its turn ids, turn ids still in L1).
+    """
+    mem = Memory.open(root, durability="off", embedder=embedder)
+    for _s, t in _turns_in_time_order(sessions):
+        mem.append(_turn_event(t))
+    answers = {uid: [e.id for e in mem.document(uid).events] for uid in mem.units("documents")}
+    in_view = frozenset(e.id for e in mem.timeline())
+    return mem, answers, in_view
+
+
+def conversation_items(questions: list[dict]) -> list[Item]:
+    return [Item(q["id"], q["question"], frozenset(q["evidence"]), (q["kind"],), q["lang"])
+            for q in questions]
+
+
+# -- fixtures/paraphrase --------------------------------------------------------------------
+def build_paraphrase(root: str, docs: list[dict], embedder=None
+                     ) -> tuple[Memory, dict[str, list[str]]]:
+    mem = Memory.open(root, durability="off", embedder=embedder, auto_prune=False)
+    answers = {}
+    for d in docs:
+        answers[mem.commit(d["text"], source="fixture", meta={"fixture_id": d["id"]})] = [d["id"]]
+    return mem, answers
+
+
+def paraphrase_items(queries: list[dict]) -> list[Item]:
+    return [Item(q["id"], q["query"], frozenset(q["relevant"]), ("paraphrase",), q["lang"])
+            for q in queries]
+
+
+# -- scoring --------------------------------------------------------------------------------
+def _summary(ranks: list[int]) -> dict:
+    r = np.array(ranks)
+    out: dict = {"n": len(ranks)}
+    for k in KS:
+        out[f"recall@{k}"] = float(np.mean((r > 0) & (r <= k))) if len(r) else 0.0
+    out["mrr"] = float(np.mean([1 / x if x else 0 for x in ranks])) if ranks else 0.0
+    return out
+
+
+def _search(mem: Memory, text: str, ranker: str, weight: float | None) -> list[tuple[str, float]]:
+    if weight is None:
+        return mem.index.search(text, max(KS), ranker)
+    return mem.index.search(text, max(KS), ranker, weight=weight)
+
+
+def evaluate_items(mem: Memory, answers: dict[str, list[str]], items: list[Item], ranker: str,
+                   weight: float | None = None, in_view: frozenset[str] = frozenset()) -> dict:
+    """Ranks (1-based, 0 = not in the top 10) of the first unit holding an answer; recall@k,
+    MRR, per kind and per language, query latency."""
+    _search(mem, "warm up", ranker, weight)
+    ranks, l2_ranks, times, by_kind, by_lang, seen = [], [], [], {}, {}, 0
+    for it in items:
+        t0 = time.perf_counter()
+        hits = _search(mem, it.text, ranker, weight)
+        times.append(time.perf_counter() - t0)
+        rank = next((i for i, (uid, _s) in enumerate(hits, 1)
+                     if it.relevant.intersection(answers.get(uid, ()))), 0)
+        l2_ranks.append(rank)
+        if it.relevant & in_view:
+            rank, seen = 1, seen + 1
+        ranks.append(rank)
+        for kind in it.kinds:
+            by_kind.setdefault(kind, []).append(rank)
+        by_lang.setdefault(it.lang, []).append(rank)
+    out = _summary(ranks)
+    out["by_kind"] = {k: _summary(v) for k, v in sorted(by_kind.items())}
+    out["by_lang"] = {k: _summary(v) for k, v in sorted(by_lang.items())}
+    ms = np.array(times) * 1000
+    out["latency_ms"] = {"p50": float(np.percentile(ms, 50)) if len(ms) else 0.0,
+                         "p95": float(np.percentile(ms, 95)) if len(ms) else 0.0}
+    if in_view:
+        out["in_view"] = seen
+        out["l2_only"] = _summary(l2_ranks)   # without the credit for events in L1
+    return out
+
+
 def evaluate(mem: Memory, unit_of: dict[str, str], queries: list[dict], ranker: str,
              weight: float | None = None) -> dict:
-    idx = mem.index
-    ranks, by_kind = [], {}
-    for q in queries:
-        hits = [unit_of[u] for u, _ in idx.search(
-            q["query"], 10, ranker, weight=index_mod.DEFAULT_WEIGHT if weight is None else weight)]
-        rank = hits.index(q["expected"]) + 1 if q["expected"] in hits else 0
-        ranks.append(rank)
-        for kind in q.get("kind", "").split("+"):
-            by_kind.setdefault(kind, []).append(rank)
-
-    def summary(rs: list[int]) -> dict:
-        rs_a = np.array(rs)
-        return {"n": len(rs), "recall@5": float(np.mean((rs_a > 0) & (rs_a <= 5))),
-                "mrr": float(np.mean([1 / r if r else 0 for r in rs]))}
-    out = summary(ranks)
-    out["by_kind"] = {k: summary(v) for k, v in sorted(by_kind.items())}
+    """fixtures/retrieval queries: recall@5/@10, MRR; ``by_kind`` holds the kinds and the
+    language tags (as the query's ``kind`` string does)."""
+    out = evaluate_items(mem, {u: [d] for u, d in unit_of.items()}, docs_items(queries),
+                         ranker, getattr(index_mod, "DEFAULT_WEIGHT", None) if weight is None
+                         else weight)
+    out["by_kind"] = {**out["by_kind"], **out["by_lang"]}
     return out
 
 
-def configs() -> list[tuple[str, str, float | None]]:
-    out = [("bm25", "bm25", None), ("dense", "dense", None), ("rrf", "rrf", None)]
-    out += [(f"fusion w={w}", "fusion", w) for w in (0.2, 0.3, 0.4, 0.5, 0.6)]
+# -- running --------------------------------------------------------------------------------
+def make_embedder(spec: str):
+    """``hash`` (the default, None), ``minilm`` (the fsmem[embed] extra) or ``module:factory``
+    (any embedder class or function taking no arguments, e.g. one a later extra ships)."""
+    if spec == "hash":
+        return None
+    if spec == "minilm":
+        from fsmem.embedders import SentenceTransformerEmbedder
+        return SentenceTransformerEmbedder()
+    module, _, attr = spec.partition(":")
+    if not attr:
+        raise SystemExit(f"--embedder: expected hash, minilm or module:factory, got {spec!r}")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def configs(rankers: list[str], weights: list[float]) -> list[tuple[str, str, float | None]]:
+    """(row name, ranker, fusion weight or None for the index default), for the rankers this
+    fsmem offers."""
+    available = getattr(index_mod, "RANKERS", ("bm25", "dense", "fusion"))
+    out = []
+    for r in rankers:
+        if r not in available:
+            print(f"(ranker {r!r} not offered by this fsmem: skipped)", file=sys.stderr)
+            continue
+        if r == "fusion" and weights:
+            out += [(f"fusion w={w}", "fusion", w) for w in weights]
+        else:
+            out.append((r, r, None))
     return out
+
+
+def _build_set(name: str, root: str, embedder):
+    """(memory, unit id -> answer ids, items, turn ids in L1, facts) of one set."""
+    in_view: frozenset[str] = frozenset()
+    if name in ("docs", "docs-translation"):
+        docs, queries = load_fixture()
+        lang = {d["id"]: d["lang"] for d in docs}
+        want = name == "docs-translation"
+        mem, unit_of = build(root, docs, embedder)
+        answers = {u: [d] for u, d in unit_of.items()}
+        items = docs_items([q for q in queries if is_translation(q, lang) == want])
+        facts = {"units": len(docs)}
+    elif name in ("conv-direct", "conv-lived"):
+        sessions, questions = load_conversations()
+        items = conversation_items(questions)
+        if name == "conv-direct":
+            mem, answers = build_direct(root, sessions, embedder)
+        else:
+            mem, answers, in_view = build_lived(root, sessions, embedder)
+        facts = {"turns": sum(len(s["turns"]) for s in sessions), "units": len(answers),
+                 "in_l1": len(in_view)}
+    else:
+        docs, queries = load_paraphrase()
+        mem, answers = build_paraphrase(root, docs, embedder)
+        items = paraphrase_items(queries)
+        facts = {"units": len(docs)}
+    return mem, answers, items, in_view, facts
+
+
+def run_set(name: str, tmp: str, embedder, cfgs) -> tuple[dict, dict]:
+    """Build the store of one set and evaluate every config; returns (results, facts)."""
+    t0 = time.perf_counter()
+    mem, answers, items, in_view, facts = _build_set(name, os.path.join(tmp, name), embedder)
+    facts["build_s"] = round(time.perf_counter() - t0, 2)
+    facts["queries"] = len(items)
+    try:
+        results = {row: evaluate_items(mem, answers, items, ranker, w, in_view)
+                   for row, ranker, w in cfgs}
+    finally:
+        mem.close()
+    return results, facts
+
+
+def print_set(name: str, facts: dict, results: dict) -> None:
+    print(f"\n== {name}: {facts['queries']} queries over {facts['units']} units "
+          + (f"({facts['turns']} turns, {facts['in_l1']} left in L1) " if "turns" in facts
+             else "") + f"[built in {facts['build_s']} s]")
+    first = next(iter(results.values()))
+    langs, kinds = list(first["by_lang"]), list(first["by_kind"])
+    head = f"{'ranker':<14}{'r@5':>6}{'r@10':>6}{'MRR':>6}{'p50ms':>7}{'p95ms':>7}  "
+    head += "".join(f"{k[:10]:>11}" for k in langs + kinds)
+    print(head + ("   in view  L2 r@5" if "in_view" in first else ""))
+    print(f"{'':<46}  " + "".join(f"{'(r@5)':>11}" for _ in langs + kinds))
+    for row, r in results.items():
+        line = (f"{row:<14}{r['recall@5']:>6.3f}{r['recall@10']:>6.3f}{r['mrr']:>6.3f}"
+                f"{r['latency_ms']['p50']:>7.2f}{r['latency_ms']['p95']:>7.2f}  ")
+        line += "".join(f"{r['by_lang'][k]['recall@5']:>11.3f}" for k in langs)
+        line += "".join(f"{r['by_kind'][k]['recall@5']:>11.3f}" for k in kinds)
+        print(line + (f"{r['in_view']:>10}{r['l2_only']['recall@5']:>9.3f}" if "in_view" in r
+                      else ""))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--embedder", default="hash",
+                    help="hash (default), minilm, or module:factory for another embedder")
+    ap.add_argument("--rankers", default="bm25,dense,fusion")
+    ap.add_argument("--fusion-weights", default="",
+                    help="comma-separated dense weights for fusion rows (default: the index's)")
+    ap.add_argument("--sets", default=",".join(SETS), help=f"any of {', '.join(SETS)}")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--dir", default=None, help="where to build the store (default: a temp dir)")
+    ap.add_argument("--dir", default=None, help="where to build the stores (default: a temp dir)")
     args = ap.parse_args()
-    embedder = None
-    if args.embedder == "minilm":
-        from fsmem.embedders import SentenceTransformerEmbedder
-        embedder = SentenceTransformerEmbedder()
-    docs, queries = load_fixture()
-    lang = {d["id"]: d["lang"] for d in docs}
-    core = [q for q in queries if not is_translation(q, lang)]
-    trans = [q for q in queries if is_translation(q, lang)]
+    sets = [s for s in args.sets.split(",") if s]
+    unknown = [s for s in sets if s not in SETS]
+    if unknown:
+        raise SystemExit(f"--sets: unknown {unknown}; choose from {', '.join(SETS)}")
+    weights = [float(w) for w in args.fusion_weights.split(",") if w]
+    cfgs = configs([r for r in args.rankers.split(",") if r], weights)
+    embedder = make_embedder(args.embedder)
+    t0 = time.perf_counter()
+    report = {"embedder": getattr(embedder, "fingerprint", "hash (default)"),
+              "loadavg_before": os.getloadavg()[0], "sets": {}}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        mem, unit_of = build(tmp, docs, embedder)
-        results = {name: evaluate(mem, unit_of, core, ranker, w)
-                   for name, ranker, w in configs()}
-        extra = {name: evaluate(mem, unit_of, trans, ranker, w)
-                 for name, ranker, w in configs()}
-        whole = {name: evaluate(mem, unit_of, queries, ranker, w)
-                 for name, ranker, w in configs()}
+        for name in sets:
+            results, facts = run_set(name, tmp, embedder, cfgs)
+            report["sets"][name] = {"facts": facts, "results": results}
+            if not args.json:
+                print_set(name, facts, results)
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    report["loadavg_after"] = os.getloadavg()[0]
     if args.json:
-        print(json.dumps({"core": results, "translation": extra, "all": whole}, indent=2))
-        return
-    print(f"{len(docs)} documents, {len(queries)} queries ({len(core)} core, {len(trans)} "
-          f"translation), embedder {mem.embedder.fingerprint}")
-    print("core set (paraphrase, partial, name in one script, detail; zh, en, mixed):")
-    kinds = sorted(next(iter(results.values()))["by_kind"])
-    print(f"{'ranker':<14}{'recall@5':>9}{'MRR':>7}  " + "  ".join(f"{k[:9]:>9}" for k in kinds))
-    for name, r in results.items():
-        print(f"{name:<14}{r['recall@5']:>9.3f}{r['mrr']:>7.3f}  "
-              + "  ".join(f"{r['by_kind'][k]['recall@5']:>9.3f}" for k in kinds))
-    print("translation queries (zh query, en document or the reverse) and the whole set:")
-    print(f"{'ranker':<14}{'tr r@5':>9}{'tr MRR':>7}  {'all r@5':>8}{'all MRR':>8}")
-    for name in results:
-        print(f"{name:<14}{extra[name]['recall@5']:>9.3f}{extra[name]['mrr']:>7.3f}  "
-              f"{whole[name]['recall@5']:>8.3f}{whole[name]['mrr']:>8.3f}")
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print(f"\nembedder {report['embedder']}; {report['seconds']} s; load average "
+              f"{report['loadavg_before']:.2f} before, {report['loadavg_after']:.2f} after")
 
 
 if __name__ == "__main__":

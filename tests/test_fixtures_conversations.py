@@ -126,3 +126,76 @@ def test_paraphrase_queries_share_few_words(para):
         if words:
             shares.append(len(words & target) / len(words))
     assert sum(shares) / len(shares) < 0.35
+
+
+# -- the evaluation's stores and scoring (benchmarks/eval_retrieval.py) ----------------------
+import json  # noqa: E402
+
+import eval_retrieval as ev  # noqa: E402
+
+
+def test_direct_store_holds_one_unit_per_turn_with_its_time(conv, tmp_path):
+    sessions, _ = conv
+    one = sessions[:1]
+    mem, answers = ev.build_direct(str(tmp_path / "m"), one)
+    try:
+        assert sorted(t for ids in answers.values() for t in ids) == \
+            sorted(t["id"] for t in one[0]["turns"])
+        turn = {t["id"]: t for t in one[0]["turns"]}
+        for uid, (tid,) in answers.items():
+            doc = mem.document(uid)
+            assert doc.meta["session"] == one[0]["id"] and doc.meta["turn"] == tid
+            (event,) = doc.events
+            assert event.id == tid
+            assert event.timestamp == Timestamp.parse(turn[tid]["timestamp"])
+            assert event.input.endswith(turn[tid]["text"])
+    finally:
+        mem.close()
+
+
+def test_lived_store_archives_every_turn_once(conv, tmp_path):
+    sessions, _ = conv
+    two = sessions[:2]                   # 40 turns: more than L1's default capacity of 30
+    mem, answers, in_view = ev.build_lived(str(tmp_path / "m"), two)
+    try:
+        archived = [t for ids in answers.values() for t in ids]
+        assert answers and 0 < len(in_view) <= mem.context_capacity
+        assert len(archived) == len(set(archived))
+        assert set(archived) | in_view == {t["id"] for s in two for t in s["turns"]}
+        assert not set(archived) & in_view
+    finally:
+        mem.close()
+
+
+def test_evaluate_items_ranks_and_in_view(conv, tmp_path):
+    sessions, _ = conv
+    mem, answers = ev.build_direct(str(tmp_path / "m"), sessions[:2])
+    try:
+        tid = "en-s02-t08"                      # the proposal on the bridge in Hebden Bridge
+        items = [ev.Item("a", "Hebden Bridge proposal New Year's Eve", frozenset([tid]),
+                         ("single-hop",), "en"),
+                 ev.Item("b", "quantum chromodynamics lattice", frozenset([tid]),
+                         ("open",), "en"),
+                 ev.Item("c", "quantum chromodynamics lattice", frozenset(["x"]),
+                         ("open",), "zh")]
+        r = ev.evaluate_items(mem, answers, items, "bm25", in_view=frozenset(["x"]))
+        assert r["by_kind"]["single-hop"]["recall@5"] == 1.0
+        assert r["by_lang"]["en"]["recall@10"] == 0.5          # "b" is found nowhere
+        assert r["by_lang"]["zh"]["mrr"] == 1.0 and r["in_view"] == 1
+        assert r["latency_ms"]["p95"] >= r["latency_ms"]["p50"] > 0
+    finally:
+        mem.close()
+
+
+def test_eval_cli_json(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks/eval_retrieval.py"),
+                          "--sets", "paraphrase", "--rankers", "bm25,dense", "--json",
+                          "--dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    res = report["sets"]["paraphrase"]["results"]
+    assert set(res) == {"bm25", "dense"}
+    for r in res.values():
+        assert 0 <= r["recall@5"] <= r["recall@10"] <= 1 and r["n"] >= 60
+        assert set(r["by_lang"]) == {"en", "zh"}
+    assert list(tmp_path.iterdir()) == []      # the temporary stores are gone
