@@ -13,6 +13,8 @@ Usage: python benchmarks/bench_ranking.py [--variants NAME,...] [--embedder hash
 from __future__ import annotations
 
 import argparse
+import os
+import pickle
 import statistics
 import sys
 import tempfile
@@ -43,6 +45,39 @@ VARIANTS: dict[str, dict] = {
     "b0.5 smooth0.5 k1=0.9": {"B": 0.5, "SMOOTH": 0.5, "K1": 0.9},
     "b0.5 smooth0.5 k1=1.5": {"B": 0.5, "SMOOTH": 0.5, "K1": 1.5},
 }
+
+
+class CachedEmbedder:
+    """A real embedder with its vectors kept in a file by text (re-runs embed nothing new)."""
+
+    def __init__(self, inner, path: str) -> None:
+        self.inner, self.path = inner, path
+        self.fingerprint, self.dim = inner.fingerprint, inner.dim
+        self.cache: dict[tuple[bool, str], np.ndarray] = {}
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                self.cache = pickle.load(fh)
+
+    def _get(self, texts, query: bool) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if (query, t) not in self.cache]
+        if missing:
+            fn = self.inner.embed_query if query and hasattr(self.inner, "embed_query") \
+                else self.inner.embed
+            for t, v in zip(missing, fn(missing)):
+                self.cache[(query, t)] = v
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self.cache[(query, t)] for t in texts]).astype(np.float32)
+
+    def embed(self, texts):
+        return self._get(list(texts), False)
+
+    def embed_query(self, texts):
+        return self._get(list(texts), True)
+
+    def save(self) -> None:
+        with open(self.path, "wb") as fh:
+            pickle.dump(self.cache, fh)
 
 
 def _events(sessions: list[dict]) -> list[Event]:
@@ -115,6 +150,7 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--embedder", default="hash", choices=["hash", "e5", "minilm"])
     ap.add_argument("--ranker", default="bm25")
+    ap.add_argument("--cache", default="", help="file keeping the real embedder's vectors")
     ap.add_argument("--weights", default="0.5", help="dense weights of fusion, comma-separated")
     args = ap.parse_args()
     embedder = None
@@ -124,6 +160,8 @@ def main() -> None:
     elif args.embedder == "minilm":
         from fsmem.embedders import SentenceTransformerEmbedder
         embedder = SentenceTransformerEmbedder()
+    if embedder is not None and args.cache:
+        embedder = CachedEmbedder(embedder, args.cache)
     sessions, questions = load_conversations()
     docs, queries = load_fixture()
     lang = {d["id"]: d["lang"] for d in docs}
@@ -135,6 +173,8 @@ def main() -> None:
         dmem, unit_of = build(f"{tmp}/docs", docs, embedder)
         for m in (direct, lived, dmem):
             m.index._compact()
+        if isinstance(embedder, CachedEmbedder):
+            embedder.save()
         print(f"built in {time.perf_counter() - t:.1f} s; {len(questions)} questions, "
               f"{len(core)} document queries; ranker {args.ranker}, embedder "
               f"{direct.embedder.fingerprint}")

@@ -351,8 +351,10 @@ class Index:
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         pieces = [("", manifest.created_at.ns, "", ranking.KIND_PSEUDO, [manifest.summary])] \
             if manifest.summary or not manifest.events else []
-        pieces += [(ev.id, ev.timestamp.ns, ranking.conversation_key(ev.source, ev.role),
-                    ranking.event_kind(ev.role), event_texts(self.mem, path, ev)
+        session = manifest.meta.get("session", "")
+        pieces += [(ev.id, ev.timestamp.ns,
+                    ranking.conversation_key(ev.source, ev.role, session),
+                    ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev)
                     + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
                    for ev in manifest.events]
         for ev_id, t_ns, key, kind, texts in pieces:

@@ -5,9 +5,10 @@ a legacy document are rows of their own) and calls these functions; the paramete
 chosen by measurement on the fixtures (docs/BENCHMARKS.md, "Analyzer and ranking").
 
 Neighbours: two events are neighbours when they are adjacent in time among the events of the
-same conversation key (their source; the default user/agent sources of one chat share a key),
-at most ``WINDOW_NS`` apart, and either in the same unit or both conversation turns (events
-with a role). Independent documents committed in a burst have no role: never neighbours.
+same conversation key (the unit's ``meta["session"]`` when set, else their source; the default
+user/agent sources of one chat share a key), at most ``WINDOW_NS`` apart, and either in the
+same unit or both conversation turns (events with a role, or of a unit with a session).
+Independent documents committed in a burst have neither: they are never neighbours.
 """
 
 from __future__ import annotations
@@ -27,16 +28,20 @@ KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; tur
 _DEFAULT_CHAT = ("user", "agent", "assistant")
 
 
-def conversation_key(source: str, role: str) -> str:
-    """The key under which events are neighbours: the source, except that the sources a chat
-    turn gets by default (``TextEvent`` without a channel: user / agent) share one key."""
+def conversation_key(source: str, role: str, session: str = "") -> str:
+    """The key under which events are neighbours: the unit's ``session`` (its meta) when it
+    has one, else the source, except that the sources a chat turn gets by default
+    (``TextEvent`` without a channel: user / agent) share one key."""
+    if session:
+        return "\0session:" + session
     if role and source in _DEFAULT_CHAT:
         return "\0chat"
     return source
 
 
-def event_kind(role: str) -> int:
-    return KIND_TURN if role else KIND_EVENT
+def event_kind(role: str, session: str = "") -> int:
+    """A turn (may neighbour events of other units) has a role or belongs to a session."""
+    return KIND_TURN if role or session else KIND_EVENT
 
 
 def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: np.ndarray,

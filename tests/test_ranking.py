@@ -121,3 +121,18 @@ def test_an_index_of_an_older_version_is_rebuilt_on_open(tmp_path):
     assert new_gen != gen
     with open(os.path.join(index_dir, new_gen, "meta.json"), encoding="utf-8") as fh:
         assert json.load(fh)["version"] == INDEX_VERSION
+
+
+def test_units_of_one_session_are_neighbours_across_speakers(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    ask = Event(id="s1", timestamp="2023-05-07T10:00:00+00:00", source="Dan",
+                input="Dan: Who is looking after the beagle while you travel?")
+    answer = Event(id="s2", timestamp="2023-05-07T10:01:00+00:00", source="Maya",
+                   input="Maya: My neighbour Gloria, she adores him")
+    other = Event(id="o1", timestamp="2023-05-07T10:01:30+00:00", source="Maya",
+                  input="Maya: unrelated line in another session")
+    units = [mem.commit_events([ask], source="Dan", meta={"session": "S1"}),
+             mem.commit_events([answer], source="Maya", meta={"session": "S1"}),
+             mem.commit_events([other], source="Maya", meta={"session": "S2"})]
+    hits = mem.query("who looks after the beagle", top_k=3)
+    assert _ids(hits) == units[:2]
