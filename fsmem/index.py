@@ -351,7 +351,10 @@ class Index:
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         pieces = [("", manifest.created_at.ns, "", ranking.KIND_PSEUDO, [manifest.summary])] \
             if manifest.summary or not manifest.events else []
-        session = manifest.meta.get("session", "")
+        # A session (meta) groups turns; events archived from L1 were one timeline, the
+        # agent's context: both neighbour across units (ranking.conversation_key).
+        session = manifest.meta.get("session", "") or (
+            "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
         pieces += [(ev.id, ev.timestamp.ns,
                     ranking.conversation_key(ev.source, ev.role, session),
                     ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev)

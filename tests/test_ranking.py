@@ -136,3 +136,19 @@ def test_units_of_one_session_are_neighbours_across_speakers(tmp_path):
              mem.commit_events([other], source="Maya", meta={"session": "S2"})]
     hits = mem.query("who looks after the beagle", top_k=3)
     assert _ids(hits) == units[:2]
+
+
+def test_events_archived_from_context_are_neighbours(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=True, context_capacity=2,
+                      context_protected=0)
+    lines = [("Dan", "Who is looking after the beagle while you travel?"),
+             ("Maya", "My neighbour Gloria, she adores him"),
+             ("Dan", "Nice. How was the flight?"), ("Maya", "Long, but fine")]
+    for i, (who, text) in enumerate(lines):
+        mem.append(Event(id=f"c{i}", timestamp=f"2023-05-07T10:0{i}:00+00:00", source=who,
+                         input=f"{who}: {text}"))
+    hits = mem.query("who looks after the beagle", top_k=2)
+    matched = [e for h in hits for e in h.events_matched]
+    assert matched[:1] == ["c0"]
+    held = {e.id for h in hits for e in mem.document(h.unit_id).events}
+    assert "c1" in held    # the reply, found as the question's neighbour
