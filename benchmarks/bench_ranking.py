@@ -1,11 +1,9 @@
 """Analyzer and ranking variants, side by side, on fixtures/conversations and fixtures/retrieval.
 
-Conversations: every turn is an event (id = turn id, source "chat", role "user", text
-"<speaker>: <text>", the turn's timestamp); a question is answered when one of its evidence
-turns is among the top 5 results. ``direct``: one unit per turn (commit). ``lived``: the
-turns are appended to L1 (capacity 30) and pruned into archive units; a hit counts when one of
-its ``events_matched`` is an evidence turn (``lived-unit``: when the unit holds one).
-Documents: fixtures/retrieval core queries, recall@5 of the expected document.
+The sets, stores and scoring are eval_retrieval.py's (docs core, conv-direct, conv-lived over
+L2 alone, paraphrase); each store is built once and every variant of the ranking parameters
+(fsmem.ranking: K1, B, SMOOTH) is evaluated on it. Neighbour links are made with WINDOW_NS as
+it is when the stores are compacted.
 
 Usage: python benchmarks/bench_ranking.py [--variants NAME,...] [--embedder hash|e5|minilm]
 """
@@ -15,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import statistics
 import sys
 import tempfile
 import time
@@ -26,12 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _conversations import load_conversations  # noqa: E402
-from eval_retrieval import build, is_translation, load_fixture  # noqa: E402
+from eval_retrieval import _build_set, evaluate_items  # noqa: E402
 
-from fsmem import Memory, ranking  # noqa: E402
-from fsmem.model import Event  # noqa: E402
-from fsmem.timestamps import Timestamp  # noqa: E402
+from fsmem import ranking  # noqa: E402
 
 # name -> (ranking parameters, search keyword arguments)
 VARIANTS: dict[str, dict] = {
@@ -44,6 +38,13 @@ VARIANTS: dict[str, dict] = {
     "b0.5 smooth0.75": {"B": 0.5, "SMOOTH": 0.75},
     "b0.5 smooth0.5 k1=0.9": {"B": 0.5, "SMOOTH": 0.5, "K1": 0.9},
     "b0.5 smooth0.5 k1=1.5": {"B": 0.5, "SMOOTH": 0.5, "K1": 1.5},
+    "b0.35 smooth0.5": {"B": 0.35, "SMOOTH": 0.5},
+    "b0.35 smooth0.75": {"B": 0.35, "SMOOTH": 0.75},
+    "b0.25 smooth0.75": {"B": 0.25, "SMOOTH": 0.75},
+    "b0.75 smooth0.5": {"B": 0.75, "SMOOTH": 0.5},
+    "b0.35 smooth1.0": {"B": 0.35, "SMOOTH": 1.0},
+    "b0.35 smooth0.5 win10": {"B": 0.35, "SMOOTH": 0.5, "WINDOW_NS": 10 * 60 * 10**9},
+    "b0.35 smooth0.5 win120": {"B": 0.35, "SMOOTH": 0.5, "WINDOW_NS": 120 * 60 * 10**9},
 }
 
 
@@ -80,69 +81,22 @@ class CachedEmbedder:
             pickle.dump(self.cache, fh)
 
 
-def _events(sessions: list[dict]) -> list[Event]:
-    return [Event(id=t["id"], timestamp=Timestamp.parse(t["timestamp"]), source="chat",
-                  role="user", input=f"{t['speaker']}: {t['text']}")
-            for s in sessions for t in s["turns"]]
-
-
-def build_conversations(root: str, sessions: list[dict], lived: bool, embedder=None) -> Memory:
-    mem = Memory.open(root, durability="off", embedder=embedder, auto_prune=lived,
-                      context_capacity=30, context_protected=10)
-    for ev in _events(sessions):
-        if lived:
-            mem.append(ev)
-        else:
-            mem.commit_events([ev], source="chat")
-    if lived:   # what is still in L1 is not searchable by query: archive it too
-        mem.context_capacity, mem.context_protected = 0, 0
-        mem.prune()
-    return mem
-
-
-def eval_conversations(mem: Memory, questions: list[dict], ranker: str, lived: bool,
-                       weight: float) -> dict:
-    idx = mem.index
-    found, found_unit, lat = [], [], []
-    for q in questions:
-        t = time.perf_counter()
-        hits = idx.search_events(q["question"], 5, ranker, weight=weight)
-        lat.append(time.perf_counter() - t)
-        ev = set(q["evidence"])
-        matched = {e for _, _, m in hits for e in m}
-        held = set()
-        for uid, _, _ in hits:
-            row = idx.row_of.get(uid)
-            if row is not None:
-                held |= set(idx.ev_ids[idx.u_ptr[row]:idx.u_ptr[row + 1]])
-            else:
-                held |= set(idx.pending[uid].rows.ids)
-        found.append(bool((matched if lived else held) & ev))
-        found_unit.append(bool(held & ev))
-    out = {"r@5": float(np.mean(found)), "p50_ms": statistics.median(lat) * 1000}
-    if lived:
-        out["unit_r@5"] = float(np.mean(found_unit))
-    for kind in sorted({q["kind"] for q in questions}):
-        out[kind] = float(np.mean([f for f, q in zip(found, questions) if q["kind"] == kind]))
-    for lang in ("en", "zh"):
-        out[lang] = float(np.mean([f for f, q in zip(found, questions) if q["lang"] == lang]))
-    return out
-
-
-def eval_documents(mem: Memory, unit_of: dict[str, str], queries: list[dict], ranker: str,
-                   weight: float) -> float:
-    ok = []
-    for q in queries:
-        hits = [unit_of[u] for u, _ in mem.index.search(q["query"], 5, ranker, weight=weight)]
-        ok.append(q["expected"] in hits)
-    return float(np.mean(ok))
-
-
 def _set(params: dict) -> dict:
     old = {k: getattr(ranking, k) for k in params}
     for k, v in params.items():
         setattr(ranking, k, v)
     return old
+
+
+def _relink(built: dict) -> None:
+    """Neighbours again, with the current WINDOW_NS (they are made when arrays compact)."""
+    for mem, *_ in built.values():
+        idx = mem.index
+        idx.ev_prev, idx.ev_next = ranking.link_neighbours(idx.ev_unit, idx.ev_key,
+                                                           idx.ev_time, idx.ev_kind)
+
+
+SETS = ("docs", "conv-direct", "conv-lived", "paraphrase")
 
 
 def main() -> None:
@@ -162,39 +116,30 @@ def main() -> None:
         embedder = SentenceTransformerEmbedder()
     if embedder is not None and args.cache:
         embedder = CachedEmbedder(embedder, args.cache)
-    sessions, questions = load_conversations()
-    docs, queries = load_fixture()
-    lang = {d["id"]: d["lang"] for d in docs}
-    core = [q for q in queries if not is_translation(q, lang)]
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
-        direct = build_conversations(f"{tmp}/direct", sessions, False, embedder)
-        lived = build_conversations(f"{tmp}/lived", sessions, True, embedder)
-        dmem, unit_of = build(f"{tmp}/docs", docs, embedder)
-        for m in (direct, lived, dmem):
-            m.index._compact()
+        built = {name: _build_set(name, os.path.join(tmp, name), embedder) for name in SETS}
+        for mem, *_ in built.values():
+            mem.index._compact()
         if isinstance(embedder, CachedEmbedder):
             embedder.save()
-        print(f"built in {time.perf_counter() - t:.1f} s; {len(questions)} questions, "
-              f"{len(core)} document queries; ranker {args.ranker}, embedder "
-              f"{direct.embedder.fingerprint}")
-        head = f"{'variant':<26}{'direct':>7}{'lived':>7}{'l-unit':>7}{'docs':>7}  " \
-               f"{'1hop':>5}{'mhop':>5}{'temp':>5}{'open':>5}{'en':>5}{'zh':>5}{'p50ms':>7}"
-        print(head)
+        print(f"built in {time.perf_counter() - t:.1f} s; ranker {args.ranker}, embedder "
+              f"{embedder.fingerprint if embedder else 'hash'}; recall@5 (lived: L2 alone)")
+        print(f"{'variant':<30}" + "".join(f"{n:>12}" for n in SETS) + f"{'p50 ms':>8}")
         for name, w in ((n, float(w)) for w in args.weights.split(",")
                         for n in args.variants.split(",")):
             old = _set(VARIANTS[name])
+            _relink(built)
             try:
-                d = eval_conversations(direct, questions, args.ranker, False, w)
-                li = eval_conversations(lived, questions, args.ranker, True, w)
-                doc = eval_documents(dmem, unit_of, core, args.ranker, w)
+                res = {n: evaluate_items(mem, answers, items, args.ranker, w, in_view)
+                       for n, (mem, answers, items, in_view, _f) in built.items()}
             finally:
                 _set(old)
-            name = f"{name} w{w}" if args.ranker in ("fusion", "rrf") else name
-            print(f"{name:<26}{d['r@5']:>7.3f}{li['r@5']:>7.3f}{li['unit_r@5']:>7.3f}"
-                  f"{doc:>7.3f}  {d['single-hop']:>5.2f}{d['multi-hop']:>5.2f}"
-                  f"{d['temporal']:>5.2f}{d['open']:>5.2f}{d['en']:>5.2f}{d['zh']:>5.2f}"
-                  f"{d['p50_ms']:>7.2f}")
+                _relink(built)
+            label = f"{name} w{w}" if args.ranker in ("fusion", "rrf") else name
+            print(f"{label:<30}" + "".join(
+                f"{r.get('l2_only', r)['recall@5']:>12.3f}" for r in res.values())
+                + f"{res['conv-direct']['latency_ms']['p50']:>8.2f}")
 
 
 if __name__ == "__main__":

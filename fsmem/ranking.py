@@ -19,7 +19,7 @@ __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND
            "KIND_TURN", "conversation_key", "event_kind", "link_neighbours", "bm25_add",
            "smooth", "unit_max", "minmax", "fuse"]
 
-K1, B = 1.2, 0.5          # BM25; weaker length normalisation than the textbook 0.75
+K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
 WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
 MATCH_RATIO = 0.5         # events_matched: events scoring at least this share of the best
