@@ -43,6 +43,9 @@ VARIANTS: dict[str, dict] = {
     "b0.25 smooth0.75": {"B": 0.25, "SMOOTH": 0.75},
     "b0.75 smooth0.5": {"B": 0.75, "SMOOTH": 0.5},
     "b0.35 smooth1.0": {"B": 0.35, "SMOOTH": 1.0},
+    "b0.35 smooth0.5 fused": {"B": 0.35, "SMOOTH": 0.5, "SMOOTH_FUSED": True},
+    "b0.35 smooth0.25 fused": {"B": 0.35, "SMOOTH": 0.25, "SMOOTH_FUSED": True},
+    "b0.35 no-smooth": {"B": 0.35, "SMOOTH": 0.0},
     "b0.35 smooth0.5 win10": {"B": 0.35, "SMOOTH": 0.5, "WINDOW_NS": 10 * 60 * 10**9},
     "b0.35 smooth0.5 win120": {"B": 0.35, "SMOOTH": 0.5, "WINDOW_NS": 120 * 60 * 10**9},
 }

@@ -42,7 +42,10 @@ log = logging.getLogger(__name__)
 INDEX_VERSION = 2 * 1000 + ANALYZER_VERSION   # 2: event rows; an older snapshot is rebuilt
 RANKERS = ("bm25", "dense", "fusion", "rrf")
 DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
-DEFAULT_WEIGHT = 0.2    # weight of the dense signal in "fusion" (best with all-MiniLM-L6-v2)
+# Weight of the (min-max scaled) dense signal in "fusion", unless the embedder names its own
+# ``fusion_weight`` (E5SmallEmbedder: 0.85, measured). 0.2 was best for all-MiniLM-L6-v2 under
+# the earlier max scaling; not re-measured with min-max scaling (torch not installed here).
+DEFAULT_WEIGHT = 0.2
 K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
 _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
@@ -470,12 +473,12 @@ class Index:
 
     # -- search -------------------------------------------------------------------------
     def search(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
-               weight: float = DEFAULT_WEIGHT) -> list[tuple[str, float]]:
+               weight: float | None = None) -> list[tuple[str, float]]:
         """The ``top_k`` live units for ``text`` as (unit id, score), best first."""
         return [(u, sc) for u, sc, _ in self.search_events(text, top_k, ranker, weight=weight)]
 
     def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
-                      weight: float = DEFAULT_WEIGHT, smooth: float | None = None
+                      weight: float | None = None, smooth: float | None = None
                       ) -> list[tuple[str, float, list[str]]]:
         """The ``top_k`` live units as (unit id, score, ids of the events that matched).
 
@@ -491,14 +494,20 @@ class Index:
         ev_alive = np.concatenate([self.alive[self.ev_unit], np.ones(pend.n, bool)])
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         raw = dense = None
+        prev = np.concatenate([self.ev_prev, pend.prev])
+        nxt = np.concatenate([self.ev_next, pend.next])
         if ranker != "dense":
             raw = self.bm25_rows(text, pend)
-            ev = ranking.smooth(raw, np.concatenate([self.ev_prev, pend.prev]),
-                                np.concatenate([self.ev_next, pend.next]), pend.extra, smooth)
+            ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
+                ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
+            if weight is None:
+                weight = float(getattr(self.mem.embedder, "fusion_weight", DEFAULT_WEIGHT))
             dense = self.dense_rows(text, pend)
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive)
+            if ranking.SMOOTH_FUSED or ranker == "dense":
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:

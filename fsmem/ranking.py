@@ -22,6 +22,8 @@ __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
 WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
+SMOOTH_FUSED = True       # with an embedder, smooth the fused score (measured better than
+                          # smoothing the lexical score before fusion)
 MATCH_RATIO = 0.5         # events_matched: events scoring at least this share of the best
 
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
