@@ -147,3 +147,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def cached_e5() -> CachedEmbedder:
+    """E5SmallEmbedder behind the vector cache /tmp/fsmem-e5-cache.pkl (FSMEM_E5_CACHE), for
+    ``eval_retrieval.py --embedder bench_ranking:cached_e5``."""
+    from fsmem.embedders import E5SmallEmbedder
+    return CachedEmbedder(E5SmallEmbedder(),
+                          os.environ.get("FSMEM_E5_CACHE", "/tmp/fsmem-e5-cache.pkl"))
