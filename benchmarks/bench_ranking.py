@@ -57,6 +57,8 @@ class CachedEmbedder:
     def __init__(self, inner, path: str) -> None:
         self.inner, self.path = inner, path
         self.fingerprint, self.dim = inner.fingerprint, inner.dim
+        if hasattr(inner, "fusion_weight"):
+            self.fusion_weight = inner.fusion_weight
         self.cache: dict[tuple[bool, str], np.ndarray] = {}
         if os.path.exists(path):
             with open(path, "rb") as fh:
