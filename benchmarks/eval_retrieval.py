@@ -75,7 +75,7 @@ def is_translation(q: dict, doc_lang: dict[str, str]) -> bool:
     return {qlang, doc_lang[q["expected"]]} == {"zh", "en"}
 
 
-def build(root: str, docs: list[dict], embedder=None) -> tuple[Memory, dict[str, str]]:
+def build(root: str, docs: list[dict], embedder: object | None = None) -> tuple[Memory, dict[str, str]]:
     """One unit per document of fixtures/retrieval; returns (memory, unit id -> document id)."""
     mem = Memory.open(root, durability="off", embedder=embedder, auto_prune=False)
     unit_of = {}
@@ -109,7 +109,7 @@ def _turn_event(t: dict) -> Event:
                  input=f"{t['speaker']}: {t['text']}")
 
 
-def build_direct(root: str, sessions: list[dict], embedder=None
+def build_direct(root: str, sessions: list[dict], embedder: object | None = None
                  ) -> tuple[Memory, dict[str, list[str]]]:
     """One L2 unit per turn; returns (memory, unit id -> [turn id])."""
     mem = Memory.open(root, durability="off", embedder=embedder, auto_prune=False)
@@ -122,7 +122,7 @@ def build_direct(root: str, sessions: list[dict], embedder=None
     return mem, answers
 
 
-def build_lived(root: str, sessions: list[dict], embedder=None
+def build_lived(root: str, sessions: list[dict], embedder: object | None = None
                 ) -> tuple[Memory, dict[str, list[str]], frozenset[str]]:
     """Every turn appended to L1 in time order at the default capacity (prune archives the
     overflow into L2 units); returns (memory, L2 unit id -> its turn ids, turn ids still in L1).
@@ -141,7 +141,7 @@ def conversation_items(questions: list[dict]) -> list[Item]:
 
 
 # -- fixtures/paraphrase --------------------------------------------------------------------
-def build_paraphrase(root: str, docs: list[dict], embedder=None
+def build_paraphrase(root: str, docs: list[dict], embedder: object | None = None
                      ) -> tuple[Memory, dict[str, list[str]]]:
     mem = Memory.open(root, durability="off", embedder=embedder, auto_prune=False)
     answers = {}
@@ -214,7 +214,7 @@ def evaluate(mem: Memory, unit_of: dict[str, str], queries: list[dict], ranker: 
 
 
 # -- running --------------------------------------------------------------------------------
-def make_embedder(spec: str):
+def make_embedder(spec: str) -> object | None:
     """``hash`` (the default, None), ``minilm`` (the fsmem[embed] extra) or ``module:factory``
     (any embedder class or function taking no arguments, e.g. one a later extra ships)."""
     if spec == "hash":
@@ -244,7 +244,8 @@ def configs(rankers: list[str], weights: list[float]) -> list[tuple[str, str, fl
     return out
 
 
-def _build_set(name: str, root: str, embedder):
+def _build_set(name: str, root: str, embedder: object | None
+               ) -> tuple[Memory, dict[str, list[str]], list[Item], frozenset[str], dict]:
     """(memory, unit id -> answer ids, items, turn ids in L1, facts) of one set."""
     in_view: frozenset[str] = frozenset()
     if name in ("docs", "docs-translation"):
@@ -272,7 +273,8 @@ def _build_set(name: str, root: str, embedder):
     return mem, answers, items, in_view, facts
 
 
-def run_set(name: str, tmp: str, embedder, cfgs) -> tuple[dict, dict]:
+def run_set(name: str, tmp: str, embedder: object | None,
+            cfgs: list[tuple[str, str, float | None]]) -> tuple[dict, dict]:
     """Build the store of one set and evaluate every config; returns (results, facts)."""
     t0 = time.perf_counter()
     mem, answers, items, in_view, facts = _build_set(name, os.path.join(tmp, name), embedder)
