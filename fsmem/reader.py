@@ -309,7 +309,7 @@ class Reader:
     def _search(self, text: str, top_k: int, ranker: str | None = None) -> list[Hit]:
         index = self.index
         hits = []
-        for unit_id, score in index.search(text, top_k, ranker or self.ranker):
+        for unit_id, score, matched in index.search_events(text, top_k, ranker or self.ranker):
             row = index.row_of.get(unit_id)
             if row is not None and index.alive[row]:
                 summary, events = index.summaries[row], int(index.nevents[row])
@@ -319,7 +319,7 @@ class Reader:
                 summary, events = e.summary, e.events
                 created = Timestamp(e.created_ns, e.created_off)
             hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
-                            events=events))
+                            events=events, events_matched=matched))
         return hits
 
     # -- L3 -----------------------------------------------------------------------------------

@@ -104,3 +104,4 @@ class Hit(msgspec.Struct, kw_only=True):
     layer: str = "documents"
     created_at: Timestamp | None = None
     events: int = 0
+    events_matched: list[str] = []   # ids of the unit's events that matched, best first

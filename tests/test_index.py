@@ -147,7 +147,8 @@ def test_units_of_another_embedding_space_are_not_compared(root):
     assert foreign in [h.unit_id for h in mem2.query("光伏板 发电 foreign space", top_k=3)]
     idx = mem2.index
     row = idx.row_of.get(foreign)
-    vec = idx.dense[row] if row is not None else idx.pending[foreign].vector
+    vec = idx.dense[idx.u_ptr[row]:idx.u_ptr[row + 1]] if row is not None \
+        else idx.pending[foreign].vector     # the unit's event rows
     assert not vec.any()
 
 

@@ -1,0 +1,184 @@
+"""The lexical analyzer of BM25: text to search terms (strings) and their 64-bit hashes.
+
+Latin text: NFKC, lowercase, words; English stop words dropped; every other word stemmed with
+the Snowball English stemmer (``snowballstemmer``, which runs on PyStemmer's C code when that
+is installed); numbers normalised ("1,000" -> "1000", "07" -> "7", "7th" -> "7"); written
+dates ("7 May 2023", "May 7th, 2023", "2023-05-07"; not "7/5", which is ambiguous) also give one canonical day term (``@2023-05-07``) and month term (``@2023-05``). CJK text:
+character unigrams and bigrams (word segmentation with jieba was measured and did not win:
+docs/BENCHMARKS.md). The dense features of ``HashEmbedder`` are a separate vector space and
+do not use this module.
+
+An event's timestamp is made searchable by ``date_text``: its local date written out as
+words plus the canonical terms, so "what did we do on 7 May" finds the turns of that day.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import datetime, timedelta, timezone
+from hashlib import blake2b
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
+           "hash_terms"]
+
+ANALYZER_VERSION = 1   # part of the index version: a change here rebuilds saved indexes
+
+# The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
+STOP_WORDS = frozenset("""
+i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+she her hers herself it its itself they them their theirs themselves what which who whom this
+that these those am is are was were be been being have has had having do does did doing would
+should could ought i'm you're he's she's it's we're they're i've you've we've they've i'd
+you'd he'd she'd we'd they'd i'll you'll he'll she'll we'll they'll isn't aren't wasn't
+weren't hasn't haven't hadn't doesn't don't didn't won't wouldn't shan't shouldn't can't
+cannot couldn't mustn't let's that's who's what's here's there's when's where's why's how's a
+an the and but if or because as until while of at by for with about against between into
+through during before after above below to from up down in out on off over under again
+further then once here there when where why how all any both each few more most other some
+such no nor not only own same so than too very s t d ll m re ve don can will just
+""".split())
+
+_CJK = (r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+        r"\U00020000-\U0002ffff")
+# CJK runs | ISO dates | words (letters/digits, inner apostrophes, digit groups "1,000")
+_TOKEN_RE = re.compile(
+    rf"([{_CJK}]+)|(\d{{4}}-\d{{1,2}}-\d{{1,2}})|"
+    rf"((?:\d{{1,3}}(?:,\d{{3}})+)|[^\W_{_CJK}]+(?:'[^\W_{_CJK}]+)*)")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december")
+_MONTH_OF = {m: i + 1 for i, m in enumerate(_MONTHS)}
+_MONTH_OF.update({m[:3]: i + 1 for i, m in enumerate(_MONTHS)})
+_MONTH_OF["sept"] = 9
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_ORDINAL_RE = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
+_CACHE_MAX = 1_000_000
+
+
+def _load_stemmer() -> Callable[[str], str]:
+    import snowballstemmer
+    return snowballstemmer.stemmer("english").stemWord
+
+
+_stem_word = _load_stemmer()
+_stems: dict[str, str] = {}
+_hashes: dict[str, int] = {}
+
+
+def _stem(word: str) -> str:
+    s = _stems.get(word)
+    if s is None:
+        if len(_stems) > _CACHE_MAX:
+            _stems.clear()
+        s = _stems[word] = _stem_word(word)
+    return s
+
+
+def _number(word: str) -> str:
+    """Digits without grouping commas or leading zeros; an ordinal's digits ("7th" -> "7")."""
+    m = _ORDINAL_RE.match(word)
+    if m:
+        word = m.group(1)
+    word = word.replace(",", "")
+    return word.lstrip("0") or "0"
+
+
+def _day_terms(y: int, m: int, d: int) -> list[str]:
+    try:
+        datetime(y, m, d)
+    except ValueError:
+        return []
+    return [f"@{y:04d}-{m:02d}-{d:02d}", f"@{y:04d}-{m:02d}"]
+
+
+def _dates(words: list[str]) -> list[str]:
+    """Canonical terms of written dates: "7 May 2023", "May 7(th)(,) 2023", "May 2023"."""
+    out = []
+    for i, w in enumerate(words):
+        month = _MONTH_OF.get(w)
+        if month is None or (w == "may" and not _is_day_or_year(words, i)):
+            continue
+        prev = words[i - 1] if i else ""
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        nxt2 = words[i + 2] if i + 2 < len(words) else ""
+        if _day(nxt):
+            day, after = _day(nxt), nxt2      # May 7(th)(,) 2023
+        else:
+            day, after = _day(prev), nxt      # 7 May 2023; May 2023
+        year = int(after) if after.isdigit() and len(after) == 4 else 0
+        if day and year:
+            out += _day_terms(year, month, day)
+        elif year:
+            out.append(f"@{year:04d}-{month:02d}")
+    return out
+
+
+def _day(word: str) -> int:
+    word = _number(word) if word[:1].isdigit() else ""
+    return int(word) if word.isdigit() and 1 <= int(word) <= 31 and len(word) <= 2 else 0
+
+
+def _is_day_or_year(words: list[str], i: int) -> bool:
+    """"may" is a month only beside a day or a year (else it is the verb)."""
+    near = words[max(i - 1, 0):i] + words[i + 1:i + 3]
+    return any(w[:1].isdigit() for w in near)
+
+
+def analyze(text: str) -> list[str]:
+    """The BM25 terms of ``text``, in text order (see the module docstring)."""
+    norm = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
+    out: list[str] = []
+    words: list[str] = []
+    for cjk, iso, word in _TOKEN_RE.findall(norm):
+        if cjk:
+            out.extend(cjk)
+            if len(cjk) > 1:
+                out.extend(map(str.__add__, cjk[:-1], cjk[1:]))
+        elif iso:
+            y, m, d = (int(p) for p in iso.split("-"))
+            out += [str(y), str(m), str(d)] + _day_terms(y, m, d)
+        else:
+            if word in STOP_WORDS:
+                continue
+            word = word.replace("'", "")
+            if word[:1].isdigit():
+                word = _number(word)
+                words.append(word)
+                out.append(word)
+                continue
+            words.append(word)
+            out.append(_stem(word))
+    if words:
+        out += _dates(words)
+    return out
+
+
+def date_text(ns: int, offset: int) -> str:
+    """An instant's local date as words: "Sunday 7 May 2023" (``analyze`` adds its terms)."""
+    dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
+        microseconds=(ns + offset * 1_000_000_000) // 1000)
+    return (f"{_WEEKDAYS[dt.weekday()].capitalize()} {dt.day} "
+            f"{_MONTHS[dt.month - 1].capitalize()} {dt.year}")
+
+
+def _hash(term: str) -> int:
+    h = _hashes.get(term)
+    if h is None:
+        if len(_hashes) > _CACHE_MAX:
+            _hashes.clear()
+        h = _hashes[term] = int.from_bytes(blake2b(term.encode("utf-8"), digest_size=8).digest(),
+                                           "little")
+    return h
+
+
+def hash_terms(terms: Iterable[str]) -> np.ndarray:
+    """uint64 hashes of terms (BLAKE2b-64: stable across processes and machines)."""
+    return np.fromiter(map(_hash, terms), dtype=np.uint64)
+
+
+def term_hashes(texts: Sequence[str]) -> np.ndarray:
+    """The hashed BM25 terms of every text, concatenated."""
+    return hash_terms(t for text in texts for t in analyze(text))

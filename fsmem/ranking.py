@@ -1,0 +1,130 @@
+"""Ranking arithmetic over event rows: BM25, conversation neighbours, fusion, unit scores.
+
+Pure numpy, no I/O. The index (``fsmem.index``) holds one row per event (a unit's summary and
+a legacy document are rows of their own) and calls these functions; the parameters below were
+chosen by measurement on the fixtures (docs/BENCHMARKS.md, "Analyzer and ranking").
+
+Neighbours: two events are neighbours when they are adjacent in time among the events of the
+same conversation key (the unit's ``meta["session"]`` when set, else their source; the default
+user/agent sources of one chat share a key), at most ``WINDOW_NS`` apart, and either in the
+same unit or both conversation turns (events with a role, or of a unit with a session).
+Independent documents committed in a burst have neither: they are never neighbours.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
+           "KIND_TURN", "conversation_key", "event_kind", "link_neighbours", "bm25_add",
+           "smooth", "unit_max", "minmax", "fuse"]
+
+K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
+SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
+WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
+SMOOTH_FUSED = True       # with an embedder, smooth the fused score (measured better than
+                          # smoothing the lexical score before fusion)
+MATCH_RATIO = 0.5         # events_matched: events scoring at least this share of the best
+
+KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
+_DEFAULT_CHAT = ("user", "agent", "assistant")
+
+
+def conversation_key(source: str, role: str, session: str = "") -> str:
+    """The key under which events are neighbours: the unit's ``session`` (its meta) when it
+    has one, else the source, except that the sources a chat turn gets by default
+    (``TextEvent`` without a channel: user / agent) share one key."""
+    if session:
+        return "\0session:" + session
+    if role and source in _DEFAULT_CHAT:
+        return "\0chat"
+    return source
+
+
+def event_kind(role: str, session: str = "") -> int:
+    """A turn (may neighbour events of other units) has a role or belongs to a session."""
+    return KIND_TURN if role or session else KIND_EVENT
+
+
+def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: np.ndarray,
+                    window_ns: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(prev, next) row of each row (-1: none), from one sort by (key, time)."""
+    window_ns = WINDOW_NS if window_ns is None else window_ns
+    n = len(unit)
+    prev = np.full(n, -1, np.int32)
+    nxt = np.full(n, -1, np.int32)
+    if n < 2:
+        return prev, nxt
+    order = np.lexsort((time, key))
+    a, b = order[:-1], order[1:]
+    ok = (key[a] == key[b]) & (time[b] - time[a] <= window_ns) \
+        & (kind[a] != KIND_PSEUDO) & (kind[b] != KIND_PSEUDO) \
+        & ((unit[a] == unit[b]) | ((kind[a] == KIND_TURN) & (kind[b] == KIND_TURN)))
+    prev[b[ok]] = a[ok]
+    nxt[a[ok]] = b[ok]
+    return prev, nxt
+
+
+def bm25_add(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf_of_hit: np.ndarray,
+             doclen: np.ndarray, avgdl: float) -> None:
+    """Add the BM25 contribution of each (row, tf, idf) posting hit into ``scores``."""
+    k1, b = K1, B
+    denom = tf + k1 * (1 - b + b * doclen[rows] / avgdl)
+    np.add.at(scores, rows, idf_of_hit * tf * (k1 + 1) / denom)
+
+
+def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
+           extra: tuple[np.ndarray, np.ndarray] | None = None,
+           weight: float | None = None) -> np.ndarray:
+    """score + weight x max(previous, next neighbour's score); ``extra`` adds (i, j) edges
+    (both directions) found at query time for rows not yet compacted."""
+    weight = SMOOTH if weight is None else weight
+    if weight == 0 or not len(scores):
+        return scores
+    ext = np.append(scores, np.float32(0))   # row -1 reads the appended 0
+    nb = np.maximum(ext[prev], ext[nxt])
+    if extra is not None and len(extra[0]):
+        i, j = extra
+        np.maximum.at(nb, i, scores[j])
+        np.maximum.at(nb, j, scores[i])
+    return scores + np.float32(weight) * nb
+
+
+def unit_max(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per unit, the best of its event rows; rows of a unit are contiguous from ``starts``
+    (every unit has at least one row)."""
+    if not len(starts):
+        return np.zeros(0, scores.dtype)
+    return np.maximum.reduceat(scores, starts)
+
+
+def minmax(x: np.ndarray, live: np.ndarray | None = None) -> np.ndarray:
+    """Scaled to [0, 1] by the min and max over ``live`` entries (all when None)."""
+    if not x.size:
+        return x
+    v = x if live is None else x[live]
+    if not v.size:
+        return np.zeros_like(x)
+    lo, hi = float(v.min()), float(v.max())
+    if hi <= lo:
+        return np.where(x > 0, 1.0, 0.0).astype(np.float32) if hi > 0 else np.zeros_like(x)
+    return ((x - lo) / (hi - lo)).astype(np.float32)
+
+
+def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
+         live: np.ndarray | None = None, rrf_k: int = 60) -> np.ndarray:
+    """Combine the two signals: ``fusion`` = weighted sum of min-max scaled scores (a real
+    embedder's similarities sit in a narrow band, so dividing by the maximum would flatten
+    them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores."""
+    if how == "rrf":
+        out = np.zeros_like(lexical)
+        for s in (lexical, dense):
+            pos = np.flatnonzero(s > 0)
+            order = pos[np.argsort(-s[pos], kind="stable")]
+            out[order] += 1.0 / (rrf_k + np.arange(1, len(order) + 1))
+        return out
+    # Rows without a vector (summaries, other embedding spaces) score exactly 0: they take
+    # no part in the dense min and max, and add nothing.
+    has = dense != 0 if live is None else live & (dense != 0)
+    d = np.where(has, minmax(dense, has), np.float32(0))
+    return ((1 - weight) * minmax(lexical, live) + weight * d).astype(np.float32)

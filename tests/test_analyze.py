@@ -1,0 +1,66 @@
+"""The BM25 analyzer: stop words, stemming, numbers, dates, CJK; and what it buys a query."""
+
+from __future__ import annotations
+
+from fsmem import Event, Memory
+from fsmem.analyze import STOP_WORDS, analyze, date_text
+from fsmem.timestamps import Timestamp
+
+
+def test_stop_words_are_dropped_and_words_stemmed():
+    assert analyze("The and of which were being") == []
+    assert "the" in STOP_WORDS
+    assert analyze("Running runs ran") [:2] == ["run", "run"]
+    assert analyze("stores") == analyze("store") == ["store"]
+    assert analyze("It’s hiking") == ["hike"]   # curly apostrophe: the stop word "it's"
+
+
+def test_numbers_are_normalised():
+    assert analyze("1,000 dollars") == ["1000", "dollar"]
+    assert analyze("room 07") == ["room", "7"]
+    assert analyze("the 7th floor") == ["7", "floor"]
+
+
+def test_written_dates_give_one_canonical_day_term():
+    day = "@2023-05-07"
+    for text in ("7 May 2023", "May 7th, 2023", "on 2023-05-07", "May 7 2023"):
+        assert day in analyze(text), text
+    assert "@2023-05" in analyze("in May 2023")
+    assert not any(t.startswith("@") for t in analyze("you may go 2023 times"))
+    assert not any(t.startswith("@") for t in analyze("31 February 2023"))   # no such day
+
+
+def test_date_text_is_the_local_date_in_words():
+    ts = Timestamp.parse("2023-05-07T23:30:00-07:00")   # 8 May in UTC, 7 May where written
+    assert date_text(ts.ns, ts.offset) == "Sunday 7 May 2023"
+    assert "@2023-05-07" in analyze(date_text(ts.ns, ts.offset))
+
+
+def test_cjk_runs_give_unigrams_and_bigrams():
+    assert analyze("猫粮") == ["猫", "粮", "猫粮"]
+    terms = analyze("年糕的猫粮 royal canin")
+    assert {"年糕", "猫粮", "royal", "canin"} <= set(terms)
+
+
+def test_an_english_query_in_another_inflection_finds_the_document(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    target = mem.commit("She was running the marathons in Boston every spring")
+    for i in range(6):
+        mem.commit(f"Notes about gardening and tomato plants, batch {i}")
+        mem.commit(f"Budget for the kitchen renovation, estimate {i}")
+    hits = mem.query("who runs a marathon", top_k=1)
+    assert [h.unit_id for h in hits] == [target]
+
+
+def test_a_date_question_finds_the_turn_of_that_date(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    ids = {}
+    for day in (5, 6, 7, 8, 9):
+        ev = Event(id=f"turn-{day}", timestamp=f"2023-05-{day:02d}T18:00:00+02:00",
+                   source="chat", role="user", input="We talked about the garden again")
+        ids[day] = ev.id
+        mem.commit_events([ev], source="chat")
+    hits = mem.query("what did we talk about on 7 May 2023?", top_k=1)
+    assert hits and hits[0].events_matched == [ids[7]]
+    hits = mem.query("garden 2023-05-09", top_k=1)
+    assert hits and hits[0].events_matched == [ids[9]]

