@@ -20,6 +20,7 @@ import pytest
 from conftest import REPO, make_png, run_py
 from fsmem import Event, Memory, Reader
 from fsmem.layout import Layout
+from fsmem.prune import watermark
 from fsmem.stablemem import find_cold
 from fsmem.timestamps import Timestamp
 
@@ -403,7 +404,8 @@ def test_reader_sees_a_pending_journal_applied_and_changes_nothing(tmp_path):
         before = tree_state(root, with_meta=True)
         reader = Reader.open(root)
         ids = [e.id for e in reader.timeline()]
-        assert len(ids) == len(set(ids)) == 3           # the after state: capacity
+        # the after state: L1 pruned down to the watermark
+        assert len(ids) == len(set(ids)) == watermark(3, 1, context_tokens=None)
         seen = reader.consistent(lambda v: sorted(ev.id for layer in ("context", "documents")
                                                   for u in reader._units_of(v, layer)
                                                   for ev in u.manifest.events))
