@@ -695,6 +695,7 @@ class _PendingRows:
         if turn.any() and n_base:
             lo, hi = time[turn].min() - ranking.WINDOW_NS, time[turn].max() + ranking.WINDOW_NS
             cand = np.flatnonzero((idx.ev_kind == ranking.KIND_TURN)
+                                  & idx.alive[idx.ev_unit]   # never a removed unit's row
                                   & np.isin(idx.ev_key, keys[turn])
                                   & (idx.ev_time >= lo) & (idx.ev_time <= hi))
         glob = np.concatenate([cand, n_base + np.arange(len(keys))])
