@@ -165,6 +165,10 @@ def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
             except DistillError as exc:
                 raise DistillError(f"unit {unit_id}: {exc} (nothing written for it; "
                                    f"{len(report.distilled)} unit(s) distilled before it)") from exc
+            except (FsmemError, OSError):
+                if mem.layout.vanished(doc.path):
+                    continue   # recalled or distilled by another process while we read it
+                raise
             entry = UnitReport(unit_id=unit_id, triples=[t for _, t in unit.facts],
                                events=[p.event_id for p, _ in unit.facts])
             report.triples += len(unit.facts)

@@ -264,10 +264,14 @@ WRITER = r"""
 import os, sys, time
 from fsmem import Memory, Event
 root, rounds, acks = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+min_rounds = int(sys.argv[4]) if len(sys.argv) > 4 else rounds
+enough = os.path.join(os.path.dirname(acks), "reader.enough")   # the reader has its reads
 mem = Memory.open(root, context_capacity=6, context_protected=2, durability="off")
 words = ["garden", "coffee", "piano", "solar", "cat", "tomato", "valve", "lesson"]
 with open(acks, "a", buffering=1) as ack:
     for i in range(rounds):
+        if i >= min_rounds and os.path.exists(enough):
+            break
         w = words[i % len(words)]
         eid = f"e-w{i:06d}"
         mem.append(Event(id=eid, source="qq", input=f"{w} note {i}", response=f"ok {i}"))
@@ -280,7 +284,7 @@ with open(acks, "a", buffering=1) as ack:
         if i % 29 == 13:
             mem.distill(max_age_s=0, max_access=1000)
 mem.close()
-print("done")
+print(i + 1)
 """
 
 READER = r"""
@@ -315,8 +319,10 @@ i = 0
 done_flag = os.path.join(os.path.dirname(acks), "writer.done")
 while True:
     finished = os.path.exists(done_flag)
-    if finished and stats["reads"] >= minimum:
-        break
+    if stats["reads"] >= minimum:
+        open(os.path.join(os.path.dirname(acks), "reader.enough"), "w").close()
+        if finished:
+            break
     events_acked, units_acked = acked()
     k = i % 10
     if k < 6 or mode == "timeline":
@@ -347,7 +353,8 @@ print(json.dumps(stats))
 """
 
 
-def _reader_vs_writer(tmp_path: Path, rounds: int, minimum_reads: int, mode: str) -> dict:
+def _reader_vs_writer(tmp_path: Path, rounds: int, minimum_reads: int, mode: str,
+                      min_rounds: int | None = None) -> dict:
     root = tmp_path / "m"
     Memory.open(root).close()
     acks = tmp_path / "acks"
@@ -355,14 +362,17 @@ def _reader_vs_writer(tmp_path: Path, rounds: int, minimum_reads: int, mode: str
     reader = subprocess.Popen([sys.executable, "-c", READER, str(root), str(acks), mode,
                                str(minimum_reads)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    writer = subprocess.run([sys.executable, "-c", WRITER, str(root), str(rounds), str(acks)],
-                            env=env, capture_output=True, text=True, timeout=600)
+    writer = subprocess.run([sys.executable, "-c", WRITER, str(root), str(rounds), str(acks),
+                             str(rounds if min_rounds is None else min_rounds)],
+                            env=env, capture_output=True, text=True, timeout=3600)
     (tmp_path / "writer.done").write_text("")
     assert writer.returncode == 0, writer.stderr
     out, err = reader.communicate(timeout=1800)
     assert reader.returncode == 0, err[-3000:]
     assert Memory.open(root).fsck() == []
-    return json.loads(out.strip().splitlines()[-1])
+    stats = json.loads(out.strip().splitlines()[-1])
+    print("reader stats:", stats, "writer rounds:", writer.stdout.strip())
+    return stats
 
 
 def test_reader_process_against_writer_process(tmp_path):
@@ -374,7 +384,8 @@ def test_reader_process_against_writer_process(tmp_path):
 @pytest.mark.stress
 @pytest.mark.skipif(not STRESS, reason="set FSMEM_STRESS=1 (100,000 timeline reads)")
 def test_hundred_thousand_timelines_against_prune(tmp_path):
-    stats = _reader_vs_writer(tmp_path, rounds=20000, minimum_reads=100_000, mode="timeline")
+    stats = _reader_vs_writer(tmp_path, rounds=1_000_000, minimum_reads=100_000, mode="timeline",
+                              min_rounds=2000)
     assert stats["timelines"] >= 100_000
 
 
