@@ -252,7 +252,7 @@ class Layout:
     def locate(self, unit_id: str) -> tuple[str, str]:
         """(layer, path) of a unit in a consistent view; NotFound if it is in no layer."""
         check_name(unit_id)
-        found = self.view().locate(unit_id)
+        found = self.view(only=unit_id).locate(unit_id)
         if found is None:
             raise NotFound(f"unit {unit_id!r} not found under {self.root}")
         return found
@@ -300,16 +300,24 @@ class Layout:
         return owner_dead(staging_owner(name), os.path.join(self.staging, name))
 
     # -- consistent views -------------------------------------------------------------------
-    def view(self, layers: tuple[str, ...] = LAYERS) -> View:
-        """List ``layers`` with every pending journal entry applied (its after state)."""
+    def view(self, layers: tuple[str, ...] = LAYERS, *, only: str | None = None) -> View:
+        """List ``layers`` with every pending journal entry applied (its after state);
+        ``only``: look up that one unit id instead of listing whole layers."""
         epoch = self.epoch()
         pending, _ = self.pending_journals()
-        units = {layer: self.list_layer(layer) for layer in layers}
+        if only is None:
+            units = {layer: self.list_layer(layer) for layer in layers}
+        else:
+            units = {layer: {} for layer in layers}
+            for layer in layers:
+                path = os.path.join(self.root, layer, check_name(only))
+                if not self.vanished(path) and not os.path.islink(path):
+                    units[layer][only] = path
         for entry in pending:
             for layer, unit_id in entry.remove:
                 units.get(layer, {}).pop(unit_id, None)
             for staged, layer, unit_id in entry.publish:
-                if layer not in units or unit_id in units[layer]:
+                if layer not in units or unit_id in units[layer] or only not in (None, unit_id):
                     continue
                 for path in (os.path.join(self.staging, staged), os.path.join(
                         self.root, layer, unit_id)):

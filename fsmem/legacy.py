@@ -44,7 +44,6 @@ log = logging.getLogger("fsmem.legacy")
 _logged: set[tuple[str, str]] = set()          # (store root, file) reported by this process
 _served: dict[str, set[str]] = {}              # store root -> files served this process
 _recorded: dict[str, set[str]] = {}            # store root -> files named in legacy-reported
-_writers: set[str] = set()                     # store roots this process may record into
 _HEX64 = __import__("re").compile(r"^[0-9a-f]{64}$")
 _ZERO = "0001-01-01T00:00:00Z"
 ZERO_NS = -62135596800_000000000               # Go's zero time
@@ -246,7 +245,6 @@ def allow_record(root: str) -> None:
     readers too, appends to it where it is writable (like the access log, a reader never
     creates it and a read-only store just logs once per process)."""
     root = os.path.realpath(root)
-    _writers.add(root)
     try:
         fd = fsops.open_(os.path.join(root, ".fsmem", RECORD),
                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
