@@ -4,6 +4,7 @@ One narrow layer makes faults injectable (a crash or an errno at the Nth call), 
 the crash-point sweeps and ENOSPC/EIO tests drive the real code paths. Set ``FSMEM_CRASH_AT=N``
 to ``os._exit(77)`` just before the Nth mutating call, or ``FSMEM_FAIL_AT=N:ERRNO[:op]`` to raise
 ``OSError(ERRNO)`` at the Nth call (of ``op`` only, when given). ``set_hook`` does the same from code.
+``set_recorder`` logs every call with its arguments (the power-loss test replays such a log).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Callable
 __all__ = [
     "set_hook", "call_count", "open_", "write_all", "fsync", "fsync_dir", "syncfs", "close",
     "link", "unlink", "mkdir", "rmdir", "rename", "replace", "rename_noreplace",
-    "renameat2_supported", "CRASH_EXIT_CODE", "has_syncfs",
+    "renameat2_supported", "CRASH_EXIT_CODE", "has_syncfs", "rmtree", "utime", "set_recorder",
+    "record_mark",
 ]
 
 CRASH_EXIT_CODE = 77
@@ -27,6 +29,37 @@ _AT_FDCWD = -100
 Hook = Callable[[str], None]
 _hook: Hook | None = None
 _calls = 0
+# The recorder: a list of (op, *args) tuples, file descriptors mapped to the open that made them.
+_log: list[tuple] | None = None
+_fd_open: dict[int, int] = {}
+
+
+def set_recorder(log: list[tuple] | None) -> None:
+    """Append every mutating call to ``log`` (None stops recording). Entries: ("open", id,
+    path, created, append), ("write", id, bytes), ("fsync", id), ("fsync_dir", path),
+    ("syncfs",), ("rename", src, dst), ("link", src, dst), ("unlink", path), ("mkdir", path),
+    ("rmdir", path), ("utime", path, ns), ("mark", label); paths are absolute."""
+    global _log
+    _log = log
+    _fd_open.clear()
+
+
+def record_mark(label: str) -> None:
+    """Put a marker in the recorded log (e.g. "an operation returned here")."""
+    if _log is not None:
+        _log.append(("mark", label))
+
+
+def _rec(*entry: object) -> None:
+    if _log is not None:
+        _log.append(entry)
+
+
+def _abs(path: str | os.PathLike, dir_fd: int | None = None) -> str:
+    path = os.fsdecode(path)
+    if dir_fd is not None and not os.path.isabs(path):
+        return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+    return os.path.abspath(path)
 
 
 def set_hook(hook: Hook | None) -> None:
@@ -74,14 +107,22 @@ def _enter(op: str) -> None:
 
 
 def open_(path: str | os.PathLike, flags: int, mode: int = 0o666, *, dir_fd: int | None = None) -> int:
-    if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+    writing = bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+    if writing:
         _enter("open")
-    return os.open(path, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    existed = _log is not None and writing and os.path.lexists(_abs(path, dir_fd))
+    fd = os.open(path, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    if _log is not None and writing:
+        _fd_open[fd] = len(_log)
+        _rec("open", len(_log), _abs(path, dir_fd), not existed, bool(flags & os.O_APPEND))
+    return fd
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write every byte; a short write is retried, a zero-length write is an error."""
     _enter("write")
+    if _log is not None and fd in _fd_open:
+        _rec("write", _fd_open[fd], bytes(data))
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -92,10 +133,13 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 def fsync(fd: int) -> None:
     _enter("fsync")
+    if _log is not None and fd in _fd_open:
+        _rec("fsync", _fd_open[fd])
     os.fsync(fd)
 
 
 def close(fd: int) -> None:
+    _fd_open.pop(fd, None)
     os.close(fd)
 
 
@@ -103,7 +147,9 @@ def fsync_dir(path: str | os.PathLike) -> None:
     """fsync a directory so the names it holds are durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fsync(fd)
+        _enter("fsync")
+        _rec("fsync_dir", _abs(path))
+        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -123,6 +169,7 @@ def has_syncfs() -> bool:
 def syncfs(path: str | os.PathLike) -> None:
     """Flush the whole filesystem holding ``path`` (one call for all files of a unit)."""
     _enter("fsync")
+    _rec("syncfs")
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if _syncfs is None:
@@ -137,33 +184,39 @@ def syncfs(path: str | os.PathLike) -> None:
 
 def link(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     _enter("link")
+    _rec("link", _abs(src), _abs(dst))
     os.link(src, dst, follow_symlinks=False)
 
 
 def unlink(path: str | os.PathLike) -> None:
     _enter("unlink")
+    _rec("unlink", _abs(path))
     os.unlink(path)
 
 
 def mkdir(path: str | os.PathLike, mode: int = 0o777) -> None:
     _enter("mkdir")
+    _rec("mkdir", _abs(path))
     os.mkdir(path, mode)
 
 
 def rmdir(path: str | os.PathLike) -> None:
     _enter("rmdir")
+    _rec("rmdir", _abs(path))
     os.rmdir(path)
 
 
 def rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """Plain rename: only for files, or directories to a name known not to exist."""
     _enter("rename")
+    _rec("rename", _abs(src), _abs(dst))
     os.rename(src, dst)
 
 
 def replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """Atomically replace a file (never used onto a directory)."""
     _enter("rename")
+    _rec("rename", _abs(src), _abs(dst))
     os.replace(src, dst)
 
 
@@ -180,6 +233,43 @@ def rename_noreplace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
+    _rec("rename", _abs(src), _abs(dst))
+
+
+def rmtree(path: str | os.PathLike) -> None:
+    """Delete a directory tree one entry at a time (each unlink/rmdir is a counted call, so a
+    crash sweep reaches a crash in the middle of a removal); like ``shutil.rmtree(path,
+    ignore_errors=True)`` it never raises."""
+    path = os.fspath(path)
+    if os.path.islink(path) or not os.path.isdir(path):
+        try:
+            unlink(path)
+        except OSError:
+            pass
+        return
+    for top, dirs, files in os.walk(path, topdown=False):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+            try:
+                unlink(os.path.join(top, name))
+            except OSError:
+                pass
+        for name in dirs:
+            if not os.path.islink(os.path.join(top, name)):
+                try:
+                    rmdir(os.path.join(top, name))
+                except OSError:
+                    pass
+    try:
+        rmdir(path)
+    except OSError:
+        pass
+
+
+def utime(path: str | os.PathLike, ns: tuple[int, int]) -> None:
+    """Set a file's or directory's times (arrival times are part of the store)."""
+    _enter("utime")
+    _rec("utime", _abs(path), tuple(ns))
+    os.utime(path, ns=ns)
 
 
 def renameat2_supported(scratch_dir: str | os.PathLike) -> bool:

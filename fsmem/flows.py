@@ -352,7 +352,7 @@ class Memory(Reader):
                 src = self.store.unit_dir("documents", hit.unit_id)
                 if not os.path.isdir(src):
                     continue  # another process recalled it first
-                os.utime(src, ns=(Timestamp.now().ns,) * 2)  # arrival in L1
+                fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
                 if self.store.sync:
                     fsops.fsync_dir(src)
                 self.store.move(hit.unit_id, "documents", "context")
@@ -431,5 +431,4 @@ def _check_strings(**fields: object) -> None:
 
 
 def _remove_tree(path: str) -> None:
-    import shutil
-    shutil.rmtree(path, ignore_errors=True)
+    fsops.rmtree(path)

@@ -14,11 +14,11 @@ with the same arrival time.
 from __future__ import annotations
 
 import logging
-import shutil
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from . import _fsops as fsops
 from .model import FORMAT_VERSION, EventRecord, Manifest
 from .layout import JournalEntry
 from .store import new_unit_id
@@ -182,7 +182,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
             store.journal_commit(entry)
         except BaseException:
             for name in staged:
-                shutil.rmtree(f"{store.staging}/{name}", ignore_errors=True)
+                fsops.rmtree(f"{store.staging}/{name}")
             raise
         store.journal_apply(entry)
         for l2_id in l2_ids:

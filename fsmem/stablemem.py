@@ -218,7 +218,7 @@ def recall_from_graph(mem: "Memory", names: Sequence[str] | str, depth: int = 2)
             layer, unit_id = _locate(mem, unit_id, event_id)
             if layer in ("stablemem", "documents") and unit_id not in moved:
                 src = mem.store.unit_dir(layer, unit_id)
-                os.utime(src, ns=(Timestamp.now().ns,) * 2)  # arrival in L1
+                fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
                 if mem.store.sync:
                     fsops.fsync_dir(src)
                 mem.store.move(unit_id, layer, "context")

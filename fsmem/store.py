@@ -18,7 +18,6 @@ import errno
 import fcntl
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -257,7 +256,7 @@ class Store(Layout):
         if self.sync if sync is None else sync:
             fsops.fsync_dir(os.path.dirname(path))
         if not self.pinned():
-            shutil.rmtree(trash, ignore_errors=True)
+            fsops.rmtree(trash)
 
     def quarantine(self, path: str, label: str) -> str:
         """Move a damaged entry into .fsmem/quarantine/ (never deleted)."""
@@ -297,7 +296,7 @@ class Store(Layout):
         for name in os.listdir(self.trash_dir):
             path = os.path.join(self.trash_dir, name)
             if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+                fsops.rmtree(path)
             else:
                 _quiet_unlink(path)
 
@@ -320,10 +319,10 @@ class Store(Layout):
             dst = self.unit_dir(layer, unit_id)
             if os.path.isdir(src):
                 if os.path.lexists(dst):
-                    shutil.rmtree(src, ignore_errors=True)
+                    fsops.rmtree(src)
                 else:
                     if unit_id in entry.mtimes:   # arrival time, set before it is visible
-                        os.utime(src, ns=(entry.mtimes[unit_id], entry.mtimes[unit_id]))
+                        fsops.utime(src, (entry.mtimes[unit_id], entry.mtimes[unit_id]))
                     self.rename_dir(src, dst)
                 touched.add(os.path.dirname(dst))
         if self.sync:
@@ -363,7 +362,7 @@ class Store(Layout):
                 continue
             path = os.path.join(self.staging, name)
             if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+                fsops.rmtree(path)
             else:
                 _quiet_unlink(path)
         self._empty_trash()

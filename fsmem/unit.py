@@ -105,7 +105,7 @@ class UnitBuilder:
             raise ValueError(f"manifest id {manifest.id!r} != unit id {self.unit_id!r}")
         self._write_file(MANIFEST, encode_pretty(manifest))
         now = time.time_ns()  # the directory's mtime is its arrival time in a layer
-        os.utime(self.path, ns=(now, now))
+        fsops.utime(self.path, (now, now))
         if self.sync:
             fsops.fsync_dir(self.path)
         return self.path
