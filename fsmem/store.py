@@ -306,7 +306,12 @@ class Store(Layout):
         are told (epoch) before the first visible step."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
         if self.sync:
-            fsops.fsync_dir(self.staging)
+            if self.sync_strategy == "syncfs":
+                # The staged units' files were written unsynced (builder sync=False): flush
+                # them before the journal makes the change happen (the originals go after).
+                fsops.syncfs(self.staging)
+            else:
+                fsops.fsync_dir(self.staging)
         self.write_file_atomic(path, encode_pretty(entry), sync=True)
         self.bump_epoch()
         return path
