@@ -67,25 +67,90 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120
     return proc
 
 
+STRESS = os.environ.get("FSMEM_STRESS") == "1"
+
+# Runs many crash points in one interpreter: fsmem is imported once, then each point is a fork
+# that crashes (os._exit(77)) at its Nth mutating call; one JSON line per point on stdout.
+_FORK_DRIVER = """
+import json, os, sys
+import fsmem, fsmem.flows, fsmem.prune, fsmem.stablemem
+from fsmem import _fsops
+code = compile(sys.argv[1], "<crash child>", "exec")
+for arg in sys.argv[2:]:
+    point, root = arg.split("=", 1)
+    pid = os.fork()
+    if pid == 0:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.environ["FSMEM_CRASH_AT"] = point
+        _fsops.set_hook(_fsops._env_hook())
+        sys.argv = ["-c", root]
+        try:
+            exec(code, {"__name__": "__main__"})
+        except SystemExit as exc:
+            os._exit(exc.code if isinstance(exc.code, int) else 1)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps([int(point), os.waitstatus_to_exitcode(status)]), flush=True)
+"""
+
+_COUNTING = """
+import atexit, os
+from fsmem import _fsops
+atexit.register(lambda: open(os.environ["FSMEM_CALLS_OUT"], "w").write(str(_fsops.call_count())))
+"""
+
+
+def crash_points(total: int, sample: int, seed: int = 16) -> list[int]:
+    """Every crash point 1..total under FSMEM_STRESS=1; else the first, the last and a seeded
+    sample of the others (the same points on every run)."""
+    import random
+    if STRESS or total <= sample:
+        return list(range(1, total + 1))
+    rest = random.Random(seed).sample(range(2, total), sample - 2)
+    return sorted({1, total, *rest})
+
+
 def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int = 400,
-                env: dict[str, str] | None = None) -> tuple[int, subprocess.CompletedProcess]:
-    """Run ``child`` (python -c, argv[1] = a fresh copy of ``template``) with FSMEM_CRASH_AT=n
-    for n = 1, 2, ... until it completes; after each run call ``check(root, label)`` on the
-    copy (reopening it runs recovery). Returns the number of runs and the completed run."""
+                env: dict[str, str] | None = None, sample: int = 16
+                ) -> tuple[int, subprocess.CompletedProcess]:
+    """Crash ``child`` (python code, argv[1] = a fresh copy of ``template``) at its Nth mutating
+    fs call, then call ``check(root, label)`` on the copy (reopening it runs recovery).
+
+    A clean run counts the calls (and is checked too); then each chosen point N (all of them
+    under FSMEM_STRESS=1, else ``sample`` seeded ones) runs in a fork of one preloaded
+    interpreter and must really crash there. Returns (number of calls, the clean run)."""
+    import json
     import shutil
     from fsmem import _fsops
     base = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    n = 0
-    while True:
-        n += 1
-        assert n < limit, "the child never completed"
-        root = tmp_path / f"crash{n}"
+    base.pop("FSMEM_CRASH_AT", None)
+    clean = tmp_path / "crash-clean"
+    shutil.copytree(template, clean, symlinks=True)
+    out = tmp_path / "crash-calls"
+    proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", _COUNTING + child, str(clean)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**base, "FSMEM_CALLS_OUT": str(out)})
+    assert proc.returncode == 0, proc.stderr
+    total = int(out.read_text())
+    assert 0 < total < limit, f"{total} fs calls"
+    check(clean, "no crash")
+    points = crash_points(total, sample)
+    roots = {n: tmp_path / f"crash{n}" for n in points}
+    for root in roots.values():
         shutil.copytree(template, root, symlinks=True)
-        proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", child, str(root)],
-                              capture_output=True, text=True, timeout=60,
-                              env={**base, "FSMEM_CRASH_AT": str(n)})
-        assert proc.returncode in (0, _fsops.CRASH_EXIT_CODE), proc.stderr
-        check(root, f"FSMEM_CRASH_AT={n}")
+    drv = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", _FORK_DRIVER, child,
+                                               *(f"{n}={r}" for n, r in roots.items())],
+                         capture_output=True, text=True, timeout=60 + 10 * len(points), env=base)
+    assert drv.returncode == 0, drv.stderr
+    codes = dict(json.loads(line) for line in drv.stdout.splitlines())
+    for n, root in roots.items():
+        assert codes.get(n) == _fsops.CRASH_EXIT_CODE, \
+            f"FSMEM_CRASH_AT={n} of {total}: exit {codes.get(n)}, not a crash\n{drv.stderr}"
+        check(root, f"FSMEM_CRASH_AT={n} of {total}")
         shutil.rmtree(root)
-        if proc.returncode == 0:
-            return n, proc
+    return total, proc
