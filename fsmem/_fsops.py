@@ -5,6 +5,8 @@ the crash-point sweeps and ENOSPC/EIO tests drive the real code paths. Set ``FSM
 to ``os._exit(77)`` just before the Nth mutating call, or ``FSMEM_FAIL_AT=N:ERRNO[:op]`` to raise
 ``OSError(ERRNO)`` at the Nth call (of ``op`` only, when given). ``set_hook`` does the same from code.
 ``set_recorder`` logs every call with its arguments (the power-loss test replays such a log).
+``FSMEM_CALLS_OUT=path`` writes the number of mutating calls to ``path`` at a normal exit (a crash
+sweep learns how many points there are).
 """
 
 from __future__ import annotations
@@ -295,3 +297,10 @@ def renameat2_supported(scratch_dir: str | os.PathLike) -> bool:
 
 
 _hook = _env_hook()
+if os.environ.get("FSMEM_CALLS_OUT"):
+    import atexit
+
+    def _write_count(out: str = os.environ["FSMEM_CALLS_OUT"]) -> None:
+        with open(out, "w", encoding="ascii") as fh:
+            fh.write(str(_calls))
+    atexit.register(_write_count)

@@ -98,13 +98,6 @@ for arg in sys.argv[2:]:
     print(json.dumps([int(point), os.waitstatus_to_exitcode(status)]), flush=True)
 """
 
-_COUNTING = """
-import atexit, os
-from fsmem import _fsops
-atexit.register(lambda: open(os.environ["FSMEM_CALLS_OUT"], "w").write(str(_fsops.call_count())))
-"""
-
-
 def crash_points(total: int, sample: int, seed: int = 16) -> list[int]:
     """Every crash point 1..total under FSMEM_STRESS=1; else the first, the last and a seeded
     sample of the others (the same points on every run)."""
@@ -132,7 +125,7 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
     clean = tmp_path / "crash-clean"
     shutil.copytree(template, clean, symlinks=True)
     out = tmp_path / "crash-calls"
-    proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", _COUNTING + child, str(clean)],
+    proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", child, str(clean)],
                           capture_output=True, text=True, timeout=120,
                           env={**base, "FSMEM_CALLS_OUT": str(out)})
     assert proc.returncode == 0, proc.stderr

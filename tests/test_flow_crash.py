@@ -148,8 +148,10 @@ mem = Memory.open({str(root)!r}, auto_prune=False)
 print(",".join(mem.recall("the one and only 唯一", top_k=1)))
 """
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              env=env) for _ in range(2)]
-    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
+    outs = [out.strip() for out, _ in results]
     assert sorted(outs) == ["", unit]
     assert Memory.open(root).units("context") == [unit]

@@ -422,38 +422,66 @@ def test_lost_events_are_caught_by_the_periodic_rescan(tmp_path):
     assert_clean(root)
 
 
-CRASH_POINTS = [8, 18, 30, 42, 55, 63]
+def _crash_inbox(tmp_path: Path, name: str) -> tuple[Path, dict[str, bytes]]:
+    """A store whose inbox holds one file of each kind: a chat log, JSON records, Markdown,
+    plain text, an image, a sound and a dropped unit directory."""
+    root, inbox = store(tmp_path / name)
+    files = {
+        "chat.jsonl": b'{"input": "q", "response": "r"}\n{"content": "hi", "role": "user", '
+                      b'"layer": "context"}\n{"content": "yo", "role": "user", "layer": "context"}\n',
+        "one.json": json.dumps([{"input": "solar 14.2 kWh", "source": "roof"}]).encode(),
+        "notes.md": "intro line\n\n## 光伏板 ##\n\nbody\n".encode(),
+        "plain.txt": b"just some text\n",
+        "p.png": make_png(9, 9),
+        "v.wav": make_wav(0.1),
+    }
+    for fname, data in files.items():
+        (inbox / fname).write_bytes(data)
+    other = Memory.open(tmp_path / f"{name}-other", durability="off")
+    uid = other.commit("a unit restored from a backup", summary="restored")
+    shutil.copytree(tmp_path / f"{name}-other" / "documents" / uid, inbox / uid)
+    return root, files
 
 
-def crash_at(tmp_path: Path, point: int) -> None:
-    root, inbox = store(tmp_path / f"c{point}")
-    (inbox / "chat.jsonl").write_text(
-        '{"input": "q", "response": "r"}\n{"content": "hi", "role": "user", "layer": '
-        '"context"}\n{"content": "yo", "role": "user", "layer": "context"}\n')
-    png = make_png(9, 9)
-    (inbox / "p.png").write_bytes(png)
+def _watch_crash_points(tmp_path: Path) -> tuple[int, dict[str, int]]:
+    """The number of fs calls of a clean ``watch --once`` over the crash inbox, and its events."""
+    root, _ = _crash_inbox(tmp_path, "clean")
+    out = tmp_path / "calls"
+    r = once(root, env={"FSMEM_CALLS_OUT": str(out)})
+    assert r.returncode == 0, r.stderr
+    ids = event_ids(root)
+    assert ids and set(ids.values()) == {1}
+    return int(out.read_text()), ids
+
+
+def crash_at(tmp_path: Path, point: int, total: int, n_events: int) -> None:
+    root, files = _crash_inbox(tmp_path, f"c{point}")
     r = once(root, env={"FSMEM_CRASH_AT": str(point)})
-    assert r.returncode in (0, 77), r.stderr
+    assert r.returncode == 77, f"point {point} of {total} did not crash: {r.returncode} {r.stderr}"
     r = once(root)
     assert r.returncode == 0, r.stderr
     ids = event_ids(root)
-    assert sorted(ids.values()) == [1, 1, 1, 1], (point, ids)
-    atts = [b.digest for m in manifests(root).values() for ev in m.events for b in ev.blocks
-            if b.role == "attachment"]
-    assert atts == [blake3.blake3(png).hexdigest()], point
-    assert len([e for e in Memory.open(root).timeline()]) == 2
+    assert sorted(ids.values()) == [1] * n_events, (point, ids)
+    atts = sorted(b.digest for m in manifests(root).values() for ev in m.events for b in ev.blocks
+                  if b.role == "attachment")
+    assert atts == sorted(blake3.blake3(files[n]).hexdigest() for n in ("p.png", "v.wav")), point
     assert_clean(root)
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
-def test_crash_at_a_filesystem_call_then_restart_is_exactly_once(tmp_path, point):
-    crash_at(tmp_path, point)
+def test_crash_at_sampled_filesystem_calls_then_restart_is_exactly_once(tmp_path):
+    from conftest import crash_points
+    total, ids = _watch_crash_points(tmp_path)
+    assert total > 40
+    for point in crash_points(total, 6):
+        crash_at(tmp_path, point, total, len(ids))
 
 
+@pytest.mark.stress
 @stress
 def test_crash_at_every_filesystem_call(tmp_path):
-    for point in range(1, 75):
-        crash_at(tmp_path, point)
+    total, ids = _watch_crash_points(tmp_path)
+    for point in range(1, total + 1):
+        crash_at(tmp_path, point, total, len(ids))
 
 
 def test_sigterm_stops_cleanly_and_the_rest_is_taken_later(tmp_path):
