@@ -1,6 +1,9 @@
-"""Mutation check of the flow criteria (repair plan section 三): each mutation named in the plan is
-applied to a temporary copy of the package, and the flow criteria tests must fail for every one.
-A mutation that survives is a missing test. Run: python tests/mutations.py  (exit 1 if any survives)
+"""Mutation check: each mutation is applied to a temporary copy of the package and the tests
+named for it must fail. The plan's eight (repair plan section 三) run the flow criteria; the
+durability ones (issue 16: every fsync on the publish, journal and prune paths, the parent-dir
+fsync after publish, the syncfs suspect) run the power-loss test; the item-15 ones run the crash
+sweeps. A mutation that survives is a missing test.
+Run: python tests/mutations.py [name-substring ...]  (exit 1 if any survives)
 """
 
 from __future__ import annotations
@@ -90,26 +93,135 @@ _m.events = _evs''')),
 }
 
 
-def run_suite(pkg_root: Path) -> tuple[int, str]:
+POWERLOSS = ["tests/test_powerloss.py"]
+FLOW_CRASH = ["tests/test_flow_crash.py"]
+
+# name: (file, old, new, tests)
+DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
+    "publish: no fsync of the parent directory after the rename": ("fsmem/store.py", """\
+                    fsops.fsync_dir(os.path.dirname(dst))
+                    fsops.fsync_dir(self.staging)""", """\
+                    fsops.fsync_dir(self.staging)""", POWERLOSS),
+    "publish: no syncfs before the rename": ("fsmem/store.py", """\
+                    fsops.syncfs(self.staging)  # every block, the manifest, the directories""",
+                                             "                    pass", POWERLOSS),
+    "publish: no fsync of the staging directory before the rename (fsync strategy)": (
+        "fsmem/store.py", """\
+                else:
+                    fsops.fsync_dir(self.staging)
+            self.rename_dir(builder.path, dst)""", """\
+                else:
+                    pass
+            self.rename_dir(builder.path, dst)""", POWERLOSS),
+    "unit: no fsync of the unit directory (fsync strategy)": ("fsmem/unit.py", """\
+        if self.sync:
+            fsops.fsync_dir(self.path)""", """\
+        if self.sync:
+            pass""", POWERLOSS),
+    "unit: no fsync of the manifest (fsync strategy)": ("fsmem/unit.py", """\
+            if self.sync:
+                fsops.fsync(fd)
+        finally:""", """\
+            pass
+        finally:""", POWERLOSS),
+    "block: no fsync of a block file (fsync strategy)": ("fsmem/blocks.py", """\
+        if len(data):
+            fsops.write_all(fd, data)
+        if sync:
+            fsops.fsync(fd)""", """\
+        if len(data):
+            fsops.write_all(fd, data)""", POWERLOSS),
+    "journal: staged units not flushed before the entry (the syncfs suspect)": (
+        "fsmem/store.py", """\
+                fsops.syncfs(self.staging)
+            else:
+                fsops.fsync_dir(self.staging)
+        self.write_file_atomic(path""", """\
+                pass
+            else:
+                fsops.fsync_dir(self.staging)
+        self.write_file_atomic(path""", POWERLOSS),
+    "journal: staging directory not fsynced before the entry (fsync strategy)": (
+        "fsmem/store.py", """\
+            else:
+                fsops.fsync_dir(self.staging)
+        self.write_file_atomic(path""", """\
+            else:
+                pass
+        self.write_file_atomic(path""", POWERLOSS),
+    "journal: entry written without fsync": (
+        "fsmem/store.py", "self.write_file_atomic(path, encode_pretty(entry), sync=True)",
+        "self.write_file_atomic(path, encode_pretty(entry), sync=False)", POWERLOSS),
+    "atomic file: data not fsynced before the rename": ("fsmem/store.py", """\
+            if sync:
+                fsops.fsync(fd)
+        except BaseException:""", """\
+            pass
+        except BaseException:""", POWERLOSS),
+    "atomic file: directory not fsynced after the rename": ("fsmem/store.py", """\
+        fsops.replace(tmp, path)
+        if sync:
+            fsops.fsync_dir(os.path.dirname(path))""", """\
+        fsops.replace(tmp, path)""", POWERLOSS),
+    "journal apply: published parents not fsynced": ("fsmem/store.py", """\
+            for parent in touched | {self.staging}:
+                fsops.fsync_dir(parent)""", """\
+            for parent in touched | {self.staging}:
+                pass""", POWERLOSS),
+    "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
+        if self.sync if sync is None else sync:
+            fsops.fsync_dir(os.path.dirname(path))
+        if not self.pinned():""", """\
+        if not self.pinned():""", POWERLOSS),
+    "journal apply: entry removal not fsynced": ("fsmem/store.py", """\
+        _quiet_unlink(path)
+        if self.sync:
+            fsops.fsync_dir(self.journal_dir)""", """\
+        _quiet_unlink(path)""", POWERLOSS),
+    "move (recall): parents not fsynced": ("fsmem/store.py", """\
+            if self.sync:
+                fsops.fsync_dir(os.path.dirname(dst))
+                fsops.fsync_dir(os.path.dirname(src))""", """\
+            pass""", POWERLOSS),
+    # item 15
+    "legacy recall: the JSON unlinked before the unit is published": ("fsmem/legacy.py", """\
+    meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""", """\
+    fsops.unlink(path)
+    meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""",
+        ["tests/test_legacy_crash.py"]),
+    "discard: delete in place instead of one rename out of sight": ("fsmem/store.py", """\
+        fsops.rename(path, trash)
+        if self.sync if sync is None else sync:""", """\
+        fsops.rmtree(path)
+        return
+        if self.sync if sync is None else sync:""", FLOW_CRASH + POWERLOSS),
+}
+
+
+def run_suite(pkg_root: Path, tests: list[str] = TESTS) -> tuple[int, str]:
     """(pytest exit code, first failing test). Exit 1 means a test failed: a kill; any other
     non-zero code (collection error, crash) means the mutant was broken, not caught."""
     env = {**os.environ, "FSMEM_TEST_PKG_ROOT": str(pkg_root)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                           *TESTS], cwd=REPO, env=env, capture_output=True, text=True)
+                           *tests], cwd=REPO, env=env, capture_output=True, text=True)
     failed = next((ln.split(" ")[1] for ln in proc.stdout.splitlines()
                    if ln.startswith("FAILED ")), "")
     return proc.returncode, failed
 
 
-def main() -> int:
+def main(args: list[str]) -> int:
     survivors = []
+    every = {name: (rel, old, new, TESTS) for name, (rel, old, new) in MUTATIONS.items()}
+    every.update(DURABILITY)
+    chosen = {n: m for n, m in every.items() if not args or any(a in n for a in args)}
     with tempfile.TemporaryDirectory(prefix="fsmem-mut-") as tmp:
         base = Path(tmp) / "clean"
         shutil.copytree(REPO / "fsmem", base / "fsmem")
-        if run_suite(base)[0] != 0:
-            print("the unmutated package fails the criteria tests; fix that first")
-            return 1
-        for i, (name, (rel, old, new)) in enumerate(MUTATIONS.items()):
+        for tests in {tuple(m[3]) for m in chosen.values()}:
+            if run_suite(base, list(tests))[0] != 0:
+                print(f"the unmutated package fails {' '.join(tests)}; fix that first")
+                return 1
+        for i, (name, (rel, old, new, tests)) in enumerate(chosen.items()):
             copy = Path(tmp) / f"m{i}"
             shutil.copytree(REPO / "fsmem", copy / "fsmem")
             path = copy / rel
@@ -119,14 +231,14 @@ def main() -> int:
                 survivors.append(name)
                 continue
             path.write_text(text.replace(old, new), encoding="utf-8")
-            code, failed = run_suite(copy)
+            code, failed = run_suite(copy, tests)
             verdict = {0: "SURVIVED", 1: "killed"}.get(code, f"BROKEN({code})")
             print(f"{verdict:>8}: {name}  [{failed}]")
             if verdict != "killed":
                 survivors.append(name)
-    print(f"{len(MUTATIONS) - len(survivors)} of {len(MUTATIONS)} mutations killed")
+    print(f"{len(chosen) - len(survivors)} of {len(chosen)} mutations killed")
     return 1 if survivors else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

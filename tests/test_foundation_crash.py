@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import REPO, make_png, run_py
-from fsmem import Memory, StorageError, StoreLocked
+from fsmem import Event, Memory, StorageError, StoreLocked
+from fsmem.errors import AlreadyExists
 from fsmem import _fsops as fsops
 
 CHILD = """
@@ -154,3 +155,45 @@ with mem.store.locked():
     holder.wait(timeout=30)
     mem = Memory.open(root, lock_timeout=5)  # free again: the waiter gets it
     assert mem.commit("after") in mem.units("documents")
+
+
+def _einval_renameat2(monkeypatch) -> None:
+    """Make the libc renameat2 call itself fail with EINVAL, as on a filesystem without
+    RENAME_NOREPLACE: the kernel rejects NOREPLACE together with EXCHANGE."""
+    real = fsops._renameat2
+    assert real is not None, "libc has no renameat2"
+
+    def einval(olddfd, old, newdfd, new, flags):
+        return real(olddfd, old, newdfd, new, flags | 2)   # | RENAME_EXCHANGE: EINVAL
+    monkeypatch.setattr(fsops, "_renameat2", einval)
+    import fsmem.store
+    monkeypatch.setattr(fsmem.store, "_renameat2_cache", {})   # probe again, per test
+
+
+def test_renameat2_einval_at_publish_falls_back_to_a_mkdir_claim(root, monkeypatch):
+    """renameat2 works at open (the probe) and answers EINVAL at publish: the publish falls
+    back to the mkdir claim, and a taken name is still refused with nothing replaced."""
+    mem = Memory.open(root)
+    assert mem.store.noreplace
+    _einval_renameat2(monkeypatch)
+    uid = mem.commit("after EINVAL")
+    assert not mem.store.noreplace
+    assert mem.document(uid).events[0].input == "after EINVAL"
+    os.mkdir(root / "documents" / "u-claimed")
+    (root / "documents" / "u-claimed" / "keep.txt").write_text("mine")
+    with pytest.raises(AlreadyExists):
+        mem.commit_events([Event(input="x")], unit_id="u-claimed")
+    assert os.listdir(root / "documents" / "u-claimed") == ["keep.txt"]
+
+
+def test_renameat2_einval_at_open_uses_the_fallback(root, monkeypatch):
+    _einval_renameat2(monkeypatch)
+    mem = Memory.open(root)
+    assert not mem.store.noreplace
+    uid = mem.commit("fallback from the start")
+    dst = mem.recall("fallback from the start", top_k=1)
+    assert dst == [uid] and mem.units("context") == [uid]
+    os.mkdir(root / "documents" / uid)
+    with pytest.raises(AlreadyExists):
+        mem.store.move(uid, "context", "documents")
+    assert mem.units("context") == [uid]
