@@ -14,9 +14,32 @@ from pathlib import Path
 
 import pytest
 
-# FSMEM_TEST_PKG_ROOT points the suite at another copy of the package (the mutation check).
-REPO = Path(os.environ.get("FSMEM_TEST_PKG_ROOT") or Path(__file__).resolve().parent.parent)
-sys.path.insert(0, str(REPO))
+SOURCE = Path(__file__).resolve().parent.parent
+
+
+def _package_root() -> Path:
+    """The directory whose ``fsmem/`` the suite tests: FSMEM_TEST_PKG_ROOT (the mutation check:
+    a mutated copy), else an installed non-editable fsmem (CI tests what pip installed), else
+    this source tree."""
+    forced = os.environ.get("FSMEM_TEST_PKG_ROOT")
+    if forced:
+        return Path(forced)
+    import importlib.machinery
+    here = {str(SOURCE), "", "."}
+    spec = importlib.machinery.PathFinder.find_spec(
+        "fsmem", [p for p in sys.path if p not in here and Path(p or ".").resolve() != SOURCE])
+    if spec is not None and spec.origin and SOURCE not in Path(spec.origin).resolve().parents:
+        return Path(spec.origin).resolve().parent.parent
+    return SOURCE
+
+
+PKG_ROOT = _package_root()
+if PKG_ROOT != SOURCE:   # never let the source tree shadow the package under test
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and Path(p).resolve() != SOURCE]
+    os.environ["PYTHONSAFEPATH"] = "1"    # children: no cwd first on sys.path either
+sys.path.insert(0, str(PKG_ROOT))
+# The repository (fixtures, benchmarks, README); children get PYTHONPATH=PKG_ROOT.
+REPO = SOURCE if os.environ.get("FSMEM_TEST_PKG_ROOT") is None else PKG_ROOT
 
 from fsmem import Memory  # noqa: E402
 
@@ -59,7 +82,7 @@ def make_wav(seconds: float = 0.25, freq: int = 440) -> bytes:
 def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,
            check: bool = False) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter with the repo importable."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": str(PKG_ROOT), **(env or {})}
     proc = subprocess.run(cwd=str(REPO), args=[sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env=full_env, timeout=timeout)
     if check and proc.returncode != 0:
@@ -120,7 +143,7 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
     import json
     import shutil
     from fsmem import _fsops
-    base = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    base = {**os.environ, "PYTHONPATH": str(PKG_ROOT), **(env or {})}
     base.pop("FSMEM_CRASH_AT", None)
     clean = tmp_path / "crash-clean"
     shutil.copytree(template, clean, symlinks=True)

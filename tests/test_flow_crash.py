@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from conftest import REPO, crash_sweep, make_png
+from conftest import PKG_ROOT, REPO, crash_sweep, make_png
 from fsmem import Event, MediaAttachment, Memory, ToolOutput
 
 CHILD = """
@@ -128,7 +128,7 @@ while (time.time() < end or k < 8) and k < 500:   # at least 8 rounds, however s
     k += 1
 print(k)
 """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
     procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                               env=env) for _ in range(2)]
     for p in procs:
@@ -147,7 +147,7 @@ from fsmem import Memory
 mem = Memory.open({str(root)!r}, auto_prune=False)
 print(",".join(mem.recall("the one and only 唯一", top_k=1)))
 """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
     procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     results = [p.communicate(timeout=60) for p in procs]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import REPO, make_png, run_py
+from conftest import PKG_ROOT, REPO, make_png, run_py
 from fsmem import Event, Memory, StorageError, StoreLocked
 from fsmem.errors import AlreadyExists
 from fsmem import _fsops as fsops
@@ -28,7 +28,7 @@ for i in range(2):
 
 def _child_env(tmp_path):
     (tmp_path / "conftest_png.py").write_text(f"png = {make_png()!r}\n")
-    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+    return {**os.environ, "PYTHONPATH": f"{PKG_ROOT}{os.pathsep}{tmp_path}"}
 
 
 @pytest.mark.parametrize("strategy", ["syncfs", "fsync"])
@@ -123,7 +123,7 @@ while (time.time() < end or i < 20) and i < 5000:   # at least 20 commits each, 
     print(mem.commit(f"writer {{sys.argv[1]}} item {{i}}"), flush=True)
     i += 1
 """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
     procs = [subprocess.Popen(cwd=str(REPO), args=[sys.executable, "-c", code, str(k)], stdout=subprocess.PIPE,
                               text=True, env=env) for k in range(2)]
     acked = []
@@ -146,7 +146,7 @@ mem = Memory.open({str(root)!r})
 with mem.store.locked():
     print("held", flush=True)
     time.sleep(3)
-"""], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+"""], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
     assert holder.stdout.readline().strip() == "held"
     t0 = time.monotonic()
     with pytest.raises(StoreLocked, match="lock"):
@@ -197,3 +197,14 @@ def test_renameat2_einval_at_open_uses_the_fallback(root, monkeypatch):
     with pytest.raises(AlreadyExists):
         mem.store.move(uid, "context", "documents")
     assert mem.units("context") == [uid]
+
+
+def test_children_import_the_package_under_test():
+    """The suite and its child processes import the same fsmem: the installed one when pip
+    installed it non-editable (CI), the mutated copy in the mutation check, else the source."""
+    import fsmem
+    from conftest import PKG_ROOT
+    here = os.path.realpath(fsmem.__file__)
+    assert here.startswith(os.path.realpath(PKG_ROOT) + os.sep)
+    child = run_py("import fsmem, os; print(os.path.realpath(fsmem.__file__))", check=True)
+    assert child.stdout.strip() == here

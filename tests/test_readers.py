@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_png, run_py
+from conftest import PKG_ROOT, REPO, make_png, run_py
 from fsmem import Event, Memory, Reader
 from fsmem.layout import Layout
 from fsmem.prune import watermark
@@ -30,7 +30,7 @@ STRESS = os.environ.get("FSMEM_STRESS") == "1"
 def fsmem(*args: str, env: dict | None = None, timeout: float = 60):
     return subprocess.run([sys.executable, "-m", "fsmem.cli", *args], cwd=str(REPO),
                           capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+                          env={**os.environ, "PYTHONPATH": str(PKG_ROOT), **(env or {})})
 
 
 def tree_state(root: Path, *, with_meta: bool = False) -> dict[str, tuple]:
@@ -358,7 +358,7 @@ def _reader_vs_writer(tmp_path: Path, rounds: int, minimum_reads: int, mode: str
     root = tmp_path / "m"
     Memory.open(root).close()
     acks = tmp_path / "acks"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
     reader = subprocess.Popen([sys.executable, "-c", READER, str(root), str(acks), mode,
                                str(minimum_reads)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -404,7 +404,7 @@ def test_reader_sees_a_pending_journal_applied_and_changes_nothing(tmp_path):
         root = tmp_path / f"c{n}"
         shutil.copytree(template, root)
         proc = subprocess.run([sys.executable, "-c", child, str(root)], cwd=str(REPO),
-                              env={**os.environ, "PYTHONPATH": str(REPO),
+                              env={**os.environ, "PYTHONPATH": str(PKG_ROOT),
                                    "FSMEM_CRASH_AT": str(n)}, capture_output=True, text=True)
         if proc.returncode == 0:
             break
@@ -504,7 +504,7 @@ def test_snapshot_while_a_writer_prunes(tmp_path):
     root = tmp_path / "m"
     Memory.open(root).close()
     acks = tmp_path / "acks"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), "250", str(acks)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     n = 0

@@ -21,13 +21,13 @@ from pathlib import Path
 import blake3
 import pytest
 
-from conftest import REPO, make_png, make_wav
+from conftest import PKG_ROOT, REPO, make_png, make_wav
 from fsmem import Memory
 from fsmem.unit import read_manifest, verify_unit
 
 stress = pytest.mark.skipif(os.environ.get("FSMEM_STRESS") != "1",
                             reason="stress run: set FSMEM_STRESS=1")
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+ENV = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
 
 
 # -- helpers ----------------------------------------------------------------------------------
