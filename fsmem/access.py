@@ -22,6 +22,7 @@ from typing import Iterable
 
 import msgspec
 
+from . import _fsops as fsops
 from .layout import read_small
 from .model import NAME_RE
 
@@ -60,8 +61,8 @@ class AccessLog:
     def create(self) -> None:
         """Writers make the log at open, so readers never have to create it."""
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o666)
+            fd = fsops.open_(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o666)
             os.close(fd)
         except OSError as exc:
             log.debug("%s: cannot create: %s", self.path, exc)
@@ -74,14 +75,14 @@ class AccessLog:
         if not data:
             return True
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | os.O_CLOEXEC)
+            fd = fsops.open_(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
+                             | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.EROFS, errno.EACCES, errno.EPERM):
                 log.warning("%s: access not counted: %s", self.path, exc)
             return False
         try:
-            os.write(fd, data)   # one write: O_APPEND keeps concurrent lines whole
+            fsops.write_all(fd, data)   # one write: O_APPEND keeps concurrent lines whole
             return True
         except OSError as exc:
             log.warning("%s: access not counted: %s", self.path, exc)
@@ -138,7 +139,7 @@ class AccessLog:
         if not force and size < COMPACT_BYTES and not sealed:
             return False
         if size:
-            os.rename(self.path, os.path.join(self.meta, f"access.{time.time_ns()}.log"))
+            fsops.rename(self.path, os.path.join(self.meta, f"access.{time.time_ns()}.log"))
             self.create()
             sealed = self._sealed()
         state = self._state()
@@ -153,7 +154,7 @@ class AccessLog:
         self._write_state(state)
         for name in gone:   # its bytes are in the state; late appends past the grace: none
             try:
-                os.unlink(os.path.join(self.meta, name))
+                fsops.unlink(os.path.join(self.meta, name))
             except FileNotFoundError:
                 pass
             state.folded.pop(name, None)
@@ -166,7 +167,7 @@ class AccessLog:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(msgspec.json.encode(state))
-        os.replace(tmp, path)
+        fsops.replace(tmp, path)
 
 
 def _sealed_at(name: str) -> float:
