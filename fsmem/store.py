@@ -331,8 +331,8 @@ class Store(Layout):
                     self.rename_dir(src, dst)
                 touched.add(os.path.dirname(dst))
         if self.sync:
-            for parent in touched | {self.staging}:
-                fsops.fsync_dir(parent)
+            for parent in [*sorted(touched), self.staging]:   # targets first: a crash
+                fsops.fsync_dir(parent)   # between the two never keeps only the old name gone
         for layer, unit_id in entry.remove:
             path = self.unit_dir(layer, unit_id)
             if os.path.isdir(path):
@@ -418,7 +418,7 @@ def _default_sync_strategy() -> Literal["fsync", "syncfs"]:
 
 def _quiet_unlink(path: str) -> None:
     try:
-        os.unlink(path)
+        fsops.unlink(path)
     except OSError:
         pass
 

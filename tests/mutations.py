@@ -164,10 +164,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             fsops.fsync_dir(os.path.dirname(path))""", """\
         fsops.replace(tmp, path)""", POWERLOSS),
     "journal apply: published parents not fsynced": ("fsmem/store.py", """\
-            for parent in touched | {self.staging}:
-                fsops.fsync_dir(parent)""", """\
-            for parent in touched | {self.staging}:
-                pass""", POWERLOSS),
+            for parent in [*sorted(touched), self.staging]:   # targets first: a crash
+                fsops.fsync_dir(parent)   # between the two never keeps only the old name gone""", """\
+            for parent in [self.staging]:
+                fsops.fsync_dir(parent)""", POWERLOSS),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
         if self.sync if sync is None else sync:
             fsops.fsync_dir(os.path.dirname(path))

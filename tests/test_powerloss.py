@@ -10,7 +10,8 @@ at point ``k`` replays the first ``k`` calls onto a copy of the store as it was 
 - a directory entry change (create, mkdir, rename, link, unlink, rmdir) persists if its parent
   directory (a rename's target directory) was fsync'd or the filesystem syncfs'd after it and
   before ``k``; a created file's own fsync also persists its entry (ext4 commits the journal);
-  otherwise it may or may not have happened.
+  otherwise it may or may not have happened. A rename whose source directory alone was
+  flushed surely took the old name away, but the new name may be missing (the object is lost).
 
 Each optional change is decided by a chooser: all lost, all kept (the page cache as a SIGKILL
 leaves it) and seeded random mixes. On each state the real Memory reopens it (recovery runs) and
@@ -65,8 +66,11 @@ def _entry_dir(op: tuple) -> str | None:
     return None
 
 
-def durable_set(log: list[tuple], k: int) -> set[int]:
-    """Indices (< k) of the calls whose effect the model says survives a crash at ``k``."""
+def durable_set(log: list[tuple], k: int, half: set[int] | None = None) -> set[int]:
+    """Indices (< k) of the calls whose effect the model says survives a crash at ``k``.
+    Renames whose source directory was flushed but not their target's go into ``half``: the
+    old name is surely gone, the new one may or may not be there."""
+    half = set() if half is None else half
     durable: set[int] = set()
     synced_dirs: set[str] = set()
     synced_files: set[int] = set()
@@ -88,6 +92,8 @@ def durable_set(log: list[tuple], k: int) -> set[int]:
             if parent is None or everything or parent in synced_dirs or \
                     (kind == "open" and j in synced_files):
                 durable.add(j)
+            elif kind == "rename" and os.path.dirname(op[1]) in synced_dirs:
+                half.add(j)
         else:
             durable.add(j)                 # utime, marks
     return durable
@@ -103,7 +109,8 @@ def build_state(pre: Path, live: Path, log: list[tuple], k: int, keep: Callable[
         if path == src_root or path.startswith(src_root + os.sep):
             return dst_root + path[len(src_root):]
         return None
-    durable = durable_set(log, k)
+    half: set[int] = set()
+    durable = durable_set(log, k, half)
     kept_open: dict[int, tuple[str, bool]] = {}
     offsets: dict[int, int] = {}
     for j in range(k):
@@ -113,11 +120,20 @@ def build_state(pre: Path, live: Path, log: list[tuple], k: int, keep: Callable[
         if j not in durable and not keep(j):
             if op[0] == "open":
                 kept_open[j] = (at(op[2]) or "", op[4])   # the file may exist from before
+            elif j in half and at(op[1]):
+                _vanish(at(op[1]))      # the source entry is gone, the target never came
             continue
         try:
             _apply(op, j, at, kept_open, offsets)
         except OSError:
             pass    # its precondition was lost (e.g. the parent directory never persisted)
+
+
+def _vanish(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
 
 
 def _apply(op: tuple, j: int, at, kept_open: dict, offsets: dict) -> None:
