@@ -190,10 +190,10 @@ def link(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     os.link(src, dst, follow_symlinks=False)
 
 
-def unlink(path: str | os.PathLike) -> None:
+def unlink(path: str | os.PathLike, *, dir_fd: int | None = None) -> None:
     _enter("unlink")
-    _rec("unlink", _abs(path))
-    os.unlink(path)
+    _rec("unlink", _abs(path, dir_fd))
+    os.unlink(path, dir_fd=dir_fd)
 
 
 def mkdir(path: str | os.PathLike, mode: int = 0o777) -> None:
@@ -208,11 +208,12 @@ def rmdir(path: str | os.PathLike) -> None:
     os.rmdir(path)
 
 
-def rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+def rename(src: str | os.PathLike, dst: str | os.PathLike, *, src_dir_fd: int | None = None,
+           dst_dir_fd: int | None = None) -> None:
     """Plain rename: only for files, or directories to a name known not to exist."""
     _enter("rename")
-    _rec("rename", _abs(src), _abs(dst))
-    os.rename(src, dst)
+    _rec("rename", _abs(src, src_dir_fd), _abs(dst, dst_dir_fd))
+    os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
 def replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
@@ -238,33 +239,30 @@ def rename_noreplace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     _rec("rename", _abs(src), _abs(dst))
 
 
-def rmtree(path: str | os.PathLike) -> None:
+def rmtree(path: str | os.PathLike, *, ignore_errors: bool = True) -> None:
     """Delete a directory tree one entry at a time (each unlink/rmdir is a counted call, so a
-    crash sweep reaches a crash in the middle of a removal); like ``shutil.rmtree(path,
-    ignore_errors=True)`` it never raises."""
+    crash sweep reaches a crash in the middle of a removal). Entries already gone are fine;
+    other errors are ignored like ``shutil.rmtree(path, ignore_errors=True)`` unless
+    ``ignore_errors`` is False."""
+    def quiet(call: Callable[[str], None], target: str) -> None:
+        try:
+            call(target)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if not ignore_errors:
+                raise
     path = os.fspath(path)
     if os.path.islink(path) or not os.path.isdir(path):
-        try:
-            unlink(path)
-        except OSError:
-            pass
+        quiet(unlink, path)
         return
     for top, dirs, files in os.walk(path, topdown=False):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
-            try:
-                unlink(os.path.join(top, name))
-            except OSError:
-                pass
+            quiet(unlink, os.path.join(top, name))
         for name in dirs:
             if not os.path.islink(os.path.join(top, name)):
-                try:
-                    rmdir(os.path.join(top, name))
-                except OSError:
-                    pass
-    try:
-        rmdir(path)
-    except OSError:
-        pass
+                quiet(rmdir, os.path.join(top, name))
+    quiet(rmdir, path)
 
 
 def utime(path: str | os.PathLike, ns: tuple[int, int]) -> None:

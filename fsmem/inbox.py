@@ -137,16 +137,16 @@ class _InboxDirs:
     def claim(self, name: str) -> str:
         """Take ``name`` out of the inbox by one rename; the claim name keeps the original."""
         claim = _fit(f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~{name}", 255)
-        os.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
+        fsops.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
         return claim
 
     def release(self, claim: str) -> None:
         """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
         st = os.lstat(claim, dir_fd=self.proc_fd)
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(os.path.join(self.processing, claim))
+            fsops.rmtree(os.path.join(self.processing, claim), ignore_errors=False)
         else:
-            os.unlink(claim, dir_fd=self.proc_fd)
+            fsops.unlink(claim, dir_fd=self.proc_fd)
 
     def reject(self, claim: str, name: str, reason: str) -> str:
         """Move a claim to ``.rejected/`` under its original name (made unique), then write
@@ -162,7 +162,7 @@ class _InboxDirs:
         except OSError as exc:
             if exc.errno not in (errno.EINVAL, errno.ENOSYS):
                 raise
-            os.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
+            fsops.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
         text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
                 f"kept as: {_display(target)}\nreason: {reason}\n"
                 f"time: {Timestamp.now().isoformat()}\n")
@@ -173,7 +173,7 @@ class _InboxDirs:
             fsops.write_all(fd, text.encode("utf-8"))
         finally:
             os.close(fd)
-        os.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd, dst_dir_fd=self.rej_fd)
+        fsops.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd, dst_dir_fd=self.rej_fd)
         return target
 
 
@@ -273,9 +273,9 @@ class _Ledger:
 
     def add(self, digest: str, unit_id: str) -> None:
         self.map[digest] = unit_id
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = fsops.open_(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, f"{digest} {unit_id}\n".encode())
+            fsops.write_all(fd, f"{digest} {unit_id}\n".encode())
         finally:
             os.close(fd)
 

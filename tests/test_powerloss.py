@@ -349,6 +349,44 @@ def test_distill_survives_power_loss(tmp_path, strategy):
     assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=8) >= 8
 
 
+def _ingest_once(root: Path) -> None:
+    from fsmem.watch import Watcher
+    Watcher(Memory.open(root)).run(once=True)
+
+
+def test_ingest_survives_power_loss(tmp_path, strategy):
+    """watch --once over an inbox: after any crash state and a second watch --once, each
+    dropped file's event is stored exactly once (a claim is never released before its unit
+    is durable)."""
+    texts = {f"note{i}.txt": f"inbox note number {i}" for i in range(3)}
+
+    def setup(p: Path) -> None:
+        Memory.open(p).close()
+        for name, text in texts.items():
+            (p / "inbox" / name).write_text(text)
+    pre, live = _prepare(tmp_path, setup)
+
+    def run() -> None:
+        _ingest_once(live)
+        ack("ingested")
+    log = record(run)
+    assert any(op[0] == "unlink" and "/inbox/.processing/" in op[1] for op in log)
+    n = 0
+    for k in crash_points(log, 6, 3):
+        for name, keep in choosers(k, 1):
+            state = tmp_path / f"ingest-{k}-{n}"
+            build_state(pre, live, log, k, keep, state)
+            _ingest_once(state)                # recovery, then the inbox is taken again
+            seen, _ = events_by_layer(state)
+            label = f"crash at call {k}/{len(log)}, {name}"
+            got = {t: seen[t] for t in texts.values()}
+            assert got == {t: 1 for t in texts.values()}, f"{label}: {got}"
+            assert Memory.open(state).fsck() == [], label
+            shutil.rmtree(state)
+            n += 1
+    assert n >= 6
+
+
 def test_model_loses_what_was_never_flushed(tmp_path):
     """The model itself: an unsynced create is gone in "all lost" and there in "all kept";
     a file fsync'd and its directory fsync'd survives both."""
