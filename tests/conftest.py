@@ -103,8 +103,8 @@ for arg in sys.argv[2:]:
     point, root = arg.split("=", 1)
     pid = os.fork()
     if pid == 0:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
+        out = os.open(root + ".stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, 1)
         os.environ["FSMEM_CRASH_AT"] = point
         _fsops.set_hook(_fsops._env_hook())
         sys.argv = ["-c", root]
@@ -135,7 +135,8 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
                 env: dict[str, str] | None = None, sample: int = 16
                 ) -> tuple[int, subprocess.CompletedProcess]:
     """Crash ``child`` (python code, argv[1] = a fresh copy of ``template``) at its Nth mutating
-    fs call, then call ``check(root, label)`` on the copy (reopening it runs recovery).
+    fs call, then call ``check(root, label)`` on the copy (reopening it runs recovery); what the
+    child printed before its crash is in ``<root>.stdout``.
 
     A clean run counts the calls (and is checked too); then each chosen point N (all of them
     under FSMEM_STRESS=1, else ``sample`` seeded ones) runs in a fork of one preloaded
@@ -153,6 +154,7 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
                           env={**base, "FSMEM_CALLS_OUT": str(out)})
     assert proc.returncode == 0, proc.stderr
     total = int(out.read_text())
+    Path(f"{clean}.stdout").write_text(proc.stdout)
     assert 0 < total < limit, f"{total} fs calls"
     check(clean, "no crash")
     points = crash_points(total, sample)
