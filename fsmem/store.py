@@ -198,9 +198,10 @@ class Store(Layout):
                     fsops.fsync_dir(self.staging)
             self.rename_dir(builder.path, dst)
             if self.sync:
+                # staging/ is not synced again: should the rename's removal from it be lost,
+                # the leftover is dead staging that recovery removes (same inodes, no data).
                 try:
                     fsops.fsync_dir(os.path.dirname(dst))
-                    fsops.fsync_dir(self.staging)
                 except OSError:
                     # Not durable, and a failed fsync is never retried: take it back out.
                     try:
@@ -306,9 +307,14 @@ class Store(Layout):
         """Write a journal entry durably: from here on the change will be completed. Readers
         are told (epoch) before the first visible step."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
-        if self.sync:
-            fsops.fsync_dir(self.staging)
-        self.write_file_atomic(path, encode_pretty(entry), sync=True)
+        if self.sync and self.sync_strategy == "syncfs":
+            # One barrier: the staged units (built unsynced) and the entry itself.
+            self.write_file_atomic(path, encode_pretty(entry), sync=False)
+            fsops.syncfs(self.journal_dir)
+        else:
+            if self.sync:
+                fsops.fsync_dir(self.staging)
+            self.write_file_atomic(path, encode_pretty(entry), sync=True)
         self.bump_epoch()
         return path
 
@@ -326,13 +332,14 @@ class Store(Layout):
                         os.utime(src, ns=(entry.mtimes[unit_id], entry.mtimes[unit_id]))
                     self.rename_dir(src, dst)
                 touched.add(os.path.dirname(dst))
-        if self.sync:
-            for parent in touched | {self.staging}:
-                fsops.fsync_dir(parent)
         for layer, unit_id in entry.remove:
             path = self.unit_dir(layer, unit_id)
             if os.path.isdir(path):
-                self.discard(path)
+                self.discard(path, sync=False)
+                touched.add(os.path.dirname(path))
+        if self.sync:   # every rename of the entry made durable at once, before it goes
+            for parent in sorted(touched):
+                fsops.fsync_dir(parent)
         path = os.path.join(self.journal_dir, f"{entry.id}.json")
         _quiet_unlink(path)
         if self.sync:
