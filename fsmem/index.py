@@ -41,7 +41,8 @@ __all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
 log = logging.getLogger(__name__)
 
 # 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
-INDEX_VERSION = 3 * 1000 + ANALYZER_VERSION
+# 4: a unit's identity includes its directory's inode and ctime
+INDEX_VERSION = 4 * 1000 + ANALYZER_VERSION
 RANKERS = ("bm25", "dense", "fusion", "rrf")
 DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 # Weight of the (min-max scaled) dense signal in "fusion", unless the embedder names its own
@@ -222,14 +223,41 @@ class Index:
         self.ev_unit = np.repeat(np.arange(n), np.diff(self.u_ptr))
         return True
 
-    def save(self) -> None:
-        """Write a compacted snapshot as a new generation directory of ``.npy`` files plus
-        ``meta.json`` (with each file's BLAKE3), then switch ``CURRENT`` to it by one rename.
-        Older generations are removed; a reader that mapped one keeps its (unlinked) files."""
+    def save(self) -> bool:
+        """Write a compacted snapshot under the writer lock; True if it was saved.
+
+        The index is derived: a snapshot that cannot be written (a full disk, a busy lock)
+        is simply not saved, logged, and left behind whole (no partial generation stays);
+        the in-memory index goes on serving and a later save tries again."""
+        from .errors import StoreLocked
         self._compact()
+        try:
+            with self.mem.store.locked():   # never two savers, never a saver and a GC
+                self._save_locked()
+        except (OSError, StoreLocked) as exc:
+            log.warning("%s: index not saved (it is derived; reads go on): %s", self.dir, exc)
+            return False
+        return True
+
+    def _save_locked(self) -> None:
+        """A new generation directory of ``.npy`` files plus ``meta.json`` (with each file's
+        BLAKE3), then ``CURRENT`` switched to it by one rename. Older generations are removed
+        after a grace period; a reader that mapped one keeps its (unlinked) files."""
         gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         gen = os.path.join(self.dir, gen_name)
         os.makedirs(gen)
+        try:
+            self._write_gen(gen, gen_name)
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+        # Older generations go after a grace period: a reader may be about to map one.
+        for old in os.listdir(self.dir):
+            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
+                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
+        self._unsaved = 0
+
+    def _write_gen(self, gen: str, gen_name: str) -> None:
         arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
         arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
                        "p_rows": self.post.rows, "p_tfs": self.post.tfs})
@@ -244,14 +272,16 @@ class Index:
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        with open(tmp, "w", encoding="ascii") as fh:
-            fh.write(gen_name)
-        os.replace(tmp, os.path.join(self.dir, "CURRENT"))
-        # Older generations go after a grace period: a reader may be about to map one.
-        for old in os.listdir(self.dir):
-            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
-                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
-        self._unsaved = 0
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(gen_name)
+            os.replace(tmp, os.path.join(self.dir, "CURRENT"))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
         """Bring the index in step with ``documents/``: cheap when the directory's mtime is
@@ -273,8 +303,7 @@ class Index:
         if added or removed:
             self._unsaved += added + len(removed)
             if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
-                with self.mem.store.locked():
-                    self.save()
+                self.save()
         return {"added": added, "removed": len(removed)}
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -287,8 +316,7 @@ class Index:
             if progress:
                 progress(i + 1, len(listing))
         if self.writable:
-            with self.mem.store.locked():
-                self.save()
+            self.save()
         else:
             self._compact()
         self._dir_mtime = os.stat(base).st_mtime_ns
@@ -748,18 +776,25 @@ def _current(index_dir: str) -> str:
         return ""
 
 
-def _ident(st: os.stat_result) -> int:
-    """What identifies one version of a file: inode, size and mtime (an ``rm -r`` + ``cp -a``
-    that reuses the inode still differs in mtime or size; a hard link, as in a snapshot, is
-    the same file). Folded into one int64."""
-    h = blake3.blake3(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).digest(8)
+def _ident(st: os.stat_result, dir_st: os.stat_result | None = None) -> int:
+    """What identifies one version of a file: inode, size and mtime (a hard link, as in a
+    snapshot, is the same file), plus for a unit its directory's device, inode and ctime.
+    ``cp -a`` preserves mtime and ext4 reuses a freed inode at once, so inode+size+mtime can
+    collide after ``rm -r`` + ``cp -a``; a directory's ctime cannot be set from user space
+    and is fresh whenever the directory is created or renamed. Folded into one int64."""
+    text = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    if dir_st is not None:
+        text += f":{dir_st.st_dev}:{dir_st.st_ino}:{dir_st.st_ctime_ns}"
+    h = blake3.blake3(text.encode()).digest(8)
     return int.from_bytes(h, "little", signed=True)
 
 
 def unit_ident(path: str) -> int | None:
-    """The identity of a unit directory: that of its manifest (None if it has none)."""
+    """The identity of a unit directory: its own and its manifest's (None if it has none)."""
     try:
-        return _ident(os.stat(os.path.join(path, "manifest.json"), follow_symlinks=False))
+        dir_st = os.stat(path, follow_symlinks=False)
+        return _ident(os.stat(os.path.join(path, "manifest.json"), follow_symlinks=False),
+                      dir_st)
     except OSError:
         return None
 
