@@ -46,6 +46,7 @@ def _same_size_replacement(src: str, dst: str, old: bytes, new: bytes) -> None:
         fh.write(manifest)
     os.utime(man_path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(man_path).st_size == st.st_size
+    shutil.copystat(src, dst)   # the directory's mtime too (its arrival time in a layer)
 
 
 def _rm_and_cp_a_reusing(unit: str, copy: str, old_ino: int) -> bool:
@@ -53,7 +54,7 @@ def _rm_and_cp_a_reusing(unit: str, copy: str, old_ino: int) -> bool:
     the new manifest lands on the old manifest's freed inode (ext4 hands freed inodes out
     again at once; the order decides which file gets which)."""
     names = sorted(os.listdir(copy))
-    for k in range(len(names)):
+    for k in list(range(len(names))) * 4:   # other processes may take a freed inode first
         shutil.rmtree(unit)
         os.mkdir(unit)
         for name in names[k:] + names[:k]:
