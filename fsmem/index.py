@@ -579,7 +579,9 @@ class Index:
         # score (to 6 decimals, so float summation order never decides) and unit id.
         kth = np.partition(-scores, k - 1)[k - 1]
         cand = np.flatnonzero(-scores <= kth + 1e-6)
-        best = sorted(cand, key=lambda i: (-round(float(scores[i]), 6), ids[i]))[:k]
+        rounded = np.round(scores[cand].astype(np.float64), 6)   # vectorised: no per-unit
+        names = np.array([ids[i] for i in cand])                  # Python key over ties
+        best = cand[np.lexsort((names, -rounded))[:k]]
         ends = np.append(starts[1:], len(self.ev_len) + pend.n)
         return [(ids[i], float(scores[i]),
                  self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
