@@ -162,6 +162,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
             return []
         groups = group_evictions([(u, r) for u in units for r in u.manifest.events
                                   if r.id in evict])
+        before = mem._index_stamp("documents")
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
         logged = mem.access.stats()
         staged, l2_ids = [], []
@@ -189,6 +190,8 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
         store.journal_apply(entry)
         for l2_id in l2_ids:
             mem._indexed(l2_id, "documents", added=True)
+        if before is not None and mem._index is not None:
+            mem._index.own_change(before)
         log.info("pruned %d events from L1 into %s", len(evict), ", ".join(l2_ids))
         return l2_ids
 

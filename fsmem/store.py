@@ -350,7 +350,10 @@ class Store(Layout):
     def recover(self, *, full: bool = True) -> None:
         """Run under the lock: finish journaled changes and clean dead staging (cheap: two
         small directories); on the first lock of this Store (``full``) also settle unit ids
-        found in two layers, which needs a listing of every layer."""
+        found in two layers, which needs a listing of every layer: only when a crash left
+        something behind (a journal entry or dead staging), since only an interrupted change
+        can leave a unit in two layers (fsck reports and fixes any other duplicate)."""
+        crashed = False
         for name in sorted(os.listdir(self.journal_dir)):
             path = os.path.join(self.journal_dir, name)
             if name.endswith(".tmp"):
@@ -363,18 +366,20 @@ class Store(Layout):
                 log.error("%s: undecodable journal entry moved to %s: %s", path, dst, exc)
                 continue
             log.info("recovery: completing %s %s", entry.op, entry.id)
+            crashed = True
             self.journal_apply(entry)
         pending = self.pending_staged()
         for name in os.listdir(self.staging):
             if name in pending or not self.staging_is_dead(name):
                 continue
             path = os.path.join(self.staging, name)
+            crashed = True
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 _quiet_unlink(path)
         self._empty_trash()
-        if full:
+        if full and crashed:
             self._settle_duplicates()
 
     def _settle_duplicates(self) -> None:
