@@ -96,6 +96,13 @@ class Memory(Reader):
             log.warning("%s: derived state not saved: %s", self.root, exc)
         super().close()
 
+    def timeline(self) -> list[Event]:
+        """The L1 events sorted by original timestamp (ties: arrival, then event id), from
+        the L1 this process keeps in memory (fsmem.l1cache): a turn re-reads only what
+        changed. The events are shared with that cache: do not modify them."""
+        from .l1cache import context_timeline
+        return context_timeline(self)
+
     # -- L3 stable memory -----------------------------------------------------------------
     def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
                 dry_run: bool = False):

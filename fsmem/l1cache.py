@@ -20,9 +20,10 @@ import numpy as np
 from .layout import Vanished, View
 
 if TYPE_CHECKING:
+    from .model import Event
     from .reader import Loaded, Reader
 
-__all__ = ["L1Cache", "load_context", "dir_stamp", "event_terms"]
+__all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms"]
 
 Stamp = tuple[int, int, int, int]
 
@@ -39,6 +40,7 @@ class _Entry:
     unit: "Loaded"
     with_vectors: bool
     terms: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    events: "list[Event] | None" = None   # hydrated (block text read and verified once)
 
 
 class L1Cache:
@@ -87,6 +89,17 @@ class L1Cache:
             pass
         return entry
 
+    def events(self, mem: "Reader", unit: "Loaded") -> "list[Event] | None":
+        """The unit's events with their text, hydrated once per unit version (None, logged,
+        if a block is damaged: not cached, so it is looked at again)."""
+        entry = self._entries.get(unit.path)
+        if entry is not None and entry.unit is unit and entry.events is not None:
+            return entry.events
+        events = mem._hydrate(unit)
+        if events is not None and entry is not None and entry.unit is unit:
+            entry.events = events
+        return events
+
     def terms(self, mem: "Reader", unit: "Loaded", ev) -> tuple[np.ndarray, np.ndarray]:
         """BM25 term counts of one L1 event, tokenised once per unit version."""
         from .index import event_texts, term_counts
@@ -112,6 +125,21 @@ def load_context(mem: "Reader", *, with_vectors: bool = True) -> list["Loaded"]:
     cache = _cache_of(mem)
     return mem.consistent(lambda v: cache.units(mem, v, with_vectors=with_vectors),
                           ("context",))
+
+
+def context_timeline(mem: "Reader") -> "list[Event]":
+    """The L1 events sorted as ``Reader.timeline`` sorts them, re-reading only the units
+    that changed. The events are shared with the cache: callers must not modify them."""
+    cache = _cache_of(mem)
+
+    def read(view: View) -> "list[Event]":
+        pairs = []
+        for unit in cache.units(mem, view, with_vectors=True):
+            for ev in cache.events(mem, unit) or ():
+                pairs.append((ev, unit.arrival_ns))
+        pairs.sort(key=lambda p: (p[0].timestamp.ns, p[1], p[0].id))
+        return [e for e, _ in pairs]
+    return mem.consistent(read, ("context",))
 
 
 def event_terms(mem: "Reader", unit: "Loaded", ev) -> tuple[np.ndarray, np.ndarray]:

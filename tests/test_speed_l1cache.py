@@ -100,3 +100,22 @@ def test_prune_with_cache_equals_prune_without(root, tmp_path):
         l2 = {e.id for u in mem.units("documents") for e in mem.document(u).events}
         return l1, l2
     assert live(root, cold=False) == live(tmp_path / "cold", cold=True)
+
+
+def test_timeline_from_the_cache_equals_a_readers(root):
+    from fsmem import Reader
+    mem = Memory.open(root, durability="off", context_capacity=50)
+    for i in range(6):
+        mem.append(_event(i, f"turn {i} on the quay"))
+    assert mem.timeline() == Reader.open(root).timeline()
+    run_py(f"""
+        from fsmem import Event, Memory, Timestamp
+        mem = Memory.open({str(root)!r}, durability="off", context_capacity=50)
+        mem.append(Event(timestamp=Timestamp({T0} - 10**9, 0), source="bob", input="earlier"))
+    """, check=True)
+    victim = sorted(os.listdir(os.path.join(root, "context")))[2]
+    shutil.rmtree(os.path.join(root, "context", victim))      # rm -r by hand
+    got = mem.timeline()
+    assert got == Reader.open(root).timeline()
+    assert len(got) == 6 and got[0].input == "earlier"
+    assert mem.render(4000) == Reader.open(root).render(4000)
