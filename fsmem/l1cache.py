@@ -60,8 +60,8 @@ class L1Cache:
             entry = self._get(mem, uid, path, with_vectors)
             if entry is not None:
                 out.append(entry.unit)
-        for path in [p for p in self._entries if p not in seen]:
-            del self._entries[path]
+        for path in [p for p in list(self._entries) if p not in seen]:
+            self._entries.pop(path, None)   # (a snapshot of the keys: threads may share it)
         return out
 
     def _get(self, mem: "Reader", uid: str, path: str, with_vectors: bool) -> _Entry | None:
