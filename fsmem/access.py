@@ -17,8 +17,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import time
-from typing import Iterable
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
 import msgspec
 
@@ -56,6 +58,13 @@ class AccessLog:
     def __init__(self, meta: str) -> None:
         self.meta = meta
         self.path = os.path.join(meta, LOG)
+        # stats() memo: the fold of state + sealed logs (keyed by their stamps) and of the
+        # live log up to an offset (keyed by its inode): a call reads only appended bytes.
+        self._memo_key: tuple = ()
+        self._memo_base: dict[str, AccessStats] = {}
+        self._memo_units: dict[str, AccessStats] = {}
+        self._memo_ino = -1
+        self._memo_off = 0
 
     # -- writing a statistic (readers too) -------------------------------------------------
     def create(self) -> None:
@@ -91,14 +100,27 @@ class AccessLog:
             os.close(fd)
 
     # -- reading ---------------------------------------------------------------------------
-    def stats(self) -> dict[str, AccessStats]:
-        """unit id -> (accesses recorded since its manifest was written, last access ns)."""
-        state = self._state()
-        units = {u: AccessStats(s.count, s.last_ns) for u, s in state.units.items()}
-        for name in self._sealed():
-            _fold(units, self._read(name, state.folded.get(name, 0)))
-        _fold(units, self._read(LOG, 0))
-        return units
+    def stats(self) -> Mapping[str, AccessStats]:
+        """unit id -> (accesses recorded since its manifest was written, last access ns).
+
+        Memoised: while the state file and the sealed logs are unchanged (same stamps) and
+        the live log is the same file, only the bytes appended since the last call are read.
+        The answer is a read-only view, valid until the next call."""
+        sealed = self._sealed()
+        key = tuple(_stamp(os.path.join(self.meta, n)) for n in (STATE, *sealed)) + (
+            tuple(sealed),)
+        if key != self._memo_key:
+            state = self._state()
+            base = {u: AccessStats(s.count, s.last_ns) for u, s in state.units.items()}
+            for name in sealed:
+                _fold(base, self._read(name, state.folded.get(name, 0)))
+            self._memo_key, self._memo_base, self._memo_ino = key, base, -1
+        ino, size, _ = _stamp(self.path)
+        if ino != self._memo_ino or size < self._memo_off:   # a new or truncated log
+            self._memo_units = _copy(self._memo_base)
+            self._memo_ino, self._memo_off = ino, 0
+        self._memo_off += _fold(self._memo_units, self._read(LOG, self._memo_off))
+        return MappingProxyType(self._memo_units)
 
     def _state(self) -> _State:
         try:
@@ -118,14 +140,33 @@ class AccessLog:
             return []
 
     def _read(self, name: str, offset: int) -> bytes:
+        """The bytes of a log from ``offset`` on (a regular file only, capped at 1 GiB)."""
+        path = os.path.join(self.meta, name)
         try:
-            data = read_small(os.path.join(self.meta, name), 1 << 30)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return b""
         except OSError as exc:
             log.warning("%s: unreadable access log: %s", name, exc)
             return b""
-        return data[offset:]
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 30:
+                log.warning("%s: not a regular file of at most 1 GiB; not read", path)
+                return b""
+            chunks, pos = [], offset
+            while pos < st.st_size:
+                chunk = os.pread(fd, st.st_size - pos, pos)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                pos += len(chunk)
+            return b"".join(chunks)
+        except OSError as exc:
+            log.warning("%s: unreadable access log: %s", name, exc)
+            return b""
+        finally:
+            os.close(fd)
 
     # -- compaction (writers, under the store lock) ----------------------------------------
     def compact(self, *, force: bool = False) -> bool:
@@ -168,6 +209,19 @@ class AccessLog:
         with open(tmp, "wb") as fh:
             fh.write(msgspec.json.encode(state))
         fsops.replace(tmp, path)
+
+
+def _stamp(path: str) -> tuple[int, int, int]:
+    """(inode, size, mtime) of a file, or (-1, 0, 0) if it is missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, 0, 0)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _copy(units: dict[str, AccessStats]) -> dict[str, AccessStats]:
+    return {u: AccessStats(s.count, s.last_ns) for u, s in units.items()}
 
 
 def _sealed_at(name: str) -> float:

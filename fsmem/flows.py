@@ -96,6 +96,13 @@ class Memory(Reader):
             log.warning("%s: derived state not saved: %s", self.root, exc)
         super().close()
 
+    def timeline(self) -> list[Event]:
+        """The L1 events sorted by original timestamp (ties: arrival, then event id), from
+        the L1 this process keeps in memory (fsmem.l1cache): a turn re-reads only what
+        changed. The events are shared with that cache: do not modify them."""
+        from .l1cache import context_timeline
+        return context_timeline(self)
+
     # -- L3 stable memory -----------------------------------------------------------------
     def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
                 dry_run: bool = False):
@@ -128,8 +135,11 @@ class Memory(Reader):
         self._index = Index(self)
         return self._index.rebuild(progress)
 
-    def _indexed(self, unit_id: str, layer: str, *, added: bool) -> None:
-        """Tell a loaded index about a change this process made to documents/."""
+    def _indexed(self, unit_id: str, layer: str, *, added: bool,
+                 before: int | None = None) -> None:
+        """Tell a loaded index about a change this process made to documents/; ``before``
+        (``_index_stamp`` taken under the same writer lock, before the change) keeps the
+        index from listing documents/ again for a change it was told about."""
         if self._index is None or layer != "documents":
             return
         if added:
@@ -137,6 +147,18 @@ class Memory(Reader):
         else:
             self._index.remove(unit_id)
         self._index._unsaved += 1
+        if before is not None:
+            self._index.own_change(before)
+
+    def _index_stamp(self, layer: str) -> int | None:
+        """documents/'s mtime before a change made under the writer lock (None: no index
+        loaded or another layer)."""
+        if self._index is None or layer != "documents":
+            return None
+        try:
+            return self._index.stamp()
+        except OSError:
+            return None
 
     # -- writing ------------------------------------------------------------------------
     def commit(self, content: str, *, summary: str = "", tags: Sequence[str] = (),
@@ -217,8 +239,10 @@ class Memory(Reader):
                                 events=records, embedder=self.embedder.fingerprint, **fields)
             manifest.vectors = self._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
             builder.finish(manifest)
-            self.store.publish(builder, layer)
-            self._indexed(builder.unit_id, layer, added=True)
+            with self.store.locked():
+                before = self._index_stamp(layer)
+                self.store.publish(builder, layer)
+                self._indexed(builder.unit_id, layer, added=True, before=before)
         except BaseException as exc:
             _remove_tree(builder.path)
             if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
@@ -355,8 +379,9 @@ class Memory(Reader):
                 fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
                 if self.store.sync:
                     fsops.fsync_dir(src)
+                before = self._index_stamp("documents")
                 self.store.move(hit.unit_id, "documents", "context")
-                self._indexed(hit.unit_id, "documents", added=False)
+                self._indexed(hit.unit_id, "documents", added=False, before=before)
                 moved.append(hit.unit_id)
         if moved:
             from .turn import pin_units

@@ -41,7 +41,8 @@ __all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
 log = logging.getLogger(__name__)
 
 # 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
-INDEX_VERSION = 3 * 1000 + ANALYZER_VERSION
+# 4: a unit's identity includes its directory's inode and ctime
+INDEX_VERSION = 4 * 1000 + ANALYZER_VERSION
 RANKERS = ("bm25", "dense", "fusion", "rrf")
 DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 # Weight of the (min-max scaled) dense signal in "fusion", unless the embedder names its own
@@ -54,6 +55,7 @@ _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", 
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 _PENDING_MAX = 256
 _GEN_GRACE_S = 60.0
+_SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
 _I64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -109,6 +111,15 @@ class _Meta(msgspec.Struct):
     keys: list[str] = []          # conversation keys, indexed by ev_key
 
 
+class _Seen(msgspec.Struct, array_like=True):
+    """``.fsmem/index/SEEN``: generation ``gen`` was in step with documents/ (inode, mtime)
+    as listed at ``at`` (ns)."""
+    gen: str
+    ino: int
+    mtime: int
+    at: int
+
+
 @dataclass
 class _Postings:
     """CSR postings by term: terms sorted, rows[ptr[i]:ptr[i+1]] hold term i."""
@@ -130,10 +141,50 @@ class Index:
         self.dim = mem.embedder.dim
         self.fingerprint = mem.embedder.fingerprint
         self._clear()
-        self._dir_mtime = -1
+        self._dir_mtime = -1   # documents/ mtime the index is known to be in step with
+        self._seen_at = 0      # when that was established (0: by this process's own change)
         self._unsaved = 0
 
+    @property
+    def dense(self) -> np.ndarray:
+        """float32 [event rows, dim]; a mapped snapshot's is checksummed on first use."""
+        if self._dense_check is not None:
+            self._verify_dense()
+        return self._dense
+
+    @dense.setter
+    def dense(self, value: np.ndarray) -> None:
+        self._dense = value
+
+    def _verify_dense(self) -> None:
+        """BLAKE3 of the dense array file (opened at load: a later GC of its generation does
+        not matter); on a mismatch the index is rebuilt from the directories."""
+        import mmap
+        path, fd, digest = self._dense_check   # type: ignore[misc]
+        self._dense_check = None
+        try:
+            hasher = blake3.blake3()
+            if os.fstat(fd).st_size:
+                with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+                    hasher.update(mm)
+            ok = hasher.hexdigest() == digest
+        except (OSError, ValueError):
+            ok = False
+        finally:
+            os.close(fd)
+        if not ok:
+            log.warning("%s: checksum mismatch; rebuilding the index from the directories", path)
+            self.rebuild()
+
+    def __del__(self) -> None:
+        check = getattr(self, "_dense_check", None)
+        if check is not None:
+            os.close(check[1])
+
     def _clear(self) -> None:
+        if getattr(self, "_dense_check", None) is not None:
+            os.close(self._dense_check[1])
+        self._dense_check: tuple[str, int, str] | None = None
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
         self.inos = np.zeros(0, np.int64)
@@ -157,6 +208,7 @@ class Index:
         self.ev_prev = np.zeros(0, np.int32)
         self.ev_next = np.zeros(0, np.int32)
         self.ev_unit = np.zeros(0, np.int64)
+        self._gen = ""
         self._pend_cache: "_PendingRows | None" = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -168,10 +220,60 @@ class Index:
         A generation replaced (and removed) while it was opened is retried."""
         for _ in range(3):
             try:
-                return self._load()
+                if not self._load():
+                    return False
             except _Replaced:
                 continue
+            self._trust_seen()
+            return True
         return False
+
+    def _trust_seen(self) -> None:
+        """Skip the first listing when ``SEEN`` says this generation was in step with
+        ``documents/`` at its current mtime, established (a listing that started) well after
+        that mtime: a change within the same timestamp tick would keep the mtime, so only an
+        mtime older than the listing by a margin proves nothing was missed."""
+        try:
+            seen = msgspec.json.decode(_read_seen(self.dir), type=_Seen)
+            st = os.stat(self.layout.layer_dir("documents"))
+        except (OSError, ValueError, msgspec.DecodeError):
+            return
+        if seen.gen == self._gen and (seen.ino, seen.mtime) == (st.st_ino, st.st_mtime_ns) \
+                and seen.at - seen.mtime >= _SEEN_MARGIN_NS:
+            self._dir_mtime, self._seen_at = seen.mtime, seen.at
+
+    def _write_seen(self) -> None:
+        """Record (derived, unsynced, atomic) that the saved generation is in step with
+        ``documents/`` as listed at ``_seen_at``; only when that proves it (see _trust_seen)."""
+        if not self._gen or self._seen_at - self._dir_mtime < _SEEN_MARGIN_NS:
+            return
+        try:
+            ino = os.stat(self.layout.layer_dir("documents")).st_ino
+            data = msgspec.json.encode(_Seen(self._gen, ino, self._dir_mtime, self._seen_at))
+            tmp = os.path.join(self.dir, f"SEEN.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, os.path.join(self.dir, "SEEN"))
+        except OSError as exc:
+            log.debug("%s: SEEN not written: %s", self.dir, exc)
+
+    def _record_seen(self) -> None:
+        from .errors import StoreLocked
+        try:
+            with self.mem.store.locked():
+                self._write_seen()
+        except (OSError, StoreLocked) as exc:
+            log.debug("%s: SEEN not written: %s", self.dir, exc)
+
+    def stamp(self) -> int:
+        """The mtime of ``documents/`` (what ``sync`` compares)."""
+        return os.stat(self.layout.layer_dir("documents")).st_mtime_ns
+
+    def own_change(self, before: int) -> None:
+        """This process, under the writer lock, changed ``documents/`` and told the index
+        (add_unit/remove): if the index was in step at ``before``, it still is."""
+        if before == self._dir_mtime:
+            self._dir_mtime, self._seen_at = self.stamp(), 0
 
     def _load(self) -> bool:
         self._clear()
@@ -188,7 +290,11 @@ class Index:
             arrays = {}
             for name in _ARRAYS:
                 path = os.path.join(gen, f"{name}.npy")
-                if _file_digest(path) != meta.digests.get(name):
+                if name == "dense" and self.mem.ranker == "bm25":
+                    # The largest array, unread by the default ranker: checked on first use.
+                    self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                                         meta.digests.get(name, ""))
+                elif _file_digest(path) != meta.digests.get(name):
                     raise ValueError(f"{path}: checksum mismatch")
                 arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
@@ -220,16 +326,46 @@ class Index:
             if name.startswith("ev_") or name == "u_ptr":
                 setattr(self, name, arrays[name])
         self.ev_unit = np.repeat(np.arange(n), np.diff(self.u_ptr))
+        self._gen = gen_name
         return True
 
-    def save(self) -> None:
-        """Write a compacted snapshot as a new generation directory of ``.npy`` files plus
-        ``meta.json`` (with each file's BLAKE3), then switch ``CURRENT`` to it by one rename.
-        Older generations are removed; a reader that mapped one keeps its (unlinked) files."""
+    def save(self) -> bool:
+        """Write a compacted snapshot under the writer lock; True if it was saved.
+
+        The index is derived: a snapshot that cannot be written (a full disk, a busy lock)
+        is simply not saved, logged, and left behind whole (no partial generation stays);
+        the in-memory index goes on serving and a later save tries again."""
+        from .errors import StoreLocked
         self._compact()
+        try:
+            with self.mem.store.locked():   # never two savers, never a saver and a GC
+                self._save_locked()
+        except (OSError, StoreLocked) as exc:
+            log.warning("%s: index not saved (it is derived; reads go on): %s", self.dir, exc)
+            return False
+        return True
+
+    def _save_locked(self) -> None:
+        """A new generation directory of ``.npy`` files plus ``meta.json`` (with each file's
+        BLAKE3), then ``CURRENT`` switched to it by one rename. Older generations are removed
+        after a grace period; a reader that mapped one keeps its (unlinked) files."""
         gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         gen = os.path.join(self.dir, gen_name)
         os.makedirs(gen)
+        try:
+            self._write_gen(gen, gen_name)
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+        self._gen = gen_name
+        self._write_seen()
+        # Older generations go after a grace period: a reader may be about to map one.
+        for old in os.listdir(self.dir):
+            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
+                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
+        self._unsaved = 0
+
+    def _write_gen(self, gen: str, gen_name: str) -> None:
         arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
         arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
                        "p_rows": self.post.rows, "p_tfs": self.post.tfs})
@@ -244,19 +380,22 @@ class Index:
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        with open(tmp, "w", encoding="ascii") as fh:
-            fh.write(gen_name)
-        os.replace(tmp, os.path.join(self.dir, "CURRENT"))
-        # Older generations go after a grace period: a reader may be about to map one.
-        for old in os.listdir(self.dir):
-            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
-                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
-        self._unsaved = 0
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(gen_name)
+            os.replace(tmp, os.path.join(self.dir, "CURRENT"))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
         """Bring the index in step with ``documents/``: cheap when the directory's mtime is
         unchanged; otherwise one listing (names and inodes) and per-unit add/remove."""
         base = self.layout.layer_dir("documents")
+        seen_at = time.time_ns()
         mtime = os.stat(base).st_mtime_ns
         if mtime == self._dir_mtime and not force:
             return {"added": 0, "removed": 0}
@@ -269,29 +408,30 @@ class Index:
         known = {u for u, r in self.row_of.items() if self.alive[r]} | set(self.pending)
         added = sum(self._add_listed(name, ino, legacy_files)
                     for name, ino in listing.items() if name not in known)
-        self._dir_mtime = mtime
+        self._dir_mtime, self._seen_at = mtime, seen_at
         if added or removed:
             self._unsaved += added + len(removed)
             if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
-                with self.mem.store.locked():
-                    self.save()
+                self.save()
+        elif self.writable and not self._unsaved and self._gen:
+            self._record_seen()   # in step with the saved generation: the next open skips
         return {"added": added, "removed": len(removed)}
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild from the directories alone (``fsmem reindex``); returns the unit count."""
         self._clear()
         base = self.layout.layer_dir("documents")
+        seen_at = time.time_ns()
+        self._dir_mtime, self._seen_at = os.stat(base).st_mtime_ns, seen_at   # before listing
         listing, legacy_files = self._listing()
         for i, (name, ino) in enumerate(sorted(listing.items())):
             self._add_listed(name, ino, legacy_files)
             if progress:
                 progress(i + 1, len(listing))
         if self.writable:
-            with self.mem.store.locked():
-                self.save()
+            self.save()
         else:
             self._compact()
-        self._dir_mtime = os.stat(base).st_mtime_ns
         return len(self.ids)
 
     def _listing(self) -> tuple[dict[str, int], dict[str, str]]:
@@ -439,6 +579,7 @@ class Index:
     def _compact(self) -> None:
         """Fold pending entries into the arrays and postings; drop removed rows; work out the
         neighbours of every event row (one sort; never per query)."""
+        self.dense   # checked (and rebuilt if damaged) before it is folded into a new one
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
             return
@@ -523,6 +664,8 @@ class Index:
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
         if top_k <= 0 or not text.strip() or not len(self):
             return []
+        if ranker != "bm25":
+            self.dense   # checked (and rebuilt if damaged) before anything is taken from it
         pend = self._pending_rows()
         ids = self.ids + pend.unit_ids
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
@@ -551,7 +694,9 @@ class Index:
         # score (to 6 decimals, so float summation order never decides) and unit id.
         kth = np.partition(-scores, k - 1)[k - 1]
         cand = np.flatnonzero(-scores <= kth + 1e-6)
-        best = sorted(cand, key=lambda i: (-round(float(scores[i]), 6), ids[i]))[:k]
+        rounded = np.round(scores[cand].astype(np.float64), 6)   # vectorised: no per-unit
+        names = np.array([ids[i] for i in cand])                  # Python key over ties
+        best = cand[np.lexsort((names, -rounded))[:k]]
         ends = np.append(starts[1:], len(self.ev_len) + pend.n)
         return [(ids[i], float(scores[i]),
                  self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
@@ -596,6 +741,7 @@ class Index:
 
     def dense_scores(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the cosine of its best event row."""
+        self.dense   # checked before anything is taken from it
         pend = self._pending_rows()
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         return ranking.unit_max(self.dense_rows(text, pend), starts)
@@ -740,6 +886,11 @@ class _Replaced(Exception):
     """The generation named by CURRENT was replaced while it was being opened."""
 
 
+def _read_seen(index_dir: str) -> bytes:
+    from .layout import read_small
+    return read_small(os.path.join(index_dir, "SEEN"), 4096)
+
+
 def _current(index_dir: str) -> str:
     try:
         with open(os.path.join(index_dir, "CURRENT"), encoding="ascii") as fh:
@@ -748,18 +899,25 @@ def _current(index_dir: str) -> str:
         return ""
 
 
-def _ident(st: os.stat_result) -> int:
-    """What identifies one version of a file: inode, size and mtime (an ``rm -r`` + ``cp -a``
-    that reuses the inode still differs in mtime or size; a hard link, as in a snapshot, is
-    the same file). Folded into one int64."""
-    h = blake3.blake3(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).digest(8)
+def _ident(st: os.stat_result, dir_st: os.stat_result | None = None) -> int:
+    """What identifies one version of a file: inode, size and mtime (a hard link, as in a
+    snapshot, is the same file), plus for a unit its directory's device, inode and ctime.
+    ``cp -a`` preserves mtime and ext4 reuses a freed inode at once, so inode+size+mtime can
+    collide after ``rm -r`` + ``cp -a``; a directory's ctime cannot be set from user space
+    and is fresh whenever the directory is created or renamed. Folded into one int64."""
+    text = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    if dir_st is not None:
+        text += f":{dir_st.st_dev}:{dir_st.st_ino}:{dir_st.st_ctime_ns}"
+    h = blake3.blake3(text.encode()).digest(8)
     return int.from_bytes(h, "little", signed=True)
 
 
 def unit_ident(path: str) -> int | None:
-    """The identity of a unit directory: that of its manifest (None if it has none)."""
+    """The identity of a unit directory: its own and its manifest's (None if it has none)."""
     try:
-        return _ident(os.stat(os.path.join(path, "manifest.json"), follow_symlinks=False))
+        dir_st = os.stat(path, follow_symlinks=False)
+        return _ident(os.stat(os.path.join(path, "manifest.json"), follow_symlinks=False),
+                      dir_st)
     except OSError:
         return None
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _fsops as fsops
 from .model import FORMAT_VERSION, EventRecord, Manifest
+from .l1cache import load_context
 from .layout import JournalEntry
 from .store import new_unit_id
 from .timestamps import Timestamp
@@ -124,9 +125,10 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
     if not query.strip():
         return lambda unit, rec: 0.0
     if mem.ranker == "bm25":
-        from .index import bm25_scores, event_texts, term_counts
+        from .index import bm25_scores
+        from .l1cache import event_terms
         pairs = [(u, r) for u in units for r in u.manifest.events]
-        docs = [term_counts(event_texts(mem, u.path, r)) for u, r in pairs]
+        docs = [event_terms(mem, u, r) for u, r in pairs]
         scores = dict(zip((r.id for _, r in pairs), bm25_scores(docs, query)))
         return lambda unit, rec: float(scores.get(rec.id, 0.0))
     qv = mem.embedder.embed([query])[0]
@@ -145,7 +147,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
     watermark."""
     store = mem.store
     with store.locked():
-        units = mem._load_layer("context", with_vectors=True)
+        units = load_context(mem, with_vectors=True)   # re-reads only what changed
         if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
             return []
         if pinned is None:
@@ -160,6 +162,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
             return []
         groups = group_evictions([(u, r) for u in units for r in u.manifest.events
                                   if r.id in evict])
+        before = mem._index_stamp("documents")
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
         logged = mem.access.stats()
         staged, l2_ids = [], []
@@ -187,6 +190,8 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
         store.journal_apply(entry)
         for l2_id in l2_ids:
             mem._indexed(l2_id, "documents", added=True)
+        if before is not None and mem._index is not None:
+            mem._index.own_change(before)
         log.info("pruned %d events from L1 into %s", len(evict), ", ".join(l2_ids))
         return l2_ids
 

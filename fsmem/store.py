@@ -197,9 +197,10 @@ class Store(Layout):
                     fsops.fsync_dir(self.staging)
             self.rename_dir(builder.path, dst)
             if self.sync:
+                # staging/ is not synced again: should the rename's removal from it be lost,
+                # the leftover is dead staging that recovery removes (same inodes, no data).
                 try:
                     fsops.fsync_dir(os.path.dirname(dst))
-                    fsops.fsync_dir(self.staging)
                 except OSError:
                     # Not durable, and a failed fsync is never retried: take it back out.
                     try:
@@ -305,14 +306,14 @@ class Store(Layout):
         """Write a journal entry durably: from here on the change will be completed. Readers
         are told (epoch) before the first visible step."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
-        if self.sync:
-            if self.sync_strategy == "syncfs":
-                # The staged units' files were written unsynced (builder sync=False): flush
-                # them before the journal makes the change happen (the originals go after).
-                fsops.syncfs(self.staging)
-            else:
+        if self.sync and self.sync_strategy == "syncfs":
+            # One barrier: the staged units (built unsynced) and the entry itself.
+            self.write_file_atomic(path, encode_pretty(entry), sync=False)
+            fsops.syncfs(self.journal_dir)
+        else:
+            if self.sync:
                 fsops.fsync_dir(self.staging)
-        self.write_file_atomic(path, encode_pretty(entry), sync=True)
+            self.write_file_atomic(path, encode_pretty(entry), sync=True)
         self.bump_epoch()
         return path
 
@@ -330,13 +331,16 @@ class Store(Layout):
                         fsops.utime(src, (entry.mtimes[unit_id], entry.mtimes[unit_id]))
                     self.rename_dir(src, dst)
                 touched.add(os.path.dirname(dst))
-        if self.sync:
-            for parent in [*sorted(touched), self.staging]:   # targets first: a crash
-                fsops.fsync_dir(parent)   # between the two never keeps only the old name gone
         for layer, unit_id in entry.remove:
             path = self.unit_dir(layer, unit_id)
             if os.path.isdir(path):
-                self.discard(path)
+                self.discard(path, sync=False)
+                touched.add(os.path.dirname(path))
+        if self.sync:   # every rename of the entry made durable at once, before it goes;
+            # targets before the staging directory: a rename whose source directory alone was
+            # flushed may lose the object
+            for parent in [*sorted(touched), self.staging]:
+                fsops.fsync_dir(parent)
         path = os.path.join(self.journal_dir, f"{entry.id}.json")
         _quiet_unlink(path)
         if self.sync:
@@ -347,7 +351,10 @@ class Store(Layout):
     def recover(self, *, full: bool = True) -> None:
         """Run under the lock: finish journaled changes and clean dead staging (cheap: two
         small directories); on the first lock of this Store (``full``) also settle unit ids
-        found in two layers, which needs a listing of every layer."""
+        found in two layers, which needs a listing of every layer: only when a crash left
+        something behind (a journal entry or dead staging), since only an interrupted change
+        can leave a unit in two layers (fsck reports and fixes any other duplicate)."""
+        crashed = False
         for name in sorted(os.listdir(self.journal_dir)):
             path = os.path.join(self.journal_dir, name)
             if name.endswith(".tmp"):
@@ -360,18 +367,20 @@ class Store(Layout):
                 log.error("%s: undecodable journal entry moved to %s: %s", path, dst, exc)
                 continue
             log.info("recovery: completing %s %s", entry.op, entry.id)
+            crashed = True
             self.journal_apply(entry)
         pending = self.pending_staged()
         for name in os.listdir(self.staging):
             if name in pending or not self.staging_is_dead(name):
                 continue
             path = os.path.join(self.staging, name)
+            crashed = True
             if os.path.isdir(path) and not os.path.islink(path):
                 fsops.rmtree(path)
             else:
                 _quiet_unlink(path)
         self._empty_trash()
-        if full:
+        if full and crashed:
             self._settle_duplicates()
 
     def _settle_duplicates(self) -> None:

@@ -1,0 +1,147 @@
+"""L1 kept in memory by the process that reads it every turn: loaded units and term counts.
+
+Every append asks prune whether L1 is over capacity, and a prune ranks every L1 event: without
+this cache each turn re-read, BLAKE3-verified and re-tokenised all of ``context/``. A published
+unit directory is immutable, so a unit read once stays valid for as long as its directory is the
+same directory: same device, inode, mtime and ctime. ctime cannot be set from user space (``cp
+-a``, ``touch -d`` and ``utime`` all set it to now), so a unit removed and copied back under the
+same id, even onto a reused inode with its mtime preserved, is read again. Another process's
+writes change the listing or these stamps and are picked up the same way. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .layout import Vanished, View
+
+if TYPE_CHECKING:
+    from .model import Event
+    from .reader import Loaded, Reader
+
+__all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms"]
+
+Stamp = tuple[int, int, int, int]
+
+
+def dir_stamp(path: str) -> Stamp:
+    """What identifies one published version of a directory: (dev, inode, mtime, ctime)."""
+    st = os.stat(path, follow_symlinks=False)
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass
+class _Entry:
+    stamp: Stamp
+    unit: "Loaded"
+    with_vectors: bool
+    terms: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    events: "list[Event] | None" = None   # hydrated (block text read and verified once)
+
+
+class L1Cache:
+    """Loaded L1 units by path, each valid while its directory stamp is unchanged."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def units(self, mem: "Reader", view: View, *, with_vectors: bool) -> list["Loaded"]:
+        """The readable units of ``view``'s context layer, from the cache where still valid;
+        damaged units are skipped (by ``Reader._read_unit``) and never cached."""
+        out, seen = [], set()
+        for uid, path in view.layer("context"):
+            seen.add(path)
+            entry = self._get(mem, uid, path, with_vectors)
+            if entry is not None:
+                out.append(entry.unit)
+        for path in [p for p in list(self._entries) if p not in seen]:
+            self._entries.pop(path, None)   # (a snapshot of the keys: threads may share it)
+        return out
+
+    def _get(self, mem: "Reader", uid: str, path: str, with_vectors: bool) -> _Entry | None:
+        try:
+            stamp = dir_stamp(path)
+        except OSError as exc:
+            if mem.layout.vanished(path):
+                raise Vanished(path) from exc
+            stamp = None
+        entry = self._entries.get(path)
+        if entry is not None and stamp is not None and entry.stamp == stamp \
+                and entry.unit.unit_id == uid and (entry.with_vectors or not with_vectors):
+            self.hits += 1
+            return entry
+        self.misses += 1
+        self._entries.pop(path, None)
+        unit = mem._read_unit(uid, path, with_vectors=with_vectors)
+        if unit is None:
+            return None
+        entry = _Entry(stamp or (0, 0, 0, 0), unit, with_vectors)
+        try:
+            if stamp is not None and dir_stamp(path) == stamp:   # unchanged while read
+                self._entries[path] = entry
+        except OSError:
+            pass
+        return entry
+
+    def events(self, mem: "Reader", unit: "Loaded") -> "list[Event] | None":
+        """The unit's events with their text, hydrated once per unit version (None, logged,
+        if a block is damaged: not cached, so it is looked at again)."""
+        entry = self._entries.get(unit.path)
+        if entry is not None and entry.unit is unit and entry.events is not None:
+            return entry.events
+        events = mem._hydrate(unit)
+        if events is not None and entry is not None and entry.unit is unit:
+            entry.events = events
+        return events
+
+    def terms(self, mem: "Reader", unit: "Loaded", ev) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 term counts of one L1 event, tokenised once per unit version."""
+        from .index import event_texts, term_counts
+        entry = self._entries.get(unit.path)
+        cached = entry.terms.get(ev.id) if entry is not None and entry.unit is unit else None
+        if cached is None:
+            cached = term_counts(event_texts(mem, unit.path, ev))
+            if entry is not None and entry.unit is unit:
+                entry.terms[ev.id] = cached
+        return cached
+
+
+def _cache_of(mem: "Reader") -> L1Cache:
+    cache = getattr(mem, "_l1_cache", None)
+    if cache is None:
+        cache = L1Cache()
+        mem._l1_cache = cache   # type: ignore[attr-defined]
+    return cache
+
+
+def load_context(mem: "Reader", *, with_vectors: bool = True) -> list["Loaded"]:
+    """Every readable unit of L1 from one consistent view, re-reading only what changed."""
+    cache = _cache_of(mem)
+    return mem.consistent(lambda v: cache.units(mem, v, with_vectors=with_vectors),
+                          ("context",))
+
+
+def context_timeline(mem: "Reader") -> "list[Event]":
+    """The L1 events sorted as ``Reader.timeline`` sorts them, re-reading only the units
+    that changed. The events are shared with the cache: callers must not modify them."""
+    cache = _cache_of(mem)
+
+    def read(view: View) -> "list[Event]":
+        pairs = []
+        for unit in cache.units(mem, view, with_vectors=True):
+            for ev in cache.events(mem, unit) or ():
+                pairs.append((ev, unit.arrival_ns))
+        pairs.sort(key=lambda p: (p[0].timestamp.ns, p[1], p[0].id))
+        return [e for e, _ in pairs]
+    return mem.consistent(read, ("context",))
+
+
+def event_terms(mem: "Reader", unit: "Loaded", ev) -> tuple[np.ndarray, np.ndarray]:
+    """BM25 term counts of an L1 event (cached with its unit)."""
+    return _cache_of(mem).terms(mem, unit, ev)

@@ -1,0 +1,166 @@
+"""The derived index's identity of a unit cannot collide, and saving it never gets in the way:
+``rm -r`` + ``cp -a`` onto a reused inode is re-indexed (issue 16 item 10); a snapshot that
+cannot be written (full disk) is not saved, reads go on and no partial generation is left
+(item 11); saves run only under the writer lock (item 14)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+
+import blake3
+import pytest
+
+from fsmem import Memory
+
+from conftest import run_py
+
+
+def _hits(mem: Memory, text: str) -> list[str]:
+    return [h.unit_id for h in mem.query(text, 5, count=False)]
+
+
+def _same_size_replacement(src: str, dst: str, old: bytes, new: bytes) -> None:
+    """Copy unit ``src`` to ``dst`` with its text block's ``old`` word replaced by ``new``
+    (same length): a valid unit of the same id whose manifest has the same size and, as
+    ``cp -a`` of an older copy would leave it, the same mtime."""
+    assert len(old) == len(new)
+    shutil.copytree(src, dst)
+    man_path = os.path.join(dst, "manifest.json")
+    manifest = open(man_path, "rb").read()
+    for name in os.listdir(dst):
+        if not name.endswith(".txt"):
+            continue
+        data = open(os.path.join(dst, name), "rb").read()
+        if old not in data:
+            continue
+        fresh = data.replace(old, new)
+        digest = blake3.blake3(fresh).hexdigest()
+        os.unlink(os.path.join(dst, name))
+        with open(os.path.join(dst, digest + ".txt"), "wb") as fh:
+            fh.write(fresh)
+        manifest = manifest.replace(name[:-4].encode(), digest.encode())
+    st = os.stat(man_path)
+    with open(man_path, "wb") as fh:
+        fh.write(manifest)
+    os.utime(man_path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(man_path).st_size == st.st_size
+    shutil.copystat(src, dst)   # the directory's mtime too (its arrival time in a layer)
+
+
+def _rm_and_cp_a_reusing(unit: str, copy: str, old_ino: int) -> bool:
+    """``rm -r unit && cp -a copy unit``, with the files copied in each order in turn until
+    the new manifest lands on the old manifest's freed inode (ext4 hands freed inodes out
+    again at once; the order decides which file gets which)."""
+    names = sorted(os.listdir(copy))
+    for k in list(range(len(names))) * 4:   # other processes may take a freed inode first
+        shutil.rmtree(unit)
+        os.mkdir(unit)
+        for name in names[k:] + names[:k]:
+            shutil.copy2(os.path.join(copy, name), os.path.join(unit, name))
+        shutil.copystat(copy, unit)
+        if os.stat(os.path.join(unit, "manifest.json")).st_ino == old_ino:
+            return True
+    return False
+
+
+def test_rm_r_and_cp_a_onto_a_reused_inode_is_reindexed(root, tmp_path):
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    uid = mem.commit("the garden gate squeaks at dawn", summary="gate")
+    mem.commit("the bakery opens at seven", summary="bread")
+    assert _hits(mem, "squeaks") == [uid]
+    mem.close()   # the saved index knows the unit by its identity
+    unit = os.path.join(root, "documents", uid)
+    _same_size_replacement(unit, str(tmp_path / "copy"), b"squeaks", b"rattles")
+    old_ino = os.stat(os.path.join(unit, "manifest.json")).st_ino
+    reused = _rm_and_cp_a_reusing(unit, str(tmp_path / "copy"), old_ino)
+
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert not [f for f in mem.fsck() if uid in str(f)]   # a valid unit
+    assert _hits(mem, "rattles") == [uid]
+    assert _hits(mem, "squeaks") == []
+    mem.close()
+    if not reused:
+        pytest.skip("this filesystem did not reuse the inode (the answer above is still right)")
+
+
+def test_full_disk_index_not_saved_reads_go_on(root):
+    """RLIMIT_FSIZE makes the kernel refuse the index's big array files (EFBIG) while the
+    small files of units still fit: query, reindex and close answer, no gen-* is left half."""
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    for i in range(70):
+        mem.commit(f"note {i} about the orchard and pear tree number {i}", summary=f"n{i}")
+    mem.close()
+    index_dir = os.path.join(root, ".fsmem", "index")
+    before = sorted(os.listdir(index_dir))
+    proc = run_py(f"""
+        import os, resource, signal
+        from fsmem import Memory
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+        mem = Memory.open({str(root)!r}, durability="off", auto_prune=False)
+        for i in range(70):   # enough changes that query wants to save the index
+            mem.commit(f"more {{i}} pear", summary=f"m{{i}}")
+        print(len(mem.query("orchard pear", 3)))
+        print(mem.reindex())
+        print(len(mem.query("pear tree number 7", 3)))
+        mem.close()
+        print("ok")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["3", "140", "3", "ok"], proc.stdout + proc.stderr
+    assert "index not saved" in proc.stderr
+    assert sorted(os.listdir(index_dir)) == before   # nothing half-written stays
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert len(mem.index) == 140
+    assert len(_hits(mem, "pear")) == 5
+
+
+def test_save_only_under_the_writer_lock(root):
+    mem = Memory.open(root, durability="off", auto_prune=False, lock_timeout=0.2)
+    mem.commit("the lighthouse keeper's log", summary="log")
+    assert mem.index.save()
+    index_dir = os.path.join(root, ".fsmem", "index")
+    gens = sorted(n for n in os.listdir(index_dir) if n.startswith("gen-"))
+    fd = os.open(os.path.join(root, ".fsmem", "lock"), os.O_RDWR)
+    try:   # another writer holds the lock (an open file description of our own: flock)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert mem.index.save() is False
+        assert sorted(n for n in os.listdir(index_dir) if n.startswith("gen-")) == gens
+    finally:
+        os.close(fd)
+    assert mem.index.save()
+    mem.close()
+
+
+def test_two_processes_reindexing_and_querying(root):
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    for i in range(20):
+        mem.commit(f"entry {i} on the tide tables", summary=f"t{i}")
+    mem.close()
+    code = f"""
+        from fsmem import Memory
+        mem = Memory.open({str(root)!r}, durability="off", auto_prune=False)
+        for i in range(6):
+            mem.reindex()
+            mem.commit(f"extra {{i}} tide")
+            assert mem.query("tide tables", 3, count=False)
+            mem.recall("extra tide", 1)
+        mem.close()
+        print("ok")
+    """
+    import subprocess
+    import sys
+    import textwrap
+    from conftest import REPO
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=str(REPO),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and out.strip() == "ok", err
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert mem.fsck() == []
+    assert len(mem.index) == len(mem.units("documents"))

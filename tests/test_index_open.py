@@ -1,0 +1,97 @@
+"""Opening in O(changes): the index skips the listing of documents/ only when it provably
+saw documents/ as it is (SEEN), finds what plain file tools changed, keeps itself in step with
+this process's own changes, and checks its dense array the first time a ranker reads it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import numpy as np
+
+from fsmem import Memory
+from fsmem.index import Index
+
+
+class _Listings:
+    """Counts real calls of Index._listing (the real method runs)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.n = 0
+        real = Index._listing
+
+        def counted(index):
+            self.n += 1
+            return real(index)
+        monkeypatch.setattr(Index, "_listing", counted)
+
+
+def _store(root, n=30) -> list[str]:
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    ids = [mem.commit(f"entry {i} about the {['mill', 'ferry', 'orchard'][i % 3]}",
+                      summary=f"e{i}") for i in range(n)]
+    time.sleep(0.06)           # older than a timestamp tick by a margin: SEEN can prove it
+    mem.query("mill", 3)       # one listing, recorded
+    mem.close()
+    return ids
+
+
+def test_open_skips_the_listing_when_nothing_changed(root, monkeypatch):
+    _store(root)
+    listings = _Listings(monkeypatch)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert len(mem.query("ferry", 5)) == 5
+    assert listings.n == 0
+    assert len(mem.index) == 30
+
+
+def test_file_tools_change_is_found_at_open(root, tmp_path, monkeypatch):
+    ids = _store(root)
+    other = tmp_path / "other"
+    mem2 = Memory.open(other, durability="off", auto_prune=False)
+    new = mem2.commit("the lighthouse on the cape", summary="cape")
+    mem2.close()
+    shutil.copytree(other / "documents" / new, root / "documents" / new)   # cp -a
+    shutil.rmtree(root / "documents" / ids[0])                              # rm -r
+    listings = _Listings(monkeypatch)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert [h.unit_id for h in mem.query("lighthouse cape", 3)] == [new]
+    assert ids[0] not in [h.unit_id for h in mem.query("entry 0 mill", 30)]
+    assert listings.n == 1
+    assert len(mem.index) == 30
+
+
+def test_own_changes_keep_the_index_in_step_without_listing(root, monkeypatch):
+    _store(root)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    mem.query("mill", 3)
+    listings = _Listings(monkeypatch)
+    uid = mem.commit("a note on the windmill sails", summary="sails")
+    assert [h.unit_id for h in mem.query("windmill sails", 1)] == [uid]
+    moved = mem.recall("windmill sails", 1)
+    assert moved == [uid]
+    assert uid not in [h.unit_id for h in mem.query("windmill sails", 5)]
+    assert listings.n == 0
+    mem.close()
+    fresh = Memory.open(root, durability="off", auto_prune=False)   # and the truth agrees
+    assert sorted(fresh.index.ids + list(fresh.index.pending)) == sorted(
+        u for u in fresh.units("documents"))
+
+
+def test_damaged_dense_array_is_found_on_first_use(root):
+    _store(root)
+    gen = os.path.join(root, ".fsmem", "index",
+                       open(os.path.join(root, ".fsmem", "index", "CURRENT")).read().strip())
+    path = os.path.join(gen, "dense.npy")
+    size = os.path.getsize(path)
+    with open(path, "r+b") as fh:   # the data's second half turned into NaNs (0xff bytes)
+        fh.seek(size - (size - 128) // 2)
+        fh.write(b"\xff" * ((size - 128) // 2))
+    mem = Memory.open(root, durability="off", auto_prune=False)   # bm25: not read yet
+    assert len(mem.query("orchard", 5)) == 5
+    got = mem.index.search("orchard ferry", 5, "dense")          # first use: checked
+    want = Memory.open(root, durability="off", auto_prune=False)
+    want.reindex()
+    assert got == want.index.search("orchard ferry", 5, "dense")
+    assert np.isfinite(mem.index.dense).all()
