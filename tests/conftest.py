@@ -172,3 +172,13 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
         check(root, f"FSMEM_CRASH_AT={n} of {total}")
         shutil.rmtree(root)
     return total, proc
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked ``stress`` run only under FSMEM_STRESS=1 (the default suite stays short)."""
+    if STRESS:
+        return
+    skip = pytest.mark.skip(reason="stress run: set FSMEM_STRESS=1")
+    for item in items:
+        if item.get_closest_marker("stress") is not None:
+            item.add_marker(skip)
