@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SIZE_CAP = 1 << 30
 LEDGER = "inbox.ledger"
+_SIDE = ".name-"   # .processing/.name-<stamp>: the original of a shortened claim name
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 _EVENT_EXT = {".jsonl", ".ndjson", ".json"}
 _TEXT_EXT = {".md", ".markdown", ".txt"}
@@ -102,6 +103,23 @@ def _ext(name: str) -> str:
     return os.path.splitext(name)[1].lower()
 
 
+def _side(claim: str) -> str:
+    """The side file holding a shortened claim's original name (keyed by its unique stamp)."""
+    return _SIDE + claim.split("~", 1)[0]
+
+
+def _shorten(name: str, room: int) -> str:
+    """``name`` in at most ``room`` bytes: unchanged if it fits, else its start, a hash of
+    the whole name and its extension, so a shortened name is still taken for its type."""
+    raw = os.fsencode(name)
+    if len(raw) <= room:
+        return name
+    ext = os.fsencode(os.path.splitext(name)[1])
+    ext = ext if len(ext) <= 32 else b""
+    tag = b"~" + blake3.blake3(raw).hexdigest()[:16].encode()
+    return os.fsdecode(raw[:room - len(tag) - len(ext)] + tag + ext)
+
+
 def _fit(name: str, room: int) -> str:
     """``name`` cut to ``room`` bytes (NAME_MAX counts bytes); surrogateescape keeps a cut
     through a multi-byte character byte-exact."""
@@ -135,10 +153,42 @@ class _InboxDirs:
         return sorted(n for n in os.listdir(self.proc_fd) if not n.startswith("."))
 
     def claim(self, name: str) -> str:
-        """Take ``name`` out of the inbox by one rename; the claim name keeps the original."""
-        claim = _fit(f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~{name}", 255)
+        """Take ``name`` out of the inbox by one rename. The claim name is ``<stamp>~<name>``;
+        a name too long for that keeps its extension and a hash of the whole name, and the
+        original is kept in ``.name-<claim>`` beside it (``original_name`` reads it back)."""
+        prefix = f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~"
+        claim = prefix + _shorten(name, 255 - len(prefix))
+        if claim != prefix + name:
+            self._write_side(_side(claim), os.fsencode(name))
         os.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
         return claim
+
+    def original_name(self, claim: str) -> str:
+        """The dropped name a claim was made from (see ``claim``)."""
+        try:
+            fd = os.open(_side(claim), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, dir_fd=self.proc_fd)
+        except OSError:
+            return claim.split("~", 1)[-1]
+        try:
+            raw = os.read(fd, 4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+        return os.fsdecode(raw) if raw and b"/" not in raw else claim.split("~", 1)[-1]
+
+    def _write_side(self, side: str, data: bytes) -> None:
+        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=self.proc_fd)
+        try:
+            fsops.write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def _drop_side(self, claim: str) -> None:
+        try:
+            os.unlink(_side(claim), dir_fd=self.proc_fd)
+        except FileNotFoundError:
+            pass
 
     def release(self, claim: str) -> None:
         """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
@@ -147,6 +197,7 @@ class _InboxDirs:
             shutil.rmtree(os.path.join(self.processing, claim))
         else:
             os.unlink(claim, dir_fd=self.proc_fd)
+        self._drop_side(claim)
 
     def reject(self, claim: str, name: str, reason: str) -> str:
         """Move a claim to ``.rejected/`` under its original name (made unique), then write
@@ -156,6 +207,27 @@ class _InboxDirs:
         while _exists(target, self.rej_fd) or _exists(f"{target}.error.txt", self.rej_fd):
             n += 1
             target = f"{base}~{n}"
+        # the error file first: on a full disk nothing moves and the claim is retried,
+        # so an entry never sits in .rejected/ without its reason
+        text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
+                f"kept as: {_display(target)}\nreason: {reason}\n"
+                f"time: {Timestamp.now().isoformat()}\n")
+        tmp = f".tmp-{uuid.uuid4().hex}"
+        try:
+            fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644,
+                             dir_fd=self.rej_fd)
+            try:
+                fsops.write_all(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
+            os.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd,
+                      dst_dir_fd=self.rej_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.rej_fd)
+            except OSError:
+                pass
+            raise
         try:
             fsops.rename_noreplace(os.path.join(self.processing, claim),
                                    os.path.join(self.rejected, target))
@@ -163,17 +235,7 @@ class _InboxDirs:
             if exc.errno not in (errno.EINVAL, errno.ENOSYS):
                 raise
             os.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
-        text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
-                f"kept as: {_display(target)}\nreason: {reason}\n"
-                f"time: {Timestamp.now().isoformat()}\n")
-        tmp = f".tmp-{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644,
-                     dir_fd=self.rej_fd)
-        try:
-            fsops.write_all(fd, text.encode("utf-8"))
-        finally:
-            os.close(fd)
-        os.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd, dst_dir_fd=self.rej_fd)
+        self._drop_side(claim)
         return target
 
 
@@ -632,6 +694,8 @@ def _special_reason(mode: int) -> str:
 
 
 def _open_regular(name: str, dir_fd: int) -> int:
+    """Open a file of a dropped folder: no symlink, no FIFO, a regular file with one link
+    (a second name could be a file outside the store, or change it under us)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      dir_fd=dir_fd)
@@ -640,9 +704,12 @@ def _open_regular(name: str, dir_fd: int) -> int:
     except OSError as exc:
         raise Rejected(f"{name}: cannot open ({exc.strerror}); symlinks are never followed") \
             from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
         os.close(fd)
-        raise Rejected(f"{name}: not a regular file")
+        raise Rejected(f"{name}: not a regular file" if not stat.S_ISREG(st.st_mode) else
+                       f"{name}: has {st.st_nlink} hard links; only a file with one name "
+                       "is taken")
     return fd
 
 
@@ -699,24 +766,32 @@ def _records(text: str) -> list[tuple[int, Any]]:
     """JSON Lines, or one JSON object or array (as fsmem.ingest reads them), with line numbers."""
     stripped = text.strip()
     if stripped.startswith("["):
-        try:
-            return [(1, r) for r in _any.decode(stripped)]
-        except msgspec.DecodeError as exc:
-            raise Rejected(f"invalid JSON: {exc}") from exc
+        return [(1, r) for r in _decode(stripped, "")]
     records = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            records.append((lineno, _any.decode(line)))
-        except msgspec.DecodeError as exc:
+            records.append((lineno, _decode(line, f"line {lineno}: ")))
+        except Rejected:
             if lineno == 1 or not records:
                 try:  # one pretty-printed object
-                    return [(1, _any.decode(stripped))]
-                except msgspec.DecodeError:
+                    return [(1, _decode(stripped, ""))]
+                except Rejected:
                     pass
-            raise Rejected(f"line {lineno}: invalid JSON: {exc}") from exc
+            raise
     return records
+
+
+def _decode(text: str, where: str) -> Any:
+    """One JSON value; Rejected names the line and what is wrong (nesting past msgspec's
+    depth limit is "nested too deeply", never an internal error)."""
+    try:
+        return _any.decode(text)
+    except msgspec.DecodeError as exc:
+        raise Rejected(f"{where}invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise Rejected(f"{where}invalid JSON: nested too deeply") from exc
 
 
 # -- the daemon -----------------------------------------------------------------------------

@@ -34,24 +34,31 @@ def events_from_jsonl(text: str, name: str, base_dir: str | int | None = None) -
     stripped = text.strip()
     records: list[tuple[int, Any]] = []
     if stripped.startswith("["):
-        try:
-            records = [(1, r) for r in _any.decode(stripped)]
-        except msgspec.DecodeError as exc:
-            raise FormatError(f"{name}: invalid JSON: {exc}") from exc
+        records = [(1, r) for r in _decode(stripped, f"{name}: ")]
     else:
         for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append((lineno, _any.decode(line)))
-                except msgspec.DecodeError as exc:
+                    records.append((lineno, _decode(line, f"{name}: line {lineno}: ")))
+                except FormatError:
                     if lineno == 1 and stripped.startswith("{"):
                         try:
-                            records = [(1, _any.decode(stripped))]
+                            records = [(1, _decode(stripped, f"{name}: "))]
                             break
-                        except msgspec.DecodeError:
+                        except FormatError:
                             pass
-                    raise FormatError(f"{name}: line {lineno}: invalid JSON: {exc}") from exc
+                    raise
     return [event_from_record(rec, f"{name}: line {lineno}", base_dir) for lineno, rec in records]
+
+
+def _decode(text: str, where: str) -> Any:
+    """One JSON value; FormatError says where and what (deep nesting: "nested too deeply")."""
+    try:
+        return _any.decode(text)
+    except msgspec.DecodeError as exc:
+        raise FormatError(f"{where}invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise FormatError(f"{where}invalid JSON: nested too deeply") from exc
 
 
 def event_from_record(rec: Any, where: str, base_dir: str | int | None = None) -> Event:

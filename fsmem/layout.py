@@ -214,7 +214,10 @@ class Layout:
             raw = read_small(self.marker_path)
         except OSError as exc:
             raise FormatError(f"{self.marker_path}: cannot read: {exc.strerror}") from exc
-        marker = decode_marker(raw, self.marker_path)
+        try:
+            marker = decode_marker(raw, self.marker_path)
+        except RecursionError as exc:
+            raise FormatError(f"{self.marker_path}: JSON nested too deeply") from exc
         if marker.format > FORMAT_VERSION:
             raise FormatError(f"{self.marker_path}: format version {marker.format} is newer "
                               f"than this fsmem reads (version {FORMAT_VERSION}); upgrade fsmem")
@@ -277,6 +280,9 @@ class Layout:
             return _journal_decoder.decode(read_small(path))
         except msgspec.DecodeError as exc:
             raise FormatError(f"{path}: undecodable journal entry: {exc}") from exc
+        except RecursionError as exc:
+            raise FormatError(f"{path}: undecodable journal entry: JSON nested too deeply") \
+                from exc
 
     def pending_journals(self) -> tuple[list[JournalEntry], list[tuple[str, str]]]:
         """Decodable pending entries, and (path, problem) for those that are not."""
