@@ -10,6 +10,7 @@ without a duplicate. The daemon that finds and claims entries is ``fsmem.watch``
 
 from __future__ import annotations
 
+import codecs
 import errno
 import fcntl
 import io
@@ -21,7 +22,7 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import blake3
 import msgspec
@@ -38,11 +39,14 @@ from .store import LAYERS
 from .timestamps import Timestamp
 from .unit import MANIFEST, VECTORS, UnitBuilder, read_manifest
 
-__all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "ignored_name"]
+__all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "TEXT_PART", "EVENTS_CAP",
+           "ignored_name"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE_CAP = 1 << 30
+TEXT_PART = 1 << 20     # a text file is stored in units of at most this many bytes each
+EVENTS_CAP = 32 << 20   # an event file (.jsonl/.json) is parsed whole: at most this big
 LEDGER = "inbox.ledger"
 _SIDE = ".name-"   # .processing/.name-<stamp>: the original of a shortened claim name
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
@@ -434,17 +438,22 @@ class Ingestor:
             elif ext in _MEDIA_EXT:
                 raise Rejected(f"named like a {_MEDIA_EXT[ext]}, but its content is not one "
                                "(media is recognised by content)")
-            elif ext in _EVENT_EXT or ext in _TEXT_EXT:
-                out.kind = "events" if ext in _EVENT_EXT else "text"
-                data = _read_all(fd, self.size_cap)
+            elif ext in _EVENT_EXT:
+                out.kind = "events"
+                if st.st_size > EVENTS_CAP:
+                    raise Rejected(f"{st.st_size} bytes is over the cap of {EVENTS_CAP} bytes "
+                                   "for an event file (it is parsed whole); split it")
+                data = _read_all(fd, EVENTS_CAP)
                 out.digest = hash_bytes(data)
-                if not (resume and out.kind == "events"):  # resume skips part by part
+                if not resume:  # resume skips part by part
                     self._check_seen(out.digest, resume)
-                text = _utf8(data)
-                if out.kind == "events":
-                    self._events(text, name, out.digest, resume)
-                else:
-                    self._text(text, name, out.digest)
+                self._events(_utf8(data), name, out.digest, resume)
+            elif ext in _TEXT_EXT:
+                out.kind = "text"
+                out.digest, out.size, title = _scan_text(fd, self.size_cap)
+                if not (resume and out.size > TEXT_PART):  # resume skips part by part
+                    self._check_seen(out.digest, resume)
+                self._text_parts(fd, name, out.digest, title or _display(name), resume)
             else:
                 raise Rejected(f"unsupported type ({ext or 'no extension'}, content not "
                                "recognised): takes .jsonl/.json events, .md/.txt text, and "
@@ -486,15 +495,33 @@ class Ingestor:
             self.published.clear()
             raise Rejected("the file changed while it was being stored")
 
-    def _text(self, text: str, name: str, digest: str) -> None:
-        if "\x00" in text:
-            raise Rejected("contains NUL bytes: not a text file")
-        title = _title(text) or _display(name)
-        event = Event(id=f"e-i{digest[:32]}-0", source="inbox", input=text,
-                      timestamp=Timestamp.now())
-        uid = self.mem.commit_events([event], summary=title, source="inbox",
-                                     meta=_meta(digest, name))
-        self.published.append(("documents", uid))
+    def _text_parts(self, fd: int, name: str, digest: str, title: str, resume: bool) -> None:
+        """A text file as units of at most TEXT_PART bytes each, read window by window (the
+        file is never in memory whole). One part: one unit, event ``e-i<digest>-0``, as
+        always. More: part n is event ``e-i<digest>-n`` in a unit of its own, cut at a blank
+        line (else a line end, else a character boundary); the parts' bytes together are
+        the file. A restart skips the parts already stored (their event ids)."""
+        stored = self.scan.event_ids if (resume and self.scan) else {}
+        meta = _meta(digest, name)
+        hasher = blake3.blake3()
+        for n, part in enumerate(_text_windows(fd, TEXT_PART, hasher)):
+            ev_id = f"e-i{digest[:32]}-{n}"
+            if ev_id in stored:
+                continue
+            text = part.decode("utf-8-sig" if n == 0 else "utf-8")
+            summary = title if n == 0 and len(part) < TEXT_PART else f"{title} (part {n + 1})"
+            event = Event(id=ev_id, source="inbox", input=text, timestamp=Timestamp.now())
+            del text, part
+            uid = self.mem.commit_events([event], summary=summary, source="inbox",
+                                         meta={**meta, "inbox_part": str(n)} if n else meta)
+            self.published.append(("documents", uid))
+        if hasher.hexdigest() != digest:  # changed since it was scanned: never half-true
+            for _, uid in self.published:
+                self.mem.remove(uid)
+            self.published.clear()
+            raise Rejected("the file changed while it was being stored")
+        if not self.published:
+            raise _Duplicate("the units written before a restart")
 
     def _events(self, text: str, name: str, digest: str, resume: bool,
                 base_fd: int | None = None) -> None:
@@ -731,6 +758,61 @@ def _hash_fd(fd: int, cap: int) -> tuple[str, int]:
             raise Rejected(f"over the size cap of {cap} bytes")
         hasher.update(chunk)
     return hasher.hexdigest(), size
+
+
+def _scan_text(fd: int, cap: int) -> tuple[str, int, str]:
+    """One bounded pass over a text file: its BLAKE3, size and title, checking that it is
+    UTF-8 without NUL bytes (so a rejection comes before anything is stored)."""
+    hasher, size = blake3.blake3(), 0
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    head = ""
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, CHUNK):
+        if size + len(chunk) > cap:
+            raise Rejected(f"over the size cap of {cap} bytes")
+        if b"\x00" in chunk:
+            raise Rejected("contains NUL bytes: not a text file")
+        try:
+            text = decoder.decode(chunk)
+        except UnicodeDecodeError as exc:
+            raise Rejected(f"not UTF-8 text (invalid byte at offset {size + exc.start})") \
+                from exc
+        if len(head) < 65536:
+            head += text[:65536]
+        size += len(chunk)
+        hasher.update(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise Rejected(f"not UTF-8 text (truncated character at offset {size})") from exc
+    if size == 0:
+        raise Rejected("empty file: nothing to store")
+    return hasher.hexdigest(), size, _title(head)
+
+
+def _text_windows(fd: int, part: int, hasher: Any) -> Iterator[bytes]:
+    """The file's bytes in pieces of at most ``part`` bytes, each ending at a blank line, else
+    a line end, else a UTF-8 character boundary; together exactly the file (fed to
+    ``hasher`` as read, so the caller can tell the file did not change since it was scanned)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    buf = b""
+    while True:
+        while len(buf) <= part and (more := os.read(fd, part + 1 - len(buf))):
+            hasher.update(more)
+            buf += more
+        if len(buf) <= part:  # end of file
+            if buf:
+                yield buf
+            return
+        cut = buf.rfind(b"\n\n", 0, part - 1) + 2
+        if cut < part // 4 + 2:
+            cut = buf.rfind(b"\n", 0, part) + 1
+        if cut < part // 4 + 1:
+            cut = part
+            while cut > 0 and buf[cut] & 0xC0 == 0x80:  # never inside a character
+                cut -= 1
+        piece, buf = buf[:cut], buf[cut:]
+        yield piece
 
 
 def _utf8(data: bytes) -> str:
