@@ -32,6 +32,7 @@ from . import _fsops as fsops
 from .blocks import CHUNK, block_filename, hash_bytes
 from .errors import FormatError, FsmemError, NotFound, StoreLocked
 from .flows import Memory
+from .layout import read_small
 from .ingest import event_from_record
 from .media import sniff_mime
 from .model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
@@ -48,6 +49,7 @@ DEFAULT_SIZE_CAP = 1 << 30
 TEXT_PART = 1 << 20     # a text file is stored in units of at most this many bytes each
 EVENTS_CAP = 32 << 20   # an event file (.jsonl/.json) is parsed whole: at most this big
 LEDGER = "inbox.ledger"
+LEDGER_CAP = 1 << 30
 _SIDE = ".name-"   # .processing/.name-<stamp>: the original of a shortened claim name
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 _EVENT_EXT = {".jsonl", ".ndjson", ".json"}
@@ -319,9 +321,13 @@ class _Ledger:
 
     def load(self) -> None:
         try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
+            raw = read_small(self.path, LEDGER_CAP)
         except FileNotFoundError:
+            self.rebuild(_StoreScan(self.mem))
+            return
+        except FormatError as exc:  # derived: a FIFO or a monster in its place is rebuilt
+            log.warning("%s; rebuilding the ledger from the manifests", exc)
+            os.unlink(self.path)
             self.rebuild(_StoreScan(self.mem))
             return
         for line in raw.decode("ascii", "replace").splitlines():
