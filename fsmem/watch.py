@@ -200,7 +200,7 @@ class Watcher:
         next_rescan = started + self.rescan_s
         while not self._stopping:
             had = bool(self._candidates)
-            self._drain(0.05 if self._candidates or self._layer_pending else 0.5)
+            self._drain(0.05 if self._candidates or self._layer_pending else self._idle())
             now = time.monotonic()
             self._handle(self._ready(now))
             self._flush()
@@ -216,6 +216,13 @@ class Watcher:
                 next_rescan = now + self.rescan_s
                 self._scan_inbox()
                 self._reconcile()
+
+    def _idle(self) -> float:
+        """How long the loop may wait for an event: 0.5 s, less when a retry is due sooner."""
+        if not self._retry:
+            return 0.5
+        due = min(when for when, _ in self._retry.values()) - time.monotonic()
+        return min(0.5, max(0.05, due))
 
     def _housekeep(self, once: bool) -> None:
         """Between files too: look at the event queue, reconcile, retry deferred claims."""

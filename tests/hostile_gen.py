@@ -135,14 +135,13 @@ def plant_in_store(root: Path, outside: Path) -> dict[str, str]:
     os.mkfifo(victim / "manifest.json")
     planted["fifo manifest"] = victim.name
     victim = docs[1]
-    block = next(p for p in victim.iterdir() if p.name != "manifest.json" and
-                 not p.name.startswith("vectors"))
+    block = next(p for p in sorted(victim.iterdir()) if p.suffix == ".txt")
     block.chmod(0o644)
     block.unlink()
     os.mkfifo(block)
     planted["fifo block"] = victim.name
     victim = ctx[0]
-    block = next(p for p in victim.iterdir() if p.name != "manifest.json")
+    block = next(p for p in sorted(victim.iterdir()) if p.suffix == ".txt")
     block.unlink()
     (outside / "target").write_bytes(b"outside")
     os.symlink(outside / "target", block)
