@@ -611,7 +611,7 @@ class Ingestor:
         for fname in files:
             fd = _open_regular(fname, dfd)
             try:
-                data = _read_all(fd, self.size_cap)
+                data = _read_all(fd, min(self.size_cap, EVENTS_CAP))
             finally:
                 os.close(fd)
             digest = hash_bytes(data)
