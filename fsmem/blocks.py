@@ -17,6 +17,8 @@ import blake3
 
 from . import _fsops as fsops
 from .errors import ChecksumMismatch, InvalidName, NotFound
+from .errors import FormatError
+from .layout import open_regular, read_fd
 from .media import extension_for
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 BLOCK_MODE = 0o444
 CHUNK = 1 << 20
+BLOCK_READ_CAP = 1 << 31   # read_block loads a block whole: never more than this
 
 
 def check_digest(digest: object, what: str = "digest") -> str:
@@ -133,7 +136,7 @@ def link_block(src_path: str, dir_path: str, digest: str, mime: str, *, sync: bo
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
             raise
-    src_fd = os.open(src_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    src_fd = _open_block(src_path)
     try:
         got, path, _ = write_block_from_fd(dir_path, src_fd, mime, sync=sync)
     finally:
@@ -172,19 +175,29 @@ def verify_block(path: str, digest: str, size: int | None = None) -> str | None:
 def read_block(path: str, digest: str, *, verify: bool = True) -> bytes:
     """Read a block's bytes, refusing symlinks; with ``verify`` the BLAKE3 is checked."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = _open_block(path)
     except FileNotFoundError as exc:
         raise NotFound(f"{path}: missing block") from exc
     except OSError as exc:
         raise ChecksumMismatch(f"{path}: cannot read block: {exc.strerror}") from exc
     try:
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read()
+        data = read_fd(fd, BLOCK_READ_CAP, path)
+    except FormatError as exc:
+        raise ChecksumMismatch(str(exc)) from exc
     finally:
         os.close(fd)
     if verify and hash_bytes(data) != digest:
         raise ChecksumMismatch(f"{path}: bytes do not match digest {digest}")
     return data
+
+
+def _open_block(path: str) -> int:
+    """A block opened for reading: no symlink, no FIFO (never hangs), a regular file.
+    A symlink or special file raises ChecksumMismatch (the block is damaged)."""
+    try:
+        return open_regular(path, cap=BLOCK_READ_CAP)
+    except FormatError as exc:
+        raise ChecksumMismatch(f"cannot read block: {exc}") from exc
 
 
 def _discard(path: str) -> None:

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import stat
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -232,6 +233,7 @@ class Graph:
         with self._lock:
             if self._db is not None:
                 return self._db
+            _check_regular(self.path)
             if create and self.readonly:
                 raise FsmemError(f"{self.path}: opened through a reader; the graph cannot be "
                                   "written")
@@ -684,3 +686,14 @@ def _chunks(items: Sequence[Any]) -> Iterable[list[Any]]:
     items = list(items)
     for i in range(0, len(items), _CHUNK):
         yield items[i:i + _CHUNK]
+
+
+def _check_regular(path: str) -> None:
+    """graph.db must be a regular file (or absent): a FIFO, socket or symlink in its place
+    is refused with a clear error before SQLite opens it."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise FsmemError(f"{path}: not a regular file; the graph is not opened")

@@ -10,6 +10,7 @@ without a duplicate. The daemon that finds and claims entries is ``fsmem.watch``
 
 from __future__ import annotations
 
+import codecs
 import errno
 import fcntl
 import io
@@ -21,7 +22,7 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import blake3
 import msgspec
@@ -31,6 +32,7 @@ from . import _fsops as fsops
 from .blocks import CHUNK, block_filename, hash_bytes
 from .errors import FormatError, FsmemError, NotFound, StoreLocked
 from .flows import Memory
+from .layout import read_small
 from .ingest import event_from_record
 from .media import sniff_mime
 from .model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
@@ -38,12 +40,17 @@ from .store import LAYERS
 from .timestamps import Timestamp
 from .unit import MANIFEST, VECTORS, UnitBuilder, read_manifest
 
-__all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "ignored_name"]
+__all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "TEXT_PART", "EVENTS_CAP",
+           "ignored_name"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE_CAP = 1 << 30
+TEXT_PART = 1 << 20     # a text file is stored in units of at most this many bytes each
+EVENTS_CAP = 32 << 20   # an event file (.jsonl/.json) is parsed whole: at most this big
 LEDGER = "inbox.ledger"
+LEDGER_CAP = 1 << 30
+_SIDE = ".name-"   # .processing/.name-<stamp>: the original of a shortened claim name
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 _EVENT_EXT = {".jsonl", ".ndjson", ".json"}
 _TEXT_EXT = {".md", ".markdown", ".txt"}
@@ -102,6 +109,23 @@ def _ext(name: str) -> str:
     return os.path.splitext(name)[1].lower()
 
 
+def _side(claim: str) -> str:
+    """The side file holding a shortened claim's original name (keyed by its unique stamp)."""
+    return _SIDE + claim.split("~", 1)[0]
+
+
+def _shorten(name: str, room: int) -> str:
+    """``name`` in at most ``room`` bytes: unchanged if it fits, else its start, a hash of
+    the whole name and its extension, so a shortened name is still taken for its type."""
+    raw = os.fsencode(name)
+    if len(raw) <= room:
+        return name
+    ext = os.fsencode(os.path.splitext(name)[1])
+    ext = ext if len(ext) <= 32 else b""
+    tag = b"~" + blake3.blake3(raw).hexdigest()[:16].encode()
+    return os.fsdecode(raw[:room - len(tag) - len(ext)] + tag + ext)
+
+
 def _fit(name: str, room: int) -> str:
     """``name`` cut to ``room`` bytes (NAME_MAX counts bytes); surrogateescape keeps a cut
     through a multi-byte character byte-exact."""
@@ -135,10 +159,48 @@ class _InboxDirs:
         return sorted(n for n in os.listdir(self.proc_fd) if not n.startswith("."))
 
     def claim(self, name: str) -> str:
+<<<<<<< ours
         """Take ``name`` out of the inbox by one rename; the claim name keeps the original."""
         claim = _fit(f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~{name}", 255)
         fsops.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
+=======
+        """Take ``name`` out of the inbox by one rename. The claim name is ``<stamp>~<name>``;
+        a name too long for that keeps its extension and a hash of the whole name, and the
+        original is kept in ``.name-<claim>`` beside it (``original_name`` reads it back)."""
+        prefix = f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~"
+        claim = prefix + _shorten(name, 255 - len(prefix))
+        if claim != prefix + name:
+            self._write_side(_side(claim), os.fsencode(name))
+        fsops.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
+>>>>>>> theirs
         return claim
+
+    def original_name(self, claim: str) -> str:
+        """The dropped name a claim was made from (see ``claim``)."""
+        try:
+            fd = os.open(_side(claim), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, dir_fd=self.proc_fd)
+        except OSError:
+            return claim.split("~", 1)[-1]
+        try:
+            raw = os.read(fd, 4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+        return os.fsdecode(raw) if raw and b"/" not in raw else claim.split("~", 1)[-1]
+
+    def _write_side(self, side: str, data: bytes) -> None:
+        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=self.proc_fd)
+        try:
+            fsops.write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def _drop_side(self, claim: str) -> None:
+        try:
+            os.unlink(_side(claim), dir_fd=self.proc_fd)
+        except FileNotFoundError:
+            pass
 
     def release(self, claim: str) -> None:
         """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
@@ -146,7 +208,12 @@ class _InboxDirs:
         if stat.S_ISDIR(st.st_mode):
             fsops.rmtree(os.path.join(self.processing, claim), ignore_errors=False)
         else:
+<<<<<<< ours
             fsops.unlink(claim, dir_fd=self.proc_fd)
+=======
+            fsops.unlink(claim, dir_fd=self.proc_fd)
+        self._drop_side(claim)
+>>>>>>> theirs
 
     def reject(self, claim: str, name: str, reason: str) -> str:
         """Move a claim to ``.rejected/`` under its original name (made unique), then write
@@ -156,12 +223,34 @@ class _InboxDirs:
         while _exists(target, self.rej_fd) or _exists(f"{target}.error.txt", self.rej_fd):
             n += 1
             target = f"{base}~{n}"
+        # the error file first: on a full disk nothing moves and the claim is retried,
+        # so an entry never sits in .rejected/ without its reason
+        text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
+                f"kept as: {_display(target)}\nreason: {reason}\n"
+                f"time: {Timestamp.now().isoformat()}\n")
+        tmp = f".tmp-{uuid.uuid4().hex}"
+        try:
+            fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644,
+                             dir_fd=self.rej_fd)
+            try:
+                fsops.write_all(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
+            fsops.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd,
+                      dst_dir_fd=self.rej_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.rej_fd)
+            except OSError:
+                pass
+            raise
         try:
             fsops.rename_noreplace(os.path.join(self.processing, claim),
                                    os.path.join(self.rejected, target))
         except OSError as exc:
             if exc.errno not in (errno.EINVAL, errno.ENOSYS):
                 raise
+<<<<<<< ours
             fsops.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
         text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
                 f"kept as: {_display(target)}\nreason: {reason}\n"
@@ -174,6 +263,10 @@ class _InboxDirs:
         finally:
             os.close(fd)
         fsops.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd, dst_dir_fd=self.rej_fd)
+=======
+            fsops.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
+        self._drop_side(claim)
+>>>>>>> theirs
         return target
 
 
@@ -253,9 +346,13 @@ class _Ledger:
 
     def load(self) -> None:
         try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
+            raw = read_small(self.path, LEDGER_CAP)
         except FileNotFoundError:
+            self.rebuild(_StoreScan(self.mem))
+            return
+        except FormatError as exc:  # derived: a FIFO or a monster in its place is rebuilt
+            log.warning("%s; rebuilding the ledger from the manifests", exc)
+            os.unlink(self.path)
             self.rebuild(_StoreScan(self.mem))
             return
         for line in raw.decode("ascii", "replace").splitlines():
@@ -372,17 +469,22 @@ class Ingestor:
             elif ext in _MEDIA_EXT:
                 raise Rejected(f"named like a {_MEDIA_EXT[ext]}, but its content is not one "
                                "(media is recognised by content)")
-            elif ext in _EVENT_EXT or ext in _TEXT_EXT:
-                out.kind = "events" if ext in _EVENT_EXT else "text"
-                data = _read_all(fd, self.size_cap)
+            elif ext in _EVENT_EXT:
+                out.kind = "events"
+                if st.st_size > EVENTS_CAP:
+                    raise Rejected(f"{st.st_size} bytes is over the cap of {EVENTS_CAP} bytes "
+                                   "for an event file (it is parsed whole); split it")
+                data = _read_all(fd, EVENTS_CAP)
                 out.digest = hash_bytes(data)
-                if not (resume and out.kind == "events"):  # resume skips part by part
+                if not resume:  # resume skips part by part
                     self._check_seen(out.digest, resume)
-                text = _utf8(data)
-                if out.kind == "events":
-                    self._events(text, name, out.digest, resume)
-                else:
-                    self._text(text, name, out.digest)
+                self._events(_utf8(data), name, out.digest, resume)
+            elif ext in _TEXT_EXT:
+                out.kind = "text"
+                out.digest, out.size, title = _scan_text(fd, self.size_cap)
+                if not (resume and out.size > TEXT_PART):  # resume skips part by part
+                    self._check_seen(out.digest, resume)
+                self._text_parts(fd, name, out.digest, title or _display(name), resume)
             else:
                 raise Rejected(f"unsupported type ({ext or 'no extension'}, content not "
                                "recognised): takes .jsonl/.json events, .md/.txt text, and "
@@ -424,15 +526,33 @@ class Ingestor:
             self.published.clear()
             raise Rejected("the file changed while it was being stored")
 
-    def _text(self, text: str, name: str, digest: str) -> None:
-        if "\x00" in text:
-            raise Rejected("contains NUL bytes: not a text file")
-        title = _title(text) or _display(name)
-        event = Event(id=f"e-i{digest[:32]}-0", source="inbox", input=text,
-                      timestamp=Timestamp.now())
-        uid = self.mem.commit_events([event], summary=title, source="inbox",
-                                     meta=_meta(digest, name))
-        self.published.append(("documents", uid))
+    def _text_parts(self, fd: int, name: str, digest: str, title: str, resume: bool) -> None:
+        """A text file as units of at most TEXT_PART bytes each, read window by window (the
+        file is never in memory whole). One part: one unit, event ``e-i<digest>-0``, as
+        always. More: part n is event ``e-i<digest>-n`` in a unit of its own, cut at a blank
+        line (else a line end, else a character boundary); the parts' bytes together are
+        the file. A restart skips the parts already stored (their event ids)."""
+        stored = self.scan.event_ids if (resume and self.scan) else {}
+        meta = _meta(digest, name)
+        hasher = blake3.blake3()
+        for n, part in enumerate(_text_windows(fd, TEXT_PART, hasher)):
+            ev_id = f"e-i{digest[:32]}-{n}"
+            if ev_id in stored:
+                continue
+            text = part.decode("utf-8-sig" if n == 0 else "utf-8")
+            summary = title if n == 0 and len(part) < TEXT_PART else f"{title} (part {n + 1})"
+            event = Event(id=ev_id, source="inbox", input=text, timestamp=Timestamp.now())
+            del text, part
+            uid = self.mem.commit_events([event], summary=summary, source="inbox",
+                                         meta={**meta, "inbox_part": str(n)} if n else meta)
+            self.published.append(("documents", uid))
+        if hasher.hexdigest() != digest:  # changed since it was scanned: never half-true
+            for _, uid in self.published:
+                self.mem.remove(uid)
+            self.published.clear()
+            raise Rejected("the file changed while it was being stored")
+        if not self.published:
+            raise _Duplicate("the units written before a restart")
 
     def _events(self, text: str, name: str, digest: str, resume: bool,
                 base_fd: int | None = None) -> None:
@@ -516,7 +636,7 @@ class Ingestor:
         for fname in files:
             fd = _open_regular(fname, dfd)
             try:
-                data = _read_all(fd, self.size_cap)
+                data = _read_all(fd, min(self.size_cap, EVENTS_CAP))
             finally:
                 os.close(fd)
             digest = hash_bytes(data)
@@ -632,6 +752,8 @@ def _special_reason(mode: int) -> str:
 
 
 def _open_regular(name: str, dir_fd: int) -> int:
+    """Open a file of a dropped folder: no symlink, no FIFO, a regular file with one link
+    (a second name could be a file outside the store, or change it under us)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      dir_fd=dir_fd)
@@ -640,9 +762,12 @@ def _open_regular(name: str, dir_fd: int) -> int:
     except OSError as exc:
         raise Rejected(f"{name}: cannot open ({exc.strerror}); symlinks are never followed") \
             from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
         os.close(fd)
-        raise Rejected(f"{name}: not a regular file")
+        raise Rejected(f"{name}: not a regular file" if not stat.S_ISREG(st.st_mode) else
+                       f"{name}: has {st.st_nlink} hard links; only a file with one name "
+                       "is taken")
     return fd
 
 
@@ -664,6 +789,61 @@ def _hash_fd(fd: int, cap: int) -> tuple[str, int]:
             raise Rejected(f"over the size cap of {cap} bytes")
         hasher.update(chunk)
     return hasher.hexdigest(), size
+
+
+def _scan_text(fd: int, cap: int) -> tuple[str, int, str]:
+    """One bounded pass over a text file: its BLAKE3, size and title, checking that it is
+    UTF-8 without NUL bytes (so a rejection comes before anything is stored)."""
+    hasher, size = blake3.blake3(), 0
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    head = ""
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, CHUNK):
+        if size + len(chunk) > cap:
+            raise Rejected(f"over the size cap of {cap} bytes")
+        if b"\x00" in chunk:
+            raise Rejected("contains NUL bytes: not a text file")
+        try:
+            text = decoder.decode(chunk)
+        except UnicodeDecodeError as exc:
+            raise Rejected(f"not UTF-8 text (invalid byte at offset {size + exc.start})") \
+                from exc
+        if len(head) < 65536:
+            head += text[:65536]
+        size += len(chunk)
+        hasher.update(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise Rejected(f"not UTF-8 text (truncated character at offset {size})") from exc
+    if size == 0:
+        raise Rejected("empty file: nothing to store")
+    return hasher.hexdigest(), size, _title(head)
+
+
+def _text_windows(fd: int, part: int, hasher: Any) -> Iterator[bytes]:
+    """The file's bytes in pieces of at most ``part`` bytes, each ending at a blank line, else
+    a line end, else a UTF-8 character boundary; together exactly the file (fed to
+    ``hasher`` as read, so the caller can tell the file did not change since it was scanned)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    buf = b""
+    while True:
+        while len(buf) <= part and (more := os.read(fd, part + 1 - len(buf))):
+            hasher.update(more)
+            buf += more
+        if len(buf) <= part:  # end of file
+            if buf:
+                yield buf
+            return
+        cut = buf.rfind(b"\n\n", 0, part - 1) + 2
+        if cut < part // 4 + 2:
+            cut = buf.rfind(b"\n", 0, part) + 1
+        if cut < part // 4 + 1:
+            cut = part
+            while cut > 0 and buf[cut] & 0xC0 == 0x80:  # never inside a character
+                cut -= 1
+        piece, buf = buf[:cut], buf[cut:]
+        yield piece
 
 
 def _utf8(data: bytes) -> str:
@@ -699,24 +879,32 @@ def _records(text: str) -> list[tuple[int, Any]]:
     """JSON Lines, or one JSON object or array (as fsmem.ingest reads them), with line numbers."""
     stripped = text.strip()
     if stripped.startswith("["):
-        try:
-            return [(1, r) for r in _any.decode(stripped)]
-        except msgspec.DecodeError as exc:
-            raise Rejected(f"invalid JSON: {exc}") from exc
+        return [(1, r) for r in _decode(stripped, "")]
     records = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            records.append((lineno, _any.decode(line)))
-        except msgspec.DecodeError as exc:
+            records.append((lineno, _decode(line, f"line {lineno}: ")))
+        except Rejected:
             if lineno == 1 or not records:
                 try:  # one pretty-printed object
-                    return [(1, _any.decode(stripped))]
-                except msgspec.DecodeError:
+                    return [(1, _decode(stripped, ""))]
+                except Rejected:
                     pass
-            raise Rejected(f"line {lineno}: invalid JSON: {exc}") from exc
+            raise
     return records
+
+
+def _decode(text: str, where: str) -> Any:
+    """One JSON value; Rejected names the line and what is wrong (nesting past msgspec's
+    depth limit is "nested too deeply", never an internal error)."""
+    try:
+        return _any.decode(text)
+    except msgspec.DecodeError as exc:
+        raise Rejected(f"{where}invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise Rejected(f"{where}invalid JSON: nested too deeply") from exc
 
 
 # -- the daemon -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import sys
 import time
 import uuid
@@ -30,6 +31,7 @@ import numpy as np
 from . import ranking
 from .analyze import ANALYZER_VERSION, date_text, term_hashes
 from .errors import FsmemError
+from .layout import read_small
 from .timestamps import Timestamp
 from .unit import block_path, read_manifest, read_vectors
 
@@ -279,17 +281,17 @@ class Index:
         self._clear()
         gen_name = ""
         try:
-            with open(os.path.join(self.dir, "CURRENT"), encoding="ascii") as fh:
-                gen_name = fh.read().strip()
-                gen = os.path.join(self.dir, gen_name)
-            with open(os.path.join(gen, "meta.json"), "rb") as fh:
-                meta = msgspec.json.decode(fh.read(), type=_Meta)
+            gen_name = read_small(os.path.join(self.dir, "CURRENT"), 4096).decode("ascii").strip()
+            gen = os.path.join(self.dir, gen_name)
+            meta = msgspec.json.decode(read_small(os.path.join(gen, "meta.json")), type=_Meta)
             if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
                     or meta.dim != self.dim:
                 return False
             arrays = {}
             for name in _ARRAYS:
                 path = os.path.join(gen, f"{name}.npy")
+                if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
+                    raise ValueError(f"{path}: not a regular file")
                 if name == "dense" and self.mem.ranker == "bm25":
                     # The largest array, unread by the default ranker: checked on first use.
                     self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
@@ -301,7 +303,7 @@ class Index:
             if gen_name and _current(self.dir) not in ("", gen_name):
                 raise _Replaced() from None
             return False
-        except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError) as exc:
+        except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError, FsmemError) as exc:
             log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
             return False
         n, n_ev = len(meta.ids), len(meta.ev_ids)
@@ -887,15 +889,13 @@ class _Replaced(Exception):
 
 
 def _read_seen(index_dir: str) -> bytes:
-    from .layout import read_small
     return read_small(os.path.join(index_dir, "SEEN"), 4096)
 
 
 def _current(index_dir: str) -> str:
     try:
-        with open(os.path.join(index_dir, "CURRENT"), encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
+        return read_small(os.path.join(index_dir, "CURRENT"), 4096).decode("ascii").strip()
+    except (OSError, FsmemError, ValueError):
         return ""
 
 

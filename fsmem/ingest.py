@@ -12,12 +12,12 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import stat
 from typing import Any
 
 import msgspec
 
 from .errors import FormatError
+from .layout import open_regular, read_fd
 from .media import sniff_mime
 from .model import Event, MediaAttachment, TextEvent, ToolOutput
 from .timestamps import Timestamp
@@ -25,6 +25,7 @@ from .timestamps import Timestamp
 __all__ = ["events_from_jsonl", "event_from_record"]
 
 _any = msgspec.json.Decoder()
+ATTACHMENT_CAP = 1 << 30   # a path attachment is read whole: at most this big
 _EVENT_KEYS = {"timestamp", "source", "role", "input", "response", "tools_used", "tool_results",
                "attachments", "id", "content", "channel", "layer"}
 
@@ -34,24 +35,31 @@ def events_from_jsonl(text: str, name: str, base_dir: str | int | None = None) -
     stripped = text.strip()
     records: list[tuple[int, Any]] = []
     if stripped.startswith("["):
-        try:
-            records = [(1, r) for r in _any.decode(stripped)]
-        except msgspec.DecodeError as exc:
-            raise FormatError(f"{name}: invalid JSON: {exc}") from exc
+        records = [(1, r) for r in _decode(stripped, f"{name}: ")]
     else:
         for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append((lineno, _any.decode(line)))
-                except msgspec.DecodeError as exc:
+                    records.append((lineno, _decode(line, f"{name}: line {lineno}: ")))
+                except FormatError:
                     if lineno == 1 and stripped.startswith("{"):
                         try:
-                            records = [(1, _any.decode(stripped))]
+                            records = [(1, _decode(stripped, f"{name}: "))]
                             break
-                        except msgspec.DecodeError:
+                        except FormatError:
                             pass
-                    raise FormatError(f"{name}: line {lineno}: invalid JSON: {exc}") from exc
+                    raise
     return [event_from_record(rec, f"{name}: line {lineno}", base_dir) for lineno, rec in records]
+
+
+def _decode(text: str, where: str) -> Any:
+    """One JSON value; FormatError says where and what (deep nesting: "nested too deeply")."""
+    try:
+        return _any.decode(text)
+    except msgspec.DecodeError as exc:
+        raise FormatError(f"{where}invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise FormatError(f"{where}invalid JSON: nested too deeply") from exc
 
 
 def event_from_record(rec: Any, where: str, base_dir: str | int | None = None) -> Event:
@@ -120,16 +128,17 @@ def _read_relative(rel: str, base_dir: str | int | None, where: str) -> bytes:
         raise FormatError(f"{where}: a path attachment needs the record's folder")
     if not rel or rel in (".", "..") or "/" in rel or "\\" in rel or "\x00" in rel:
         raise FormatError(f"{where}: path {rel!r} must name a file in the record's own folder")
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         if isinstance(base_dir, int):
-            fd = os.open(rel, flags, dir_fd=base_dir)
+            fd = open_regular(rel, dir_fd=base_dir, cap=ATTACHMENT_CAP, one_link=True)
         else:
-            fd = os.open(os.path.join(base_dir, rel), flags)
+            fd = open_regular(os.path.join(base_dir, rel), cap=ATTACHMENT_CAP, one_link=True)
     except OSError as exc:
         raise FormatError(f"{where}: cannot open {rel!r}: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            raise FormatError(f"{where}: {rel!r} is not a regular file with one name")
-        return fh.read()
+    except FormatError as exc:
+        raise FormatError(f"{where}: {rel!r} is not a regular file with one name under "
+                          f"{ATTACHMENT_CAP} bytes ({exc})") from exc
+    try:
+        return read_fd(fd, ATTACHMENT_CAP, rel)
+    finally:
+        os.close(fd)

@@ -27,7 +27,7 @@ from .model import FORMAT_VERSION, HASH_ALGORITHM, Marker, NAME_RE, check_name, 
 from .timestamps import Timestamp
 
 __all__ = ["Layout", "View", "JournalEntry", "LAYERS", "Layer", "META", "Vanished",
-           "NotAStore", "read_small", "writer_alive", "staging_owner", "owner_dead"]
+           "NotAStore", "read_small", "open_regular", "read_fd", "writer_alive", "staging_owner", "owner_dead"]
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +95,52 @@ class JournalEntry(msgspec.Struct, kw_only=True):
 _journal_decoder = msgspec.json.Decoder(JournalEntry, dec_hook=lambda t, o: Timestamp.parse(o))
 
 
-def read_small(path: str, cap: int = _SMALL_CAP) -> bytes:
-    """Read a small store file safely: no symlink, no FIFO (non-blocking open), regular file,
-    under ``cap`` bytes."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def open_regular(path: str, *, dir_fd: int | None = None, cap: int | None = None,
+                 one_link: bool = False) -> int:
+    """Open store or inbox content for reading, safely: ``O_NOFOLLOW`` (no symlink),
+    ``O_NONBLOCK`` (a FIFO never hangs the open), then fstat: a regular file, with
+    ``one_link`` a single name (content dropped from outside), under ``cap`` bytes.
+    FormatError names the path and what is wrong; OSError (ENOENT...) passes through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FormatError(f"{path}: a symbolic link (never followed)") from exc
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FormatError(f"{path}: not a regular file")
-        if st.st_size > cap:
+        if one_link and st.st_nlink != 1:
+            raise FormatError(f"{path}: has {st.st_nlink} hard links (one is required)")
+        if cap is not None and st.st_size > cap:
             raise FormatError(f"{path}: {st.st_size} bytes, over the cap of {cap}")
-        chunks, left = [], cap + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > cap:
-            raise FormatError(f"{path}: grew over the cap of {cap} bytes while read")
-        return data
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_fd(fd: int, cap: int, path: str) -> bytes:
+    """Read an open file to its end, at most ``cap`` bytes (FormatError if it grew past)."""
+    chunks, left = [], cap + 1
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    data = b"".join(chunks)
+    if len(data) > cap:
+        raise FormatError(f"{path}: grew over the cap of {cap} bytes while read")
+    return data
+
+
+def read_small(path: str, cap: int = _SMALL_CAP, *, dir_fd: int | None = None,
+               one_link: bool = False) -> bytes:
+    """Read a small store file safely (``open_regular``): no symlink, no FIFO, a regular
+    file under ``cap`` bytes."""
+    fd = open_regular(path, dir_fd=dir_fd, cap=cap, one_link=one_link)
+    try:
+        return read_fd(fd, cap, path)
     finally:
         os.close(fd)
 
@@ -214,7 +242,10 @@ class Layout:
             raw = read_small(self.marker_path)
         except OSError as exc:
             raise FormatError(f"{self.marker_path}: cannot read: {exc.strerror}") from exc
-        marker = decode_marker(raw, self.marker_path)
+        try:
+            marker = decode_marker(raw, self.marker_path)
+        except RecursionError as exc:
+            raise FormatError(f"{self.marker_path}: JSON nested too deeply") from exc
         if marker.format > FORMAT_VERSION:
             raise FormatError(f"{self.marker_path}: format version {marker.format} is newer "
                               f"than this fsmem reads (version {FORMAT_VERSION}); upgrade fsmem")
@@ -277,6 +308,9 @@ class Layout:
             return _journal_decoder.decode(read_small(path))
         except msgspec.DecodeError as exc:
             raise FormatError(f"{path}: undecodable journal entry: {exc}") from exc
+        except RecursionError as exc:
+            raise FormatError(f"{path}: undecodable journal entry: JSON nested too deeply") \
+                from exc
 
     def pending_journals(self) -> tuple[list[JournalEntry], list[tuple[str, str]]]:
         """Decodable pending entries, and (path, problem) for those that are not."""

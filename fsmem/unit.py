@@ -131,7 +131,10 @@ def read_manifest(unit_dir: str, *, expect_id: str | None = None) -> Manifest:
         raise NotFound(f"{path}: no manifest") from exc
     except OSError as exc:
         raise FormatError(f"{path}: cannot open manifest: {exc.strerror}") from exc
-    manifest = decode_manifest(raw, path)
+    try:
+        manifest = decode_manifest(raw, path)
+    except RecursionError as exc:  # msgspec's depth limit: say what is wrong, no traceback
+        raise FormatError(f"{path}: JSON nested too deeply") from exc
     if manifest.format < 1:
         raise FormatError(f"{path}: format version {manifest.format} is not valid")
     want = expect_id if expect_id is not None else os.path.basename(unit_dir)

@@ -13,6 +13,7 @@ without a duplicate.
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import logging
 import os
@@ -50,6 +51,9 @@ LAYER_SETTLE_S = 0.3      # a changed unit directory unchanged this long is reco
 ONCE_WAIT_S = 10.0        # --once leaves files still being written after this long
 BATCH = 256               # at most this many files made durable by one syncfs...
 BATCH_AGE_S = 1.0         # ...or those stored in this long (group commit)
+RETRY_BASE_S = 2.0        # a deferred claim is retried after 2, 4, 8... seconds...
+RETRY_MAX_S = 60.0        # ...at most this long apart (a full disk is waited out, forever)
+_WAIT_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 
 @dataclass
@@ -196,7 +200,7 @@ class Watcher:
         next_rescan = started + self.rescan_s
         while not self._stopping:
             had = bool(self._candidates)
-            self._drain(0.05 if self._candidates or self._layer_pending else 0.5)
+            self._drain(0.05 if self._candidates or self._layer_pending else self._idle())
             now = time.monotonic()
             self._handle(self._ready(now))
             self._flush()
@@ -212,6 +216,13 @@ class Watcher:
                 next_rescan = now + self.rescan_s
                 self._scan_inbox()
                 self._reconcile()
+
+    def _idle(self) -> float:
+        """How long the loop may wait for an event: 0.5 s, less when a retry is due sooner."""
+        if not self._retry:
+            return 0.5
+        due = min(when for when, _ in self._retry.values()) - time.monotonic()
+        return min(0.5, max(0.05, due))
 
     def _housekeep(self, once: bool) -> None:
         """Between files too: look at the event queue, reconcile, retry deferred claims."""
@@ -363,14 +374,7 @@ class Watcher:
         try:
             out = self.ingestor.ingest(claim, name, resume=resume)
         except (StoreLocked, OSError) as exc:
-            _, tries = self._retry.get(claim, (0.0, 0))
-            if tries >= 5:
-                out = Outcome(status="rejected", name=name, reason=f"failed 6 times: {exc}")
-                out.moved_to = self.dirs.reject(claim, name, out.reason)
-                self._retry.pop(claim, None)
-            else:
-                self._retry[claim] = (time.monotonic() + 2.0 * 2 ** tries, tries + 1)
-                out = Outcome(status="deferred", name=name, reason=str(exc))
+            out = self._defer(claim, name, exc)
         else:
             self._retry.pop(claim, None)
         now = time.monotonic()
@@ -390,6 +394,25 @@ class Watcher:
         self._batch.append((claim, out))
         if len(self._batch) >= BATCH:
             self._flush()
+
+    def _defer(self, claim: str, name: str, exc: BaseException) -> Outcome:
+        """A transient failure: retry later with backoff. Waiting for space (ENOSPC, EDQUOT)
+        or for the writer lock is never a rejection; another error rejects after 6 tries."""
+        _, tries = self._retry.get(claim, (0.0, 0))
+        waiting = isinstance(exc, StoreLocked) or getattr(exc, "errno", None) in _WAIT_ERRNOS
+        if tries >= 5 and not waiting:
+            out = Outcome(status="rejected", name=name, reason=f"failed 6 times: {exc}")
+            try:
+                out.moved_to = self.dirs.reject(claim, name, out.reason)
+                self._retry.pop(claim, None)
+                return out
+            except OSError as again:  # cannot even say why: keep it, try again later
+                exc = again
+        delay = min(RETRY_BASE_S * 2 ** min(tries, 16), RETRY_MAX_S)
+        self._retry[claim] = (time.monotonic() + delay, tries + 1)
+        if waiting and tries == 0:
+            log.warning("%s: %s; waiting and retrying (not a rejection)", _display(name), exc)
+        return Outcome(status="deferred", name=name, reason=str(exc))
 
     def _flush(self) -> None:
         """Make the batch's units durable with one syncfs, then release its claims (the
@@ -437,7 +460,7 @@ class Watcher:
             for claim in claims:
                 if self._stopping:
                     break
-                self._process(claim, claim.split("~", 1)[-1], resume=True)
+                self._process(claim, self.dirs.original_name(claim), resume=True)
         finally:
             self.ingestor.scan = None
 
@@ -467,8 +490,11 @@ class Watcher:
             return
         stats = dict(reconcile() or {})
         if changed or any(stats.values()) or self._stored_since_save:
-            self.mem.index.save()  # the snapshot on disk, not only the one in memory
-            self._stored_since_save = 0
+            try:
+                self.mem.index.save()  # the snapshot on disk, not only the one in memory
+                self._stored_since_save = 0
+            except OSError as exc:  # derived: not saved now, saved at the next reconcile
+                log.warning("index snapshot not saved (%s); reads go on", exc)
         if changed or any(stats.values()):
             self.on_reconcile({**stats, "changed": changed or []})
 
@@ -543,11 +569,24 @@ def _line(out: Outcome) -> str:
     return f"{out.status:<9} {name}: {out.reason} (kept as .rejected/{_display(out.moved_to)})"
 
 
+def _json_name(name: str) -> str:
+    """A file name as JSON text: undecodable bytes (surrogateescape) as ``\\xNN`` escapes, so
+    a non-UTF-8 name is reported, not fatal, and its bytes can be told from the text."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _json_record(out: Outcome) -> dict[str, Any]:
+    """An outcome as a JSON-encodable dict (names made encodable, see ``_json_name``)."""
+    rec = dict(out.__dict__)
+    rec["name"], rec["moved_to"] = _json_name(out.name), _json_name(out.moved_to)
+    return rec
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     """The ``watch`` verb: prints one line per entry (JSON lines with --json)."""
     def report(out: Outcome) -> None:
         if args.json:
-            print(msgspec.json.encode(out.__dict__).decode(), flush=True)
+            print(msgspec.json.encode(_json_record(out)).decode(), flush=True)
         else:
             print(_line(out), flush=True)
 
