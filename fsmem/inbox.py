@@ -159,11 +159,6 @@ class _InboxDirs:
         return sorted(n for n in os.listdir(self.proc_fd) if not n.startswith("."))
 
     def claim(self, name: str) -> str:
-<<<<<<< ours
-        """Take ``name`` out of the inbox by one rename; the claim name keeps the original."""
-        claim = _fit(f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~{name}", 255)
-        fsops.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
-=======
         """Take ``name`` out of the inbox by one rename. The claim name is ``<stamp>~<name>``;
         a name too long for that keeps its extension and a hash of the whole name, and the
         original is kept in ``.name-<claim>`` beside it (``original_name`` reads it back)."""
@@ -172,7 +167,6 @@ class _InboxDirs:
         if claim != prefix + name:
             self._write_side(_side(claim), os.fsencode(name))
         fsops.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
->>>>>>> theirs
         return claim
 
     def original_name(self, claim: str) -> str:
@@ -208,12 +202,8 @@ class _InboxDirs:
         if stat.S_ISDIR(st.st_mode):
             fsops.rmtree(os.path.join(self.processing, claim), ignore_errors=False)
         else:
-<<<<<<< ours
-            fsops.unlink(claim, dir_fd=self.proc_fd)
-=======
             fsops.unlink(claim, dir_fd=self.proc_fd)
         self._drop_side(claim)
->>>>>>> theirs
 
     def reject(self, claim: str, name: str, reason: str) -> str:
         """Move a claim to ``.rejected/`` under its original name (made unique), then write
@@ -250,23 +240,8 @@ class _InboxDirs:
         except OSError as exc:
             if exc.errno not in (errno.EINVAL, errno.ENOSYS):
                 raise
-<<<<<<< ours
-            fsops.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
-        text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
-                f"kept as: {_display(target)}\nreason: {reason}\n"
-                f"time: {Timestamp.now().isoformat()}\n")
-        tmp = f".tmp-{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644,
-                     dir_fd=self.rej_fd)
-        try:
-            fsops.write_all(fd, text.encode("utf-8"))
-        finally:
-            os.close(fd)
-        fsops.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd, dst_dir_fd=self.rej_fd)
-=======
             fsops.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
         self._drop_side(claim)
->>>>>>> theirs
         return target
 
 
