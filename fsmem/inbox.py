@@ -50,6 +50,7 @@ TEXT_PART = 1 << 20     # a text file is stored in units of at most this many by
 EVENTS_CAP = 32 << 20   # an event file (.jsonl/.json) is parsed whole: at most this big
 LEDGER = "inbox.ledger"
 LEDGER_CAP = 1 << 30
+_GONE = ".gone-"   # .processing/.gone-<claim>: a released directory claim being removed
 _SIDE = ".name-"   # .processing/.name-<stamp>: the original of a shortened claim name
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 _EVENT_EXT = {".jsonl", ".ndjson", ".json"}
@@ -156,7 +157,12 @@ class _InboxDirs:
         return [n for n in os.listdir(self.inbox_fd) if not ignored_name(n)]
 
     def claims(self) -> list[str]:
-        return sorted(n for n in os.listdir(self.proc_fd) if not n.startswith("."))
+        """Claims left in .processing; removals a crash interrupted are finished first."""
+        names = os.listdir(self.proc_fd)
+        for name in names:
+            if name.startswith(_GONE):
+                fsops.rmtree(os.path.join(self.processing, name))
+        return sorted(n for n in names if not n.startswith("."))
 
     def claim(self, name: str) -> str:
         """Take ``name`` out of the inbox by one rename. The claim name is ``<stamp>~<name>``;
@@ -200,7 +206,11 @@ class _InboxDirs:
         """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
         st = os.lstat(claim, dir_fd=self.proc_fd)
         if stat.S_ISDIR(st.st_mode):
-            fsops.rmtree(os.path.join(self.processing, claim), ignore_errors=False)
+            # hidden by one rename first: a crash inside the removal leaves a ``.gone-`` entry
+            # (removed on the next start), never a half-removed claim that resumes as garbage
+            gone = _GONE + claim
+            fsops.rename(claim, gone, src_dir_fd=self.proc_fd, dst_dir_fd=self.proc_fd)
+            fsops.rmtree(os.path.join(self.processing, gone))
         else:
             fsops.unlink(claim, dir_fd=self.proc_fd)
         self._drop_side(claim)
