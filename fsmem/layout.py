@@ -214,7 +214,13 @@ class Layout:
             raw = read_small(self.marker_path)
         except OSError as exc:
             raise FormatError(f"{self.marker_path}: cannot read: {exc.strerror}") from exc
-        marker = decode_marker(raw, self.marker_path)
+        try:
+            marker = decode_marker(raw, self.marker_path)
+        except FormatError as exc:
+            if "newer" in str(exc):
+                raise
+            raise FormatError(f"{exc} (a damaged marker: `fsmem fsck --fix` rewrites it when "
+                              "the directory is recognisably an fsmem store)") from exc
         if marker.format > FORMAT_VERSION:
             raise FormatError(f"{self.marker_path}: format version {marker.format} is newer "
                               f"than this fsmem reads (version {FORMAT_VERSION}); upgrade fsmem")

@@ -138,14 +138,17 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
 
 
 def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = None,
-                  pinned: frozenset[str] | None = None) -> list[str]:
+                  pinned: frozenset[str] | None = None,
+                  skip: frozenset[str] = frozenset()) -> list[str]:
     """Prune L1 if it holds more than capacity; returns the new L2 unit ids (oldest group
     first), [] when nothing moved. ``pinned`` (default: the recall pins on disk) are unit
     ids never evicted; ``context_tokens`` (default: ``mem.context_tokens``) sets the
-    watermark."""
+    watermark; ``skip``: damaged L1 units left out entirely (left in place for fsck)."""
     store = mem.store
     with store.locked():
         units = mem._load_layer("context", with_vectors=True)
+        if skip:
+            units = [u for u in units if u.unit_id not in skip]
         if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
             return []
         if pinned is None:
