@@ -144,16 +144,27 @@ class Memory(Reader):
     def commit(self, content: str, *, summary: str = "", tags: Sequence[str] = (),
                attachments: Sequence[MediaAttachment] = (), source: str = "manual",
                timestamp: object = None, entities: Sequence[str] = (),
-               meta: dict[str, str] | None = None, media_digests: Sequence[str] = ()) -> str:
+               meta: dict[str, str] | None = None, media_digests: Sequence[str] = (),
+               event_id: str | None = None) -> str:
         """Write one L2 unit holding one event (``content`` as its input text block).
 
         ``media_digests`` (coldcontext_commit's parameter) are digests or unique prefixes of
-        blocks already in the store, or sha256 digests of HomeAgent's media store."""
+        blocks already in the store, or sha256 digests of HomeAgent's media store.
+        ``event_id`` is an idempotency key (as in ``append``): when that event is already
+        stored, nothing is written and the id of the unit holding it is returned."""
         atts = [*attachments, *(MediaAttachment(digest=d) for d in media_digests)]
         event = Event(timestamp=Timestamp.coerce(timestamp), source=source, input=content,
-                      attachments=atts)
-        return self.commit_events([event], summary=summary, tags=tags, source=source,
-                                  entities=entities, meta=meta)
+                      attachments=atts, id=check_name(event_id, "event_id") if event_id else "")
+        with self.store.locked():
+            if event_id:
+                from .maintenance import stored_event
+                holder = stored_event(self, event_id)
+                if holder:
+                    log.info("%s: event %s already stored in %s; nothing committed",
+                             self.root, event_id, holder)
+                    return holder
+            return self.commit_events([event], summary=summary, tags=tags, source=source,
+                                      entities=entities, meta=meta)
 
     def commit_events(self, events: Sequence[Event | TextEvent], *, summary: str = "",
                       tags: Sequence[str] = (), source: str = "manual",

@@ -86,9 +86,10 @@ def _mark_owed(mem: "Memory", why: str) -> None:
         log.warning("%s: cannot record owed maintenance: %s", path, exc)
 
 
-def stored_event(mem: "Memory", event_id: str) -> bool:
-    """Is an event with this id stored in L1, or in an L2 unit created within the
-    idempotency window? Damaged units are skipped (fsck reports them)."""
+def stored_event(mem: "Memory", event_id: str) -> str:
+    """The id of the unit holding an event with this id in L1, or in an L2 unit created
+    within the idempotency window ('' when none does). Damaged units are skipped (fsck
+    reports them)."""
     cutoff = time.strftime("%Y%m%dT%H%M%S", time.gmtime(time.time() - IDEMPOTENCY_WINDOW_S))
     for layer in ("context", "documents"):
         for unit_id, path in mem.store.list_layer(layer).items():
@@ -101,5 +102,5 @@ def stored_event(mem: "Memory", event_id: str) -> bool:
             except (FsmemError, OSError, ValueError):
                 continue
             if any(ev.id == event_id for ev in manifest.events):
-                return True
-    return False
+                return unit_id
+    return ""

@@ -283,3 +283,20 @@ def test_fsck_checks_graph_db(tmp_path: Path) -> None:
     db.write_bytes(bytes(data))
     kinds = {f.kind for f in Memory.open(tmp_path / "s").fsck()}
     assert "graph-damaged" in kinds
+
+
+def test_commit_event_id_is_an_idempotency_key(tmp_path: Path) -> None:
+    mem = Memory.open(tmp_path / "s")
+    uid = mem.commit("a fact worth keeping", event_id="c-1")
+    assert mem.commit("a fact worth keeping", event_id="c-1") == uid
+    assert mem.units("documents") == [uid] and _copies(tmp_path / "s", "c-1") == 1
+    assert mem.commit("another fact", event_id="c-2") != uid
+
+
+def test_memory_append_tool_takes_an_event_id(tmp_path: Path) -> None:
+    from fsmem.tools import call
+    mem = Memory.open(tmp_path / "s")
+    for _ in range(2):
+        out = call(mem, "memory_append", {"input": "hello", "event_id": "t-1"})
+        assert out["event_id"] == "t-1"
+    assert _copies(tmp_path / "s", "t-1") == 1
