@@ -300,3 +300,23 @@ def test_memory_append_tool_takes_an_event_id(tmp_path: Path) -> None:
         out = call(mem, "memory_append", {"input": "hello", "event_id": "t-1"})
         assert out["event_id"] == "t-1"
     assert _copies(tmp_path / "s", "t-1") == 1
+
+
+def test_cli_fsck_fix_rewrites_a_damaged_marker(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    mem = Memory.open(tmp_path / "s")
+    mem.commit("kept text")
+    mem.close()
+    (tmp_path / "s" / ".fsmem" / "marker.json").write_bytes(b"\x00garbage")
+    cli = [sys.executable, "-m", "fsmem.cli"]
+    at = ["--root", str(tmp_path / "s")]
+    repo = str(Path(__file__).resolve().parent.parent)
+    ls = subprocess.run(cli + ["ls", *at], capture_output=True, text=True, timeout=60, cwd=repo)
+    assert ls.returncode != 0 and "marker.json" in ls.stderr and "fsck --fix" in ls.stderr
+    fix = subprocess.run(cli + ["fsck", "--fix", *at], capture_output=True, text=True, timeout=60,
+                         cwd=repo)
+    assert fix.returncode == 0, fix.stdout + fix.stderr
+    assert "bad-marker" in fix.stdout and "rewritten" in fix.stdout
+    ls = subprocess.run(cli + ["ls", *at], capture_output=True, text=True, timeout=60, cwd=repo)
+    assert ls.returncode == 0 and "documents" in ls.stdout
