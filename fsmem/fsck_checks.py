@@ -1,7 +1,7 @@
 """fsck's checks beyond the unit directories: graph.db, and the repair of a damaged marker.
 
-graph.db is opened read-only (``mode=ro``, else ``immutable=1`` when its WAL files cannot be
-opened read-only); nothing here creates or writes a file, except ``rewrite_marker``, which
+graph.db is opened read-only (``mode=ro`` while a writer's ``-wal`` file exists, else
+``immutable=1``); nothing here creates or writes a file, except ``rewrite_marker``, which
 ``fsck --fix`` runs under the writer lock.
 """
 
@@ -13,7 +13,6 @@ import os
 import sqlite3
 import time
 import uuid
-from urllib.parse import quote
 
 from . import _fsops as fsops
 from .layout import LAYERS, Layout
@@ -32,13 +31,10 @@ _REFS = (  # (kind, what it must name): a 'block' end names memory_blocks.id, an
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    uri = "file:" + quote(path)
-    try:
-        db = sqlite3.connect(uri + "?mode=ro", uri=True)
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return db
-    except sqlite3.OperationalError:
-        return sqlite3.connect(uri + "?immutable=1", uri=True)
+    """Read-only and creating nothing (fsmem.legacy.sqlite_readonly: ``mode=ro`` while a
+    ``-wal`` file exists, else ``immutable=1``)."""
+    from .legacy import sqlite_readonly
+    return sqlite_readonly(path, timeout=2.0)
 
 
 def check_graph(root: str) -> list[tuple[str, str, str]]:
