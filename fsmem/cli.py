@@ -113,9 +113,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_fsck(args: argparse.Namespace) -> int:
     if args.fix:
-        from .fsck import fsck_fix
+        from .fsck import fsck_fix, repair_marker
+        marker = repair_marker(args.root)   # a damaged marker blocks everything else
+        if marker is not None and not marker.fixed:
+            _emit(args, [marker], str(marker))
+            return 1
         before = _read(args).fsck(read_data=not args.quick)   # before recovery runs
         findings = fsck_fix(_open(args).store, read_data=not args.quick, before=before)
+        findings = ([marker] if marker is not None else []) + findings
     else:
         findings = _read(args).fsck(read_data=not args.quick)
     _emit(args, findings, "\n".join(str(f) for f in findings) or "clean")

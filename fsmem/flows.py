@@ -82,6 +82,8 @@ class Memory(Reader):
                     adopt_context(mem)
                 except FormatError as exc:
                     log.error("context.json not adopted: %s", exc)
+        from .maintenance import repair_owed
+        repair_owed(mem)   # a prune a previous process owed (never fails the open)
         return mem
 
     def close(self) -> None:
@@ -164,16 +166,27 @@ class Memory(Reader):
     def commit(self, content: str, *, summary: str = "", tags: Sequence[str] = (),
                attachments: Sequence[MediaAttachment] = (), source: str = "manual",
                timestamp: object = None, entities: Sequence[str] = (),
-               meta: dict[str, str] | None = None, media_digests: Sequence[str] = ()) -> str:
+               meta: dict[str, str] | None = None, media_digests: Sequence[str] = (),
+               event_id: str | None = None) -> str:
         """Write one L2 unit holding one event (``content`` as its input text block).
 
         ``media_digests`` (coldcontext_commit's parameter) are digests or unique prefixes of
-        blocks already in the store, or sha256 digests of HomeAgent's media store."""
+        blocks already in the store, or sha256 digests of HomeAgent's media store.
+        ``event_id`` is an idempotency key (as in ``append``): when that event is already
+        stored, nothing is written and the id of the unit holding it is returned."""
         atts = [*attachments, *(MediaAttachment(digest=d) for d in media_digests)]
         event = Event(timestamp=Timestamp.coerce(timestamp), source=source, input=content,
-                      attachments=atts)
-        return self.commit_events([event], summary=summary, tags=tags, source=source,
-                                  entities=entities, meta=meta)
+                      attachments=atts, id=check_name(event_id, "event_id") if event_id else "")
+        with self.store.locked():
+            if event_id:
+                from .maintenance import stored_event
+                holder = stored_event(self, event_id)
+                if holder:
+                    log.info("%s: event %s already stored in %s; nothing committed",
+                             self.root, event_id, holder)
+                    return holder
+            return self.commit_events([event], summary=summary, tags=tags, source=source,
+                                      entities=entities, meta=meta)
 
     def commit_events(self, events: Sequence[Event | TextEvent], *, summary: str = "",
                       tags: Sequence[str] = (), source: str = "manual",
@@ -251,15 +264,28 @@ class Memory(Reader):
             raise
         return builder.unit_id
 
-    def append(self, event: Event | TextEvent | dict) -> str:
+    def append(self, event: Event | TextEvent | dict, *, event_id: str | None = None) -> str:
         """Add one event to L1 (durable on return); prunes (down to the watermark) if L1 is
-        over capacity; releases the pins of a recall made before the previous write call."""
+        over capacity; releases the pins of a recall made before the previous write call.
+
+        ``event_id`` (or the event's own ``id``) is an idempotency key: when an event with
+        that id is already stored (L1, or L2 within ``maintenance.IDEMPOTENCY_WINDOW_S``),
+        nothing is stored and the id is returned. Once the event is durable, append
+        succeeds: a failing prune is logged, owed (``.fsmem/maintenance``) and retried by
+        the next write or open (fsmem.maintenance)."""
+        from .maintenance import after_write, stored_event
         from .turn import _as_event, tick_pins
         draft = _as_event(event)
-        event_id = self._append_draft(draft)
-        if self.auto_prune:
-            self.prune(query=" ".join(self._compute_texts(draft)))
-        tick_pins(self.store)
+        if event_id is not None:
+            draft = _with(draft, id=check_name(event_id, "event_id"))
+        with self.store.locked():
+            if draft.id and stored_event(self, draft.id):
+                log.info("%s: event %s already stored; nothing appended", self.root, draft.id)
+                return draft.id
+            event_id = self._append_draft(draft)
+        query = " ".join(self._compute_texts(draft))
+        after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
+                    lambda: tick_pins(self.store))
         return event_id
 
     def _append_draft(self, draft: Event, *, plugins: Plugins | None = None) -> str:
@@ -397,8 +423,25 @@ class Memory(Reader):
         journal entry (exactly once); returns the first unit's id, or None when nothing
         moved (fsmem.prune.prune_context returns them all)."""
         from .prune import prune_context
-        ids = prune_context(self, query)
+        try:
+            ids = prune_context(self, query)
+        except FsmemError as exc:   # a damaged L1 unit: prune around it, once
+            damaged = self._damaged_context()
+            if not damaged:
+                raise
+            log.warning("%s: pruning around damaged L1 units %s (fsck reports them): %s",
+                        self.root, ", ".join(sorted(damaged)), exc)
+            ids = prune_context(self, query, skip=damaged)
         return ids[0] if ids else None
+
+    def _damaged_context(self) -> frozenset[str]:
+        """L1 units whose manifest, blocks or vectors fail verification (the failure path
+        of prune only: every block of L1 is read)."""
+        from .unit import verify_unit
+        with self.store.locked():
+            return frozenset(uid for uid, path in self.store.list_layer("context").items()
+                             if any(not p.endswith(("unexpected entry", "unexpected symlink"))
+                                    for p in verify_unit(path, expect_id=uid)[1]))
 
     def remove(self, unit_id: str, layer: str = "documents") -> None:
         """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""

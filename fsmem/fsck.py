@@ -15,11 +15,12 @@ from .model import check_name
 from .store import Store
 from .unit import verify_unit
 
-__all__ = ["Finding", "fsck", "fsck_fix", "FindingKind"]
+__all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
 
 FindingKind = Literal[
     "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
-    "pending-journal", "legacy",
+    "pending-journal", "legacy", "quarantined-foreign", "graph-damaged", "graph-dangling",
+    "bad-marker",
 ]
 # Files a HomeAgent memory directory keeps inside documents/ (read by the legacy reader).
 _LEGACY_SUFFIXES = (".json",)
@@ -102,6 +103,9 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
                 findings.append(Finding(kind="duplicate-unit", path=path, unit=unit_id,
                                         layer=layer, detail=f"unit id present in {where}"))
     findings.extend(_check_meta(layout, view))
+    findings.extend(_check_foreign(layout))
+    from .fsck_checks import check_graph
+    findings.extend(Finding(kind=k, path=p, detail=d) for k, p, d in check_graph(layout.root))
     from .legacy import legacy_problems
     for path, problem in legacy_problems(layout.root):
         findings.append(Finding(kind="legacy", path=path, detail=problem, layer="documents"))
@@ -186,7 +190,9 @@ def _repair(store: Store, finding: Finding) -> None:
         if os.path.lexists(inner):
             finding.fixed = "moved to " + store.quarantine(inner, f"{finding.unit}-{name}")
         return
-    if finding.kind in ("pending-journal", "duplicate-event"):
+    if finding.kind in ("pending-journal", "duplicate-event", "quarantined-foreign",
+                        "graph-damaged", "graph-dangling"):
+        # kept for the user: foreign files are theirs; graph.db is never rewritten by fsck
         return  # a readable unit is never quarantined for a finding about one event in it
     if finding.kind == "legacy":
         if "missing from the media store" in finding.detail or "not read by" in finding.detail:
@@ -195,3 +201,39 @@ def _repair(store: Store, finding: Finding) -> None:
         return
     label = finding.unit or os.path.basename(path)
     finding.fixed = "moved to " + store.quarantine(path, f"{finding.layer}-{label}")
+
+
+def _check_foreign(layout: Layout) -> list[Finding]:
+    """Units that a discard (prune, remove) kept whole because they held files fsmem did not
+    write: they wait in .fsmem/quarantine/ for the user, nothing in them was deleted."""
+    from .store import FOREIGN_LABEL
+    try:
+        names = sorted(os.listdir(layout.quarantine_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [Finding(kind="quarantined-foreign", path=os.path.join(layout.quarantine_dir, n),
+                    detail="a discarded unit held files fsmem did not write; kept whole "
+                    "(move out what is yours, then delete the directory)")
+            for n in names if f"-{FOREIGN_LABEL}" in n]
+
+
+def repair_marker(root: str) -> Finding | None:
+    """``fsck --fix`` for a damaged ``.fsmem/marker.json``: None when it reads; else a
+    ``bad-marker`` finding, fixed (the damaged file moved to quarantine, a new marker
+    written) only when the directory is recognisably an fsmem store (its .fsmem/staging and
+    .fsmem/journal and a layer directory exist) and no writer holds the lock."""
+    from .fsck_checks import rewrite_marker
+    layout = Layout(root)
+    if not os.path.lexists(layout.marker_path):
+        return None
+    try:
+        layout.read_marker()
+        return None
+    except FsmemError as exc:
+        if "newer" in str(exc):
+            return Finding(kind="bad-marker", path=layout.marker_path,
+                           detail=f"{exc}; not rewritten")
+        problem = str(exc)
+    finding = Finding(kind="bad-marker", path=layout.marker_path, detail=problem)
+    finding.fixed = rewrite_marker(layout)
+    return finding

@@ -246,6 +246,11 @@ class Layout:
             marker = decode_marker(raw, self.marker_path)
         except RecursionError as exc:
             raise FormatError(f"{self.marker_path}: JSON nested too deeply") from exc
+        except FormatError as exc:
+            if "newer" in str(exc):
+                raise
+            raise FormatError(f"{exc} (a damaged marker: `fsmem fsck --fix` rewrites it when "
+                              "the directory is recognisably an fsmem store)") from exc
         if marker.format > FORMAT_VERSION:
             raise FormatError(f"{self.marker_path}: format version {marker.format} is newer "
                               f"than this fsmem reads (version {FORMAT_VERSION}); upgrade fsmem")

@@ -140,14 +140,17 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
 
 
 def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = None,
-                  pinned: frozenset[str] | None = None) -> list[str]:
+                  pinned: frozenset[str] | None = None,
+                  skip: frozenset[str] = frozenset()) -> list[str]:
     """Prune L1 if it holds more than capacity; returns the new L2 unit ids (oldest group
     first), [] when nothing moved. ``pinned`` (default: the recall pins on disk) are unit
     ids never evicted; ``context_tokens`` (default: ``mem.context_tokens``) sets the
-    watermark."""
+    watermark; ``skip``: damaged L1 units left out entirely (left in place for fsck)."""
     store = mem.store
     with store.locked():
         units = load_context(mem, with_vectors=True)   # re-reads only what changed
+        if skip:
+            units = [u for u in units if u.unit_id not in skip]
         if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
             return []
         if pinned is None:
@@ -184,10 +187,13 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
                     staged.append(entry.publish[-1][0])
             store.journal_commit(entry)
         except BaseException:
-            for name in staged:
-                fsops.rmtree(f"{store.staging}/{name}")
+            _settle_failed(store, entry, staged)
             raise
-        store.journal_apply(entry)
+        try:
+            store.journal_apply(entry)
+        except BaseException:
+            _settle_failed(store, entry, staged)
+            raise
         for l2_id in l2_ids:
             mem._indexed(l2_id, "documents", added=True)
         if before is not None and mem._index is not None:
@@ -196,12 +202,45 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
         return l2_ids
 
 
+def _settle_failed(store, entry: JournalEntry, staged: list[str]) -> None:
+    """A prune failed: if its journal entry is on disk (the failure came after it was
+    written), the change is decided, so roll it forward now (best effort; else the next
+    writer does); if not, nothing is decided, so remove what was staged. Deleting staged
+    units of a written entry would let recovery remove the L1 originals with no copy."""
+    import os
+    if os.path.lexists(os.path.join(store.journal_dir, f"{entry.id}.json")):
+        try:
+            store.journal_apply(entry)
+        except Exception as exc:   # the next writer's recovery completes it
+            log.warning("prune %s: left for recovery: %s", entry.id, exc)
+        return
+    for name in staged:
+        fsops.rmtree(f"{store.staging}/{name}")
+    for name in os.listdir(store.journal_dir):   # a half-written entry of this prune
+        if name.startswith(f"{entry.id}.json.") and name.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(store.journal_dir, name))
+            except OSError:
+                pass
+
+
 def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: JournalEntry,
            layer: str, *, archive: bool, base: Manifest | None = None,
            history: tuple[int, Timestamp | None] = (1, None)) -> str:
     """Build one unit from existing events in staging (links, copied vector rows)."""
     store = mem.store
     builder = store.builder(new_unit_id("u"))
+    try:
+        return _fill_staged(mem, builder, pairs, entry, layer, archive=archive, base=base,
+                            history=history)
+    except BaseException:
+        shutil.rmtree(builder.path, ignore_errors=True)   # not yet listed for cleanup
+        raise
+
+
+def _fill_staged(mem: "Memory", builder, pairs: list[tuple["_Loaded", EventRecord]],
+                 entry: JournalEntry, layer: str, *, archive: bool, base: Manifest | None,
+                 history: tuple[int, Timestamp | None]) -> str:
     keys, rows, records = [], [], []
     for unit, rec in pairs:
         for ref in rec.blocks:

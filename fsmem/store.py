@@ -26,13 +26,14 @@ from contextlib import contextmanager
 from typing import Iterator, Literal
 
 from . import _fsops as fsops
-from .errors import AlreadyExists, FormatError, NotFound, StoreLocked
+from .errors import AlreadyExists, FormatError, FsmemError, NotFound, StoreLocked
 from .layout import LAYERS, JournalEntry, Layer, Layout, owner_dead
 from .model import FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, encode_pretty
 from .timestamps import Timestamp
 from .unit import UnitBuilder
 
-__all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id"]
+__all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id",
+           "foreign_entries", "FOREIGN_LABEL"]
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +253,12 @@ class Store(Layout):
         there, unless a snapshot is being taken (it may still link the files; recovery
         deletes the trash once no snapshot holds a pin)."""
         name = os.path.basename(path.rstrip("/"))
+        foreign = foreign_entries(path)
+        if foreign:   # never delete what fsmem did not write: the unit is kept whole
+            dst = self.quarantine(path, f"{FOREIGN_LABEL}{name}")
+            log.warning("%s holds files fsmem did not write (%s): kept whole in %s",
+                        path, ", ".join(foreign[:5]), dst)
+            return
         trash = os.path.join(self.trash_dir, f"{name}~{os.getpid()}~{uuid.uuid4().hex[:12]}")
         fsops.rename(path, trash)
         if self.sync if sync is None else sync:
@@ -400,6 +407,29 @@ class Store(Layout):
             for path in paths:
                 if path != keep:
                     self.quarantine(path, f"duplicate-{unit_id}")
+
+
+FOREIGN_LABEL = "foreign-"   # quarantine name prefix of units discard kept for their files
+
+
+def foreign_entries(unit_dir: str) -> list[str]:
+    """Names in a unit directory that its manifest does not account for (a user's
+    ``notes.txt``); a unit whose manifest cannot be read counts all but the manifest as
+    foreign, so nothing unknown is ever deleted."""
+    from .blocks import block_filename
+    from .unit import MANIFEST, VECTORS, read_manifest
+    try:
+        names = os.listdir(unit_dir)
+    except OSError:
+        return []
+    known = {MANIFEST, VECTORS}
+    try:
+        manifest = read_manifest(unit_dir)
+        known |= {block_filename(ref.digest, ref.mime) for ev in manifest.events
+                  for ref in ev.blocks}
+    except (FsmemError, OSError, ValueError):
+        known = {MANIFEST}
+    return sorted(n for n in names if n not in known)
 
 
 def _pin_owner(name: str) -> int | None:

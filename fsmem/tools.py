@@ -172,7 +172,7 @@ def _q_append(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
                   tool_results=[ToolOutput(name=r["name"], output=r["output"])
                                 for r in a["tool_results"]],
                   attachments=[MediaAttachment(digest=d) for d in a["media_digests"]])
-    event_id = mem.append(event)
+    event_id = mem.append(event, event_id=a["event_id"] or None)
     return {"event_id": event_id, "timestamp": ts.isoformat()}
 
 
@@ -282,7 +282,9 @@ TOOLS: tuple[ToolSpec, ...] = (
                   "type": "object", "required": ["name", "output"],
                   "additionalProperties": False,
                   "properties": {"name": {"type": "string"}, "output": {"type": "string"}}}},
-              "media_digests": _DIGESTS},
+              "media_digests": _DIGESTS,
+              "event_id": _s("an idempotency key: a retry with an id already stored stores "
+                             "nothing (default: a new id)", default="")},
              (), run=_q_append),
     ToolSpec("memory_render", "Render the context",
              "The working context (L1) as the model should see it, fitted fairly under a "

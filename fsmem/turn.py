@@ -250,11 +250,15 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     tool_prune, tool_recall = _tool_focus(mem.plugins, events)
     focus = ([result.focus] if context == "prune" and result.focus else []) + tool_prune
     tokens = context_tokens if context_tokens is not None else mem.context_tokens
+    from .maintenance import after_write
     from .prune import prune_context
+    # The events are durable: a failing prune is logged and owed, never the turn's failure.
     if context == "prune" or tool_prune:
-        result.archived += prune_context(mem, " ".join(focus), context_tokens=tokens)
+        after_write(mem, lambda: result.archived.extend(
+            prune_context(mem, " ".join(focus), context_tokens=tokens)))
     if _l1_events(mem) > 2 * mem.context_capacity:
-        result.archived += prune_context(mem, "", context_tokens=tokens)   # maintenance
+        after_write(mem, lambda: result.archived.extend(   # maintenance
+            prune_context(mem, "", context_tokens=tokens)))
     queries = ([result.focus] if recall == "auto" and result.focus else []) + tool_recall
     seen: set[str] = set()
     for text in queries:
