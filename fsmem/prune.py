@@ -234,7 +234,7 @@ def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: Jou
         return _fill_staged(mem, builder, pairs, entry, layer, archive=archive, base=base,
                             history=history)
     except BaseException:
-        shutil.rmtree(builder.path, ignore_errors=True)   # not yet listed for cleanup
+        fsops.rmtree(builder.path)   # not yet listed for cleanup
         raise
 
 
