@@ -132,6 +132,34 @@ def evaluate(mem: Memory, answers: dict, questions: list, ranker: str,
     return out
 
 
+class _Memo:
+    """The embedder with its vectors memoised in memory by text (never on disk), so the
+    lived run and both rankers reuse what the direct run embedded."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.fingerprint, self.dim = inner, inner.fingerprint, inner.dim
+        if hasattr(inner, "fusion_weight"):
+            self.fusion_weight = inner.fusion_weight
+        self.memo: dict = {}
+
+    def _get(self, texts, query: bool):
+        import numpy as np
+        texts = list(texts)
+        todo = [t for t in dict.fromkeys(texts) if (query, t) not in self.memo]
+        if todo:
+            fn = self.inner.embed_query if query else self.inner.embed
+            self.memo.update(((query, t), v) for t, v in zip(todo, fn(todo)))
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self.memo[(query, t)] for t in texts]).astype(np.float32)
+
+    def embed(self, texts):
+        return self._get(texts, False)
+
+    def embed_query(self, texts):
+        return self._get(texts, True)
+
+
 def _summary(results: list[tuple[int, bool]]) -> dict:
     by: dict = {}
     for cat, ok in results:
@@ -145,7 +173,7 @@ def run(samples: list[dict], capacity: int, use_e5: bool) -> dict:
     e5 = None
     if use_e5:
         from fsmem.embedders import E5SmallEmbedder
-        e5 = E5SmallEmbedder()
+        e5 = _Memo(E5SmallEmbedder())
         configs += [("e5 fused", e5, "fusion"), ("e5 dense alone", e5, "dense")]
     res: dict = {}
     with tempfile.TemporaryDirectory(prefix="fsmem-heldout-") as tmp:
