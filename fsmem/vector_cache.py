@@ -6,7 +6,7 @@ texts are embedded afterwards, by a background thread of the writing process, in
 ``.fsmem/vectors/<embedder key>/<kk>/<key>``:
 
 - ``<embedder key>``: the first 24 hex digits of BLAKE3(embedder fingerprint), so vectors of
-  different models never mix;
+  different models never mix, then ``-d<dim>`` (the vector length);
 - ``<key>``: BLAKE3 of the compute-layer text (UTF-8), i.e. the block digest whenever no
   cleaner changed the text; content-addressed, so a text shared by several units (an event
   archived by prune, a copy) has one vector, found from any of them;
@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import stat
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -35,14 +36,15 @@ if TYPE_CHECKING:
     from .model import Manifest
 
 __all__ = ["VectorCache", "VectorFiller", "LockedEmbedder", "unit_texts", "fill_rows",
-           "cache_dir"]
+           "cache_dir", "check_cache"]
 
 log = logging.getLogger(__name__)
 
 
-def cache_dir(meta_dir: str, fingerprint: str) -> str:
+def cache_dir(meta_dir: str, fingerprint: str, dim: int) -> str:
     """Where the vectors of one embedder live, under the store's ``.fsmem`` directory."""
-    return os.path.join(meta_dir, "vectors", hash_bytes(fingerprint.encode("utf-8"))[:24])
+    return os.path.join(meta_dir, "vectors",
+                        f"{hash_bytes(fingerprint.encode('utf-8'))[:24]}-d{dim}")
 
 
 class VectorCache:
@@ -50,7 +52,7 @@ class VectorCache:
 
     def __init__(self, meta_dir: str, fingerprint: str, dim: int, *,
                  durable: bool = False) -> None:
-        self.dir = cache_dir(meta_dir, fingerprint)
+        self.dir = cache_dir(meta_dir, fingerprint, dim)
         self.dim = dim
         self.durable = durable
         self._size = 4 * dim
@@ -247,3 +249,40 @@ class VectorFiller:
                 self.cache.put(key, vec)
         with self._lock:
             self._filled.extend(uid for uid, _t in batch)
+
+
+def check_cache(meta_dir: str) -> list[tuple[str, str]]:
+    """(path, problem) of each cache entry no reader would use: a temporary file left by a
+    writer that is gone, anything not a regular file, a size that is no float32 vector.
+    All of it is derived: fsck --fix deletes it and the writer refills what is missing."""
+    root = os.path.join(meta_dir, "vectors")
+    out: list[tuple[str, str]] = []
+    for d, dirs, files in os.walk(root):
+        top = os.path.relpath(d, root).split(os.sep)[0]
+        size = 4 * int(top.rsplit("-d", 1)[1]) if re.fullmatch(r"[0-9a-f]{24}-d[1-9][0-9]{0,5}",
+                                                                 top) else -1
+        for name in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+            p = os.path.join(d, name)
+            st = os.lstat(p)
+            if name.startswith(".tmp-"):
+                if _writer_running(name):
+                    continue
+                out.append((p, "temporary vector file left by a writer (derived: deletable)"))
+            elif not stat.S_ISREG(st.st_mode):
+                out.append((p, "not a regular file (derived vector cache: deletable)"))
+            elif st.st_size != size:
+                out.append((p, f"{st.st_size} bytes is not a vector of this directory's "
+                            "length (derived: deletable)"))
+    return out
+
+
+def _writer_running(tmp_name: str) -> bool:
+    """Whether the process that names a temporary file ``.tmp-<pid>-...`` still runs."""
+    try:
+        pid = int(tmp_name.split("-")[1])
+        os.kill(pid, 0)
+    except (ValueError, IndexError, ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
