@@ -134,6 +134,9 @@ def fill_rows(cache: VectorCache | None, plugins: Any, path: str, manifest: "Man
     keys still without a vector (ranked lexically until the cache has them)."""
     if cache is None or not manifest.events:
         return []
+    if all(f"{ev.id}:{ref.digest}" in rows for ev in manifest.events for ref in ev.blocks
+           if ref.modality == "text"):
+        return []   # the unit stores every row (inline vectors): no block to read
     missing = []
     for row_key, text in unit_texts(plugins, path, manifest):
         if row_key in rows:
