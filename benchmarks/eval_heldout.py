@@ -195,8 +195,9 @@ def run(samples: list[dict], capacity: int, use_e5: bool) -> dict:
                         res.setdefault(("lived", name), []).extend(
                             evaluate(mem, answers, sample["questions"], ranker, in_view))
                 mem.close()
-                print(f"sample {si} ({emb_name}): {time.perf_counter() - t0:.0f} s",
-                      file=sys.stderr)
+                print(f"sample {si} ({emb_name}): {time.perf_counter() - t0:.0f} s; so far "
+                      + "; ".join(f"{w} {n}: {_summary(r)['recall@5']:.3f}"
+                                  for (w, n), r in res.items()), file=sys.stderr)
     return {f"{way} | {name}": _summary(r) for (way, name), r in res.items()}
 
 
