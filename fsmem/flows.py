@@ -37,6 +37,7 @@ class Memory(Reader):
     side of ``Reader`` plus every write, each under the store's writer lock."""
 
     writable = True
+    _filler = None   # fsmem.vector_cache.VectorFiller when vectors are deferred
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,
@@ -57,21 +58,40 @@ class Memory(Reader):
              embedder: Embedder | None = None, durability: Durability = "full",
              lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True,
              ranker: str | None = None, readonly: bool = False,
-             adopt: bool = False, context_tokens: int | None = None) -> "Memory | Reader":
+             adopt: bool = False, context_tokens: int | None = None,
+             vectors: str = "auto") -> "Memory | Reader":
         """Open (creating what is missing) the store at ``root`` and run crash recovery.
 
         ``readonly=True`` returns a ``Reader`` instead: no lock, nothing created or written,
         works on a read-only filesystem (NotAStore if ``root`` holds no store). ``adopt``
         adopts HomeAgent's ``context.json`` into L1 (fsmem.legacy_context). ``context_tokens``
-        (the host's token budget for L1) sets prune's low watermark."""
+        (the host's token budget for L1) sets prune's low watermark. ``vectors``: "inline"
+        (embedded into each unit at commit), "deferred" (embedded after the commit returns,
+        into the derived vector cache, fsmem.vector_cache) or "auto" (deferred for a real
+        embedder, inline for the hashed default)."""
+        if vectors not in ("auto", "inline", "deferred"):
+            raise ValueError(f"vectors must be auto, inline or deferred, got {vectors!r}")
         if readonly:
             return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
+        filler_embedder = None
+        if vectors == "deferred" or (vectors == "auto" and embedder is not None
+                                     and not isinstance(embedder, HashEmbedder)):
+            from .vector_cache import LockedEmbedder
+            import threading
+            embedder = filler_embedder = LockedEmbedder(embedder or HashEmbedder(),
+                                                        threading.Lock())
         mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
                   auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
                   context_tokens=context_tokens)
+        if filler_embedder is not None:
+            from .vector_cache import VectorCache, VectorFiller
+            mem._filler = VectorFiller(VectorCache(store.meta, filler_embedder.fingerprint,
+                                                   filler_embedder.dim,
+                                                   durable=durability == "full"),
+                                       filler_embedder.embed)
         mem.access.create()
         with store.locked():  # taking the lock runs recovery
             from .legacy import allow_record
@@ -88,7 +108,11 @@ class Memory(Reader):
 
     def close(self) -> None:
         """Save the search index if it has unsaved changes (it is derived: optional), fold
-        the access log if it has grown, and close graph.db."""
+        the access log if it has grown, and close graph.db (deferred vectors are filled
+        first)."""
+        if self._filler is not None:
+            self._filler.close()
+            self._refresh_vectors()
         try:
             with self.store.locked():
                 if self._index is not None and self._index._unsaved:
@@ -104,6 +128,39 @@ class Memory(Reader):
         changed. The events are shared with that cache: do not modify them."""
         from .l1cache import context_timeline
         return context_timeline(self)
+
+    # -- deferred vectors (fsmem.vector_cache) -------------------------------------------
+    def flush_vectors(self) -> None:
+        """Wait until every deferred vector submitted so far is in the cache, and let the
+        index use them. A no-op when vectors are inline."""
+        if self._filler is not None:
+            self._filler.flush()
+            self._refresh_vectors()
+
+    def fill_vectors(self) -> int:
+        """Queue every unit text (L1 and L2) that has no vector in its unit nor in the cache
+        (after the cache was deleted, or a crash before it was filled); returns how many
+        texts were queued. Call ``flush_vectors`` to wait for them."""
+        if self._filler is None:
+            return 0
+        from .vector_cache import fill_rows, unit_texts
+        cache, n = self._filler.cache, 0
+        for layer in ("context", "documents"):
+            for unit in self._load_layer(layer, with_vectors=True):
+                missing = set(fill_rows(cache, self.plugins, unit.path, unit.manifest,
+                                        dict(unit.rows)))
+                texts = [t for k, t in unit_texts(self.plugins, unit.path, unit.manifest)
+                         if k in missing]
+                self._filler.submit(unit.unit_id, texts)
+                n += len(texts)
+        return n
+
+    def _refresh_vectors(self) -> None:
+        """Re-index units that lacked vectors once the filler has written some."""
+        if self._filler is not None and self._filler.filled() and self._index is not None \
+                and self._index.missing:
+            self._index.refresh_vectors()
+            self._index._unsaved += 1
 
     # -- L3 stable memory -----------------------------------------------------------------
     def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
@@ -250,12 +307,16 @@ class Memory(Reader):
                       **manifest_fields}
             manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id,
                                 events=records, embedder=self.embedder.fingerprint, **fields)
-            manifest.vectors = self._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
+            texts = [(k, t) for k, t in texts if t.strip()]
+            if self._filler is None:
+                manifest.vectors = self._embed_rows(builder, texts)
             builder.finish(manifest)
             with self.store.locked():
                 before = self._index_stamp(layer)
                 self.store.publish(builder, layer)
                 self._indexed(builder.unit_id, layer, added=True, before=before)
+            if self._filler is not None:   # after publish: off the commit's critical path
+                self._filler.submit(builder.unit_id, [t for _k, t in texts])
         except BaseException as exc:
             _remove_tree(builder.path)
             if isinstance(exc, OSError) and not isinstance(exc, FsmemError):

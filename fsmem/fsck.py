@@ -20,7 +20,7 @@ __all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
 FindingKind = Literal[
     "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
     "pending-journal", "legacy", "quarantined-foreign", "graph-damaged", "graph-dangling",
-    "bad-marker",
+    "bad-marker", "derived-vector",
 ]
 # Files a HomeAgent memory directory keeps inside documents/ (read by the legacy reader).
 _LEGACY_SUFFIXES = (".json",)
@@ -159,6 +159,9 @@ def _check_meta(layout: Layout, view: View) -> list[Finding]:
         if name not in pending and layout.staging_is_dead(name):
             findings.append(Finding(kind="stray-staging", path=os.path.join(layout.staging, name),
                                     detail="left by a writer that is gone"))
+    from .vector_cache import check_cache
+    findings.extend(Finding(kind="derived-vector", path=p, detail=d)
+                    for p, d in check_cache(layout.meta))
     if live_writer:
         return findings   # its journal entries are being applied right now
     _, bad = layout.pending_journals()
@@ -176,6 +179,10 @@ def _repair(store: Store, finding: Finding) -> None:
     path = finding.path
     if not os.path.lexists(path):
         finding.fixed = "already gone"
+        return
+    if finding.kind == "derived-vector":   # derived data: the writer refills the cache
+        os.unlink(path)
+        finding.fixed = "removed"
         return
     if finding.kind == "stray-staging":
         if os.path.isdir(path) and not os.path.islink(path):

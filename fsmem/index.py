@@ -212,6 +212,7 @@ class Index:
         self.ev_unit = np.zeros(0, np.int64)
         self._gen = ""
         self._pend_cache: "_PendingRows | None" = None
+        self.missing: set[str] = set()   # units whose cached vectors were not all there
 
     # -- lifecycle ----------------------------------------------------------------------
     def load(self) -> bool:
@@ -520,11 +521,14 @@ class Index:
         its compute-layer text (cleaners applied, no_memory left out) and media names."""
         manifest = read_manifest(path)
         by_event: dict[str, np.ndarray] = {}
+        stored: dict[str, np.ndarray] = {}
         if manifest.vectors is not None and manifest.vectors.embedder == self.fingerprint:
             keys, mat = read_vectors(path, manifest)  # type: ignore[misc]
-            for key, row in zip(keys, mat):
-                ev_id = key.split(":", 1)[0]
-                by_event[ev_id] = by_event.get(ev_id, 0) + row
+            stored = dict(zip(keys, mat))
+        self._cached_vectors(path, unit_id, manifest, stored)
+        for key, row in stored.items():
+            ev_id = key.split(":", 1)[0]
+            by_event[ev_id] = by_event.get(ev_id, 0) + row
         rows = _Rows([], np.zeros(1, np.int64), np.zeros(0, np.int64), [],
                      np.zeros(0, np.int8))
         parts: list[tuple[np.ndarray, np.ndarray]] = []
@@ -558,6 +562,26 @@ class Index:
                           summary=manifest.summary, created_ns=manifest.created_at.ns,
                           created_off=manifest.created_at.offset, events=len(manifest.events),
                           rows=rows)
+
+    def _cached_vectors(self, path: str, unit_id: str, manifest, rows: dict) -> None:
+        """Rows the unit does not store come from the derived vector cache
+        (fsmem.vector_cache); a unit still missing some is noted in ``missing`` (its events
+        rank lexically until ``refresh_vectors``)."""
+        from .vector_cache import fill_rows
+        if fill_rows(getattr(self.mem, "vector_cache", None), self.mem.plugins, path,
+                     manifest, rows):
+            self.missing.add(unit_id)
+        else:
+            self.missing.discard(unit_id)
+
+    def refresh_vectors(self) -> int:
+        """Re-index the units that lacked cached vectors (call when the cache has grown);
+        returns how many were re-read."""
+        todo = [u for u in self.missing if u in self.pending or u in self.row_of]
+        self.missing.intersection_update(todo)
+        for uid in todo:
+            self.add_unit(uid)
+        return len(todo)
 
     def add(self, entry: IndexEntry) -> None:
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""

@@ -114,6 +114,9 @@ class Reader:
                     and manifest.vectors.embedder == self.embedder.fingerprint:
                 keys, mat = read_vectors(path, manifest)  # type: ignore[misc]
                 rows = dict(zip(keys, mat))
+            if with_vectors:   # rows not stored in the unit: the derived vector cache
+                from .vector_cache import fill_rows
+                fill_rows(self.vector_cache, self.plugins, path, manifest, rows)
         except (FsmemError, OSError) as exc:
             if self.layout.vanished(path):
                 raise Vanished(path) from exc
@@ -287,7 +290,26 @@ class Reader:
         (a reader builds what is missing in memory and never saves it)."""
         self._load_index()
         self._index.sync()
+        self._refresh_vectors()
         return self._index
+
+    _vector_cache = None
+
+    @property
+    def vector_cache(self):
+        """The derived vector cache of this embedder (fsmem.vector_cache), None if there is
+        none; read here, written only by the writer's filler."""
+        filler = getattr(self, "_filler", None)
+        if filler is not None:
+            return filler.cache
+        if self._vector_cache is None:
+            from .vector_cache import VectorCache
+            self._vector_cache = VectorCache(self.layout.meta, self.embedder.fingerprint,
+                                             self.embedder.dim)
+        return self._vector_cache if self._vector_cache.exists() else None
+
+    def _refresh_vectors(self) -> None:
+        """A reader never waits for vectors: units lacking some rank lexically."""
 
     def _load_index(self) -> int | None:
         """Load the saved index on first use, or rebuild it; returns the unit count when it
