@@ -46,10 +46,10 @@ class Profile:
 
 
 PROFILES = {
-    "tiny": Profile("tiny", reps=5, child_reps=2, open_sizes=(100, 300), render_events=300,
+    "tiny": Profile("tiny", reps=4, child_reps=2, open_sizes=(100,), render_events=300,
                     watch_files=40, recall_docs=40, scripts=False),
     "quick": Profile("quick", reps=25, child_reps=5, open_sizes=(1_000, 5_000),
-                     render_events=10_000, watch_files=1_000, recall_docs=300, scripts=False),
+                     render_events=5_000, watch_files=1_000, recall_docs=300, scripts=False),
     "full": Profile("full", reps=120, child_reps=9, open_sizes=(1_000, 10_000, 100_000),
                     render_events=10_000, watch_files=10_000, recall_docs=2_000, scripts=True),
 }

@@ -208,7 +208,7 @@ def render_rows(wd: Workdir, prof: Profile) -> list[Row]:
                in rows]
         return render(evs, budget)
     res = interleave({"fsmem": timed(lambda: mem.render(budget)), "sqlite": timed(sqlite_render)},
-                     max(5, prof.reps // 4))
+                     max(3, prof.child_reps))
     mem.close()
     db.close()
     return [Row("read", f"Memory.render, {len(events)} L1 events, budget {budget}",
@@ -239,7 +239,7 @@ def cli_rows(wd: Workdir, prof: Profile) -> list[Row]:
     def proc(argv: list[str]) -> Callable[[], float]:
         return timed(lambda: subprocess.run(argv, env=CHILD_ENV, cwd=str(REPO),
                                             capture_output=True, timeout=60))
-    reps = max(5, prof.reps // 2)
+    reps = max(3, min(15, prof.reps // 3))
     res = interleave({"version": proc([*fs, "--version"]), "pass": proc([sys.executable, "-c",
                                                                           "pass"])}, reps)
     res2 = interleave({"ls": proc([*fs, "ls", "--root", root]),
