@@ -93,7 +93,8 @@ def _document(args: argparse.Namespace, argv: list[str], info: dict, load_end: s
         f"{info['fs']} (work directory), Python {info['python']}, SQLite {info['sqlite']}, "
         f"numpy {info['numpy']}.  ",
         f"**Load average** (1/5/15 min) at start {info['load']}, at end {load_end}.", "",
-        METHOD, "", "## Side by side", "", markdown_table(rows)]
+        METHOD, "", "## Side by side", "",
+        markdown_table(rows) if rows else "(no side-by-side rows in this run)"]
     if failed:
         head += ["", "Rows that failed in this run:", ""] + [f"- {f}" for f in failed]
     if scripts:
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         wd.close()
     load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nprofile {prof.name}; load average at start {info['load']}, at end {load_end}")
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
     for f in failed:
         print(f"FAILED {f}")
     for s in scripts:

@@ -46,7 +46,7 @@ class Profile:
 
 
 PROFILES = {
-    "tiny": Profile("tiny", reps=4, child_reps=2, open_sizes=(100,), render_events=300,
+    "tiny": Profile("tiny", reps=3, child_reps=1, open_sizes=(100,), render_events=300,
                     watch_files=40, recall_docs=40, scripts=False),
     "quick": Profile("quick", reps=25, child_reps=5, open_sizes=(1_000, 5_000),
                      render_events=5_000, watch_files=1_000, recall_docs=300, scripts=False),

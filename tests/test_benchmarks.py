@@ -22,14 +22,14 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 def test_harness_runs_end_to_end_and_writes_the_document(tmp_path: Path) -> None:
     out = tmp_path / "BENCH.md"
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--only", "commit",
-                           "append", "query", "open", "recall", "--dir", str(tmp_path / "work"),
+                           "append", "query", "open", "--dir", str(tmp_path / "work"),
                            "--out", str(out)], cwd=REPO, env=ENV, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for row in ("durable commit (10 events + 200 KB image)", "durable commit, noisy neighbour",
                 "append, L1 full (auto prune), durable", "append, L1 full (auto prune), "
                 "durability off", "Memory.query top-10", "BM25 top-10",
-                "open with a valid index, 100 units", "recall into a full L1"):
+                "open with a valid index, 100 units"):
         assert row in proc.stdout, row
     table = [ln for ln in proc.stdout.splitlines() if ln.startswith(("durable", "append"))]
     assert all(("pass" in ln or "MISS" in ln) and "x " in ln for ln in table), table
