@@ -2,7 +2,8 @@
 
 Reports top-10 p50, all interleaved query by query: ``Memory.query`` (the public API) beside
 the index search inside it; BM25 beside a numpy BM25 bound over the same postings (idf, tf
-saturation, length normalisation); the dense signal beside a numpy product + argpartition; open time with a valid index; full reindex time; peak RSS against the index's raw size.
+saturation, length normalisation); the dense signal beside a numpy product + argpartition.
+Also open time with a valid index, full reindex time, peak RSS against the index's raw size.
 Usage: python benchmarks/bench_index.py [--units N] [--dir DIR] [--keep]
 """
 
