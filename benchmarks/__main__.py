@@ -102,6 +102,23 @@ def _document(args: argparse.Namespace, argv: list[str], info: dict, load_end: s
     return "\n".join(head) + "\n"
 
 
+def _report(args: argparse.Namespace, argv: list[str], info: dict, rows: list[Row],
+            failed: list[str], scripts: list, seconds: float, profile: str) -> None:
+    """Print the table and write the document (before the temp dir's slow removal)."""
+    load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nprofile {profile}; load average at start {info['load']}, at end {load_end}")
+    if rows:
+        print(format_table(rows))
+    for f in failed:
+        print(f"FAILED {f}")
+    for s in scripts:
+        print(f"script {s.name}: {s.status} in {s.seconds:.0f} s")
+    if args.out:
+        doc = _document(args, argv, info, load_end, rows, failed, scripts, seconds)
+        Path(args.out).write_text(doc, encoding="utf-8")
+        print(f"wrote {args.out}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
@@ -115,21 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         info = machine(wd.tmp)
         rows, failed = _run_groups(names, wd, prof)
         scripts = run_scripts(wd, quick=not prof.scripts) if want_scripts else []
+        _report(args, argv, info, rows, failed, scripts, time.perf_counter() - t0, prof.name)
     finally:
+        print("removing the harness's temp dir ...", file=sys.stderr, flush=True)
         wd.close()
-    load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"\nprofile {prof.name}; load average at start {info['load']}, at end {load_end}")
-    if rows:
-        print(format_table(rows))
-    for f in failed:
-        print(f"FAILED {f}")
-    for s in scripts:
-        print(f"script {s.name}: {s.status} in {s.seconds:.0f} s")
-    if args.out:
-        doc = _document(args, argv, info, load_end, rows, failed, scripts,
-                        time.perf_counter() - t0)
-        Path(args.out).write_text(doc, encoding="utf-8")
-        print(f"wrote {args.out}")
     return 1 if failed else 0
 
 
