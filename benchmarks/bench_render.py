@@ -5,7 +5,9 @@
 10,000 events with heavy-tailed body lengths (lognormal inputs and responses, Pareto tool
 outputs, seeded) are rendered under 8k, 32k and 128k token budgets; then a 60-event timeline,
 the size HomeAgent's L1 holds (max_context_size 30, pruned past 2×30). For each renderer it
-prints the median time over the runs and what the model gets to see for that budget.
+prints the median time over the runs and what the model gets to see for that budget. Then the
+public path: ``Memory.render`` of the same events held in a store's L1, against SQLite load of
+the same events plus the same ``render()`` (``--no-store`` skips it).
 """
 
 from __future__ import annotations
@@ -162,10 +164,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", type=int, default=60, help="a second, L1-sized timeline")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-store", action="store_true",
+                    help="skip Memory.render from a store against SQLite load + render")
     args = ap.parse_args(argv)
     table(make_events(args.events, args.seed), args.runs)
     table(make_events(args.small, args.seed + 1), args.runs)
+    if not args.no_store:
+        store_table(make_events(args.events, args.seed), args.runs)
     return 0
+
+
+def store_table(events: list[Event], runs: int) -> None:
+    """The public path: ``Memory.render`` of the same events held in L1, against SQLite
+    load of the same events plus the same ``render()``, interleaved (``_rows_read``)."""
+    import shutil
+    import tempfile
+
+    import msgspec
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _rows_read import render_pair
+    events = [msgspec.structs.replace(e, blocks=[]) for e in events]  # no fake media refs
+    print(f"Memory.render of {len(events):,} L1 events (a store) against SQLite load + the "
+          f"same render(), interleaved, p50 of {runs} runs:\n")
+    print("| budget | Memory.render ms | SQLite load + render ms | ratio |")
+    print("|---:|---:|---:|---:|")
+    base = tempfile.mkdtemp(prefix="fsmem-render-")
+    try:
+        got = render_pair(base, events, BUDGETS, runs)
+        for budget, res in got.items():
+            f, q = statistics.median(res["fsmem"]), statistics.median(res["sqlite"])
+            print(f"| {budget:,} | {f * 1000:.1f} | {q * 1000:.1f} | {f / q:.2f}x |")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print()
 
 
 if __name__ == "__main__":

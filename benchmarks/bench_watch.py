@@ -118,13 +118,18 @@ def bench_api(base: Path, files: dict[str, bytes], durability: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--files", type=int, default=10_000)
-    p.add_argument("--dir", help="work directory (default: a new temp directory)")
+    p.add_argument("--dir", help="parent of the work directory (default: the system temp "
+                   "directory); the benchmark works in a new directory inside it and removes "
+                   "only that")
     p.add_argument("--keep", action="store_true", help="keep the stores afterwards")
     p.add_argument("--skip-api-full", action="store_true",
                    help="skip the slow durable-per-commit API loop")
     args = p.parse_args(argv)
-    base = Path(args.dir or tempfile.mkdtemp(prefix="bench-watch-"))
-    base.mkdir(parents=True, exist_ok=True)
+    # Always a fresh directory of our own (inside --dir when given): only it is removed at
+    # the end, never --dir itself or anything else in it.
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="bench-watch-", dir=args.dir))
     files = make_files(args.files)
     rows = [bench_daemon(base, files), bench_api(base, files, "off")]
     if not args.skip_api_full:
@@ -139,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     d = rows[0]
     print(f"\ndaemon: idle RSS {d['idle_rss_mib']:.0f} MiB before the drop; the {args.files} "
           f"renames into the inbox took {d['drop_seconds']:.2f} s")
-    if not args.keep:
+    if args.keep:
+        print(f"stores kept in {base}")
+    else:
         shutil.rmtree(base, ignore_errors=True)
     return 0
 
