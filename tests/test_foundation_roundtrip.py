@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
 
 import blake3
@@ -74,8 +75,9 @@ def test_go_nanosecond_timestamp_kept_exactly(mem):
 def test_opening_homeagent_dir_touches_nothing(tmp_path):
     root = tmp_path / "memory"
     (root / "documents").mkdir(parents=True)
+    sqlite3.connect(tmp_path / "g.db").execute("CREATE TABLE t (x)").connection.commit()
     legacy = {"documents/doc_1.json": b'{"id":"doc_1"}', "context.json": b"[]",
-              "graph.db": b"SQLite format 3\x00", "media/blobs/ab/cdef": b"x"}
+              "graph.db": (tmp_path / "g.db").read_bytes(), "media/blobs/ab/cdef": b"x"}
     for rel, data in legacy.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
