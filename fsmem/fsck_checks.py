@@ -1,7 +1,7 @@
 """fsck's checks beyond the unit directories: graph.db, and the repair of a damaged marker.
 
-graph.db is opened read-only (``mode=ro`` while a writer's ``-wal`` file exists, else
-``immutable=1``); nothing here creates or writes a file, except ``rewrite_marker``, which
+graph.db is opened ``immutable=1`` and only when it has no ``-wal`` file (then everything
+is in the main file); nothing here creates or writes a file, except ``rewrite_marker``, which
 ``fsck --fix`` runs under the writer lock.
 """
 
@@ -43,6 +43,11 @@ def check_graph(root: str) -> list[tuple[str, str, str]]:
     names no row. No graph.db: nothing to check."""
     path = os.path.join(root, "graph.db")
     if not os.path.isfile(path) or os.path.islink(path):
+        return []
+    if os.path.lexists(path + "-wal"):
+        # A writer is active (or did not checkpoint): a read-only connection would write to
+        # its -shm file and an immutable one would miss the WAL; a reader writes nothing.
+        log.info("%s: has a -wal file; graph.db not checked", path)
         return []
     try:
         db = _connect(path)
