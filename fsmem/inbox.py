@@ -144,7 +144,11 @@ class _InboxDirs:
         """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
         st = os.lstat(claim, dir_fd=self.proc_fd)
         if stat.S_ISDIR(st.st_mode):
-            fsops.rmtree(os.path.join(self.processing, claim), ignore_errors=False)
+            # one rename out of sight first: a crash mid-delete never leaves half a claim
+            trash = os.path.join(os.path.dirname(self.inbox), ".fsmem", "trash",
+                                 f"claim~{os.getpid()}~{uuid.uuid4().hex[:12]}")
+            fsops.rename(os.path.join(self.processing, claim), trash)
+            fsops.rmtree(trash)
         else:
             fsops.unlink(claim, dir_fd=self.proc_fd)
 
