@@ -399,7 +399,7 @@ def test_reader_sees_a_pending_journal_applied_and_changes_nothing(tmp_path):
     mem.close()
     child = ("import sys; from fsmem import Memory; "
              "Memory.open(sys.argv[1], context_capacity=3, context_protected=1).prune('garden')")
-    found = False
+    found, pending = False, 0
     for n in range(1, 200):
         root = tmp_path / f"c{n}"
         shutil.copytree(template, root)
@@ -409,6 +409,10 @@ def test_reader_sees_a_pending_journal_applied_and_changes_nothing(tmp_path):
         if proc.returncode == 0:
             break
         if not [n for n in os.listdir(root / ".fsmem" / "journal") if n.endswith(".json")]:
+            shutil.rmtree(root)
+            continue
+        pending += 1
+        if not STRESS and pending > 2 and pending % 6:   # a sample of the journal window
             shutil.rmtree(root)
             continue
         found = True
