@@ -50,7 +50,7 @@ def transcript(doc: Any) -> str:
         lines += [f"[text {d[:8]}] {t}" for d, t in ev.texts.items()]
         for ref in ev.blocks:
             if ref.modality != "text":
-                dims = f" {ref.width}x{ref.height}" if ref.width and ref.height else ""
+                dims = f" {ref.width}×{ref.height}" if ref.width and ref.height else ""
                 name = f" {ref.name}" if ref.name else ""
                 lines.append(f"[{ref.mime}{dims}{name}] {_block_path(doc.path, ref.digest)}")
         out.append("\n".join(lines))

@@ -1,6 +1,6 @@
 """Store settings kept in the store: ``ROOT/.fsmem/config.toml``.
 
-Why: the context capacity, the protected count, the durability and the embedder used to be
+Why: the context capacity, the protected count, and the durability used to be
 per-run flags, so two tools opening one store could disagree (the demo used 6, the CLI 30).
 ``init`` writes the file; every open reads it; ``FSMEM_*`` environment variables override it,
 and explicit arguments/flags override both. The file is optional: an older store without it
@@ -30,7 +30,6 @@ DEFAULTS: dict[str, Any] = {
     "context_capacity": 30,
     "context_protected": 10,
     "durability": "full",
-    "embedder": "",
     "lock_timeout": 10.0,
 }
 #: key -> environment variable that overrides the file.
@@ -38,7 +37,6 @@ ENV: dict[str, str] = {
     "context_capacity": "FSMEM_CAPACITY",
     "context_protected": "FSMEM_PROTECTED",
     "durability": "FSMEM_DURABILITY",
-    "embedder": "FSMEM_EMBEDDER",
     "lock_timeout": "FSMEM_LOCK_TIMEOUT",
 }
 _CHOICES = {"durability": ("full", "off")}
