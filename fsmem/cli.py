@@ -284,7 +284,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     as_json=args.json)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(core_only: bool = False) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     add_globals(common, suppress=True)        # after the verb: override only when given
     capacity = argparse.ArgumentParser(add_help=False)
@@ -362,13 +362,32 @@ def _parser() -> argparse.ArgumentParser:
     sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step "
               "(DIR, else --root, else ./fsmem-demo)")
     sp.add_argument("dir", nargs="?", default=None, metavar="DIR")
-    from .stablemem import add_cli as add_stablemem_cli
-    add_stablemem_cli(sub, [common])
-    from .watch import add_cli as add_watch_cli
-    add_watch_cli(sub, [common])
-    from . import archive, mcp_server
-    archive.add_cli(sub, [common]), mcp_server.add_cli(sub, [common])
+    if not core_only:   # their modules are heavy to import: only when they may be wanted
+        from .stablemem import add_cli as add_stablemem_cli
+        add_stablemem_cli(sub, [common])
+        from .watch import add_cli as add_watch_cli
+        add_watch_cli(sub, [common])
+        from . import archive, mcp_server
+        archive.add_cli(sub, [common]), mcp_server.add_cli(sub, [common])
     return p
+
+
+_CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
+                         "append", "query", "recall", "prune", "timeline", "render", "stats",
+                         "reindex", "snapshot", "adopt", "demo"})
+
+
+def _verb_of(argv: Sequence[str]) -> str | None:
+    """The verb in ``argv`` (global flags may come first; ``--root`` takes a value)."""
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok == "--root":
+            skip = True
+        elif not tok.startswith("-"):
+            return tok
+    return None
 
 
 def _legacy_summary(args: argparse.Namespace) -> None:
@@ -407,7 +426,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv in (["--version"], ["-V"]):      # fast path: no parser, no library import
         print(version_string())
         return 0
-    parser = _parser()
+    completing = "_ARGCOMPLETE" in os.environ
+    parser = _parser(core_only=not completing and _verb_of(argv) in _CORE_VERBS)
     try:
         import argcomplete   # optional extra "completion"
         argcomplete.autocomplete(parser)
