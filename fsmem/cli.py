@@ -1,26 +1,26 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``fsmem`` command: a thin dispatcher from verbs to library calls.
 
-Exit codes: 0 ok, 1 findings or a failed operation, 2 usage error. ``--json`` prints one JSON
-document on stdout; messages go to stderr and name the file at fault.
+Exit codes: 0 ok, 1 findings or a failed operation, 2 usage error (the message names the
+argument). ``--json`` prints one JSON document on stdout; messages and progress go to stderr.
+Global flags (``--root``, ``--json``, ``-v``) go before or after the verb. Imports of the
+library are lazy so ``fsmem --version`` and ``--help`` start fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import mimetypes
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import msgspec
+from .cli_args import (UsageError, add_globals, positive_int, nonneg_int, timestamp_arg,
+                       tool_result_arg, stdin_text, version_string)
 
-from .errors import FsmemError
-from .flows import Memory
-from .reader import Reader
-from .media import sniff_mime
-from .model import Event, MediaAttachment, ToolOutput, encode
-from .timestamps import Timestamp
+if TYPE_CHECKING:
+    from .flows import Memory
+    from .model import Event, MediaAttachment
+    from .reader import Reader
 
 __all__ = ["main"]
 
@@ -29,28 +29,43 @@ def _root_default() -> str:
     return os.environ.get("FSMEM_ROOT") or "./memory"
 
 
-def _open(args: argparse.Namespace, **kw: Any) -> Memory:
-    """A writer on an existing store (``init``, ``demo`` and ``--init`` create one)."""
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The store's settings: defaults < .fsmem/config.toml < FSMEM_* < this run's flags."""
+    from .config import effective
+    return effective(args.root, {"context_capacity": getattr(args, "capacity", None),
+                                 "context_protected": getattr(args, "protected", None),
+                                 "durability": getattr(args, "durability", None)})
+
+
+def _open(args: argparse.Namespace, **kw: Any) -> "Memory":
+    """A writer on an existing store (``init``, ``demo`` and ``--init`` create one), with the
+    store's settings (flags and FSMEM_* override them)."""
+    from .flows import Memory
     create = args.verb in ("init", "adopt") or getattr(args, "init", False)
-    timeout = os.environ.get("FSMEM_LOCK_TIMEOUT")
-    if timeout:
-        kw.setdefault("lock_timeout", float(timeout))
+    cfg = _settings(args)
+    for key in ("context_capacity", "context_protected", "durability", "lock_timeout"):
+        kw.setdefault(key, cfg[key])
     return Memory.open(args.root, create=create, **kw)
 
 
-def _read(args: argparse.Namespace) -> Reader:
+def _read(args: argparse.Namespace) -> "Reader":
     """A reader: no lock, nothing created or written (NotAStore if there is no store)."""
+    from .reader import Reader
     return Reader.open(args.root)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.json:
+        from .model import encode
         sys.stdout.write(encode(data).decode() + "\n")
     elif text:
         print(text)
 
 
-def _attachment(path: str) -> MediaAttachment:
+def _attachment(path: str) -> "MediaAttachment":
+    import mimetypes
+    from .media import sniff_mime
+    from .model import MediaAttachment
     with open(path, "rb") as fh:
         data = fh.read()
     mime = sniff_mime(data[:64]) or mimetypes.guess_type(path)[0] or "application/octet-stream"
@@ -58,14 +73,24 @@ def _attachment(path: str) -> MediaAttachment:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from .config import config_path, load_config, write_config
     mem = _open(args)
-    _emit(args, {"root": mem.root}, f"initialised fsmem store at {mem.root}")
+    with mem.store.locked():   # write the settings once; an existing file is kept
+        if not os.path.lexists(config_path(mem.root)):
+            cfg = _settings(args)
+            write_config(mem.root, {k: cfg[k] for k in
+                                    ("context_capacity", "context_protected", "durability")})
+        settings = load_config(mem.root)
+    _emit(args, {"root": mem.root, "config": settings},
+          f"initialised fsmem store at {mem.root}")
     return 0
 
 
 def cmd_commit(args: argparse.Namespace) -> int:
-    text = args.text if args.text is not None else sys.stdin.read()
-    mem = _open(args, durability=args.durability)
+    text = args.text if args.text is not None else stdin_text("commit", "TEXT")
+    if not text.strip():
+        raise UsageError("argument TEXT: empty text; nothing stored")
+    mem = _open(args)
     uid = mem.commit(text, summary=args.summary, tags=args.tag or (), source=args.source,
                      attachments=[_attachment(p) for p in args.attach or ()])
     _emit(args, {"unit_id": uid}, uid)
@@ -80,7 +105,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for unit in mem._load_layer(layer, with_vectors=False):
             m = unit.manifest
             rows.append({"layer": layer, "unit_id": unit.unit_id, "events": len(m.events),
-                         "created_at": m.created_at, "summary": m.summary})
+                         "created_at": m.created_at, "summary": m.summary or _first_text(mem, unit)})
         if layer == "documents":
             rows += _legacy_rows(mem.root)
     _emit(args, rows, "\n".join(f"{r['layer']:<10} {r['unit_id']}  {r['events']:>3} ev  "
@@ -89,8 +114,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _first_text(mem: "Reader", unit: Any) -> str:
+    """A context unit has no stored summary: show its first event's text (a view only)."""
+    for ev in sorted(mem._hydrate(unit) or (), key=lambda e: e.timestamp.ns):
+        text = (getattr(ev, "input", "") or getattr(ev, "response", "") or "").strip()
+        if text:
+            return " ".join(text.split())
+    return ""
+
+
 def _legacy_rows(root: str) -> list[dict]:
     """HomeAgent JSON documents still in documents/ (read through the logged fallback)."""
+    from .errors import FsmemError
     from .legacy import legacy_doc_files, legacy_id, read_legacy
     rows = []
     for name, _ in legacy_doc_files(root):
@@ -104,11 +139,33 @@ def _legacy_rows(root: str) -> list[dict]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from .cli_show import transcript
     doc = _read(args).document(args.unit)
-    text = (f"unit {doc.id}  layer {doc.layer}  {len(doc.events)} events\npath {doc.path}\n"
-            f"summary {doc.summary}\n\n{doc.content}")
-    _emit(args, doc, text)
+    _emit(args, doc, transcript(doc))
     return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from .cli_show import confirm_remove, layer_of
+    layer = layer_of(_read(args), args.unit)
+    if not args.yes and not confirm_remove(args.unit, layer):
+        raise UsageError("not removed: pass --yes to remove without a question "
+                         "(stdin is not a terminal)" if not sys.stdin.isatty() else "not removed")
+    _open(args).remove(args.unit, layer)
+    _emit(args, {"removed": args.unit, "layer": layer}, f"removed {args.unit} from {layer}/")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from .cli_show import config_verb
+    return config_verb(args, _read, _open, _emit)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .cli_show import doctor
+    report, text, ok = doctor(args.root)
+    _emit(args, report, text)
+    return 0 if ok else 1
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
@@ -131,22 +188,29 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
-def _event_from_args(args: argparse.Namespace) -> Event:
-    return Event(timestamp=Timestamp.coerce(args.timestamp), source=args.source,
+def _event_from_args(args: argparse.Namespace) -> "Event":
+    from .model import Event
+    from .timestamps import Timestamp
+    if not (args.input or "").strip() and not (args.response or "").strip() and not args.attach:
+        raise UsageError("arguments --input/--response: empty text; nothing stored")
+    return Event(timestamp=args.timestamp or Timestamp.now(), source=args.source,
                  role=args.role, input=args.input or "", response=args.response or "",
-                 tools_used=args.tool or [],
-                 tool_results=[ToolOutput(name=n, output=o) for n, o in
-                               (r.split("=", 1) for r in args.tool_result or [])],
+                 tools_used=args.tool or [], tool_results=args.tool_result or [],
                  attachments=[_attachment(p) for p in args.attach or ()])
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    mem = _open(args, context_capacity=args.capacity, context_protected=args.protected)
     if args.input is None and args.response is None:
         from .ingest import events_from_jsonl
-        ids = [mem.append(ev) for ev in events_from_jsonl(sys.stdin.read(), "<stdin>")]
+        events = events_from_jsonl(stdin_text("append", "--input/--response"), "<stdin>")
+        if not events:
+            raise UsageError("stdin: no events (JSON lines); nothing stored")
+        mem = _open(args)
+        ids = [mem.append(ev) for ev in events]
     else:
-        ids = [mem.append(_event_from_args(args))]
+        event = _event_from_args(args)
+        mem = _open(args)
+        ids = [mem.append(event)]
     _emit(args, {"event_ids": ids}, "\n".join(ids))
     return 0
 
@@ -159,14 +223,14 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
-    mem = _open(args, context_capacity=args.capacity, context_protected=args.protected)
+    mem = _open(args)
     moved = mem.recall(args.text, top_k=args.top_k)
     _emit(args, {"recalled": moved}, "\n".join(moved) or "nothing recalled")
     return 0
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    mem = _open(args, context_capacity=args.capacity, context_protected=args.protected)
+    mem = _open(args)
     uid = mem.prune(query=args.query)
     _emit(args, {"unit_id": uid}, uid or "within capacity; nothing pruned")
     return 0
@@ -193,9 +257,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from .index import progress_bar
+    from .cli_progress import progress
     mem = _open(args)
-    n = mem.reindex(progress=None if args.json else progress_bar)
+    with progress("reindex", enabled=not args.json) as tick:
+        n = mem.reindex(progress=tick)
     _emit(args, {"units": n}, f"indexed {n} units")
     return 0
 
@@ -218,21 +283,24 @@ def cmd_adopt(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
-    return run_demo(args.dir, as_json=args.json)
+    if args.dir and args.root_given and os.path.abspath(args.dir) != os.path.abspath(args.root):
+        raise UsageError(f"argument DIR: {args.dir} and --root {args.root} disagree; give one")
+    return run_demo(args.dir or (args.root if args.root_given else "./fsmem-demo"),
+                    as_json=args.json)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(core_only: bool = False) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", default=_root_default(),
-                        help="store directory (default $FSMEM_ROOT, else ./memory)")
-    common.add_argument("--json", action="store_true", help="print JSON on stdout")
-    common.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    add_globals(common, suppress=True)        # after the verb: override only when given
     capacity = argparse.ArgumentParser(add_help=False)
-    capacity.add_argument("--capacity", type=int, default=30, help="L1 capacity in events")
-    capacity.add_argument("--protected", type=int, default=10,
-                          help="most recent L1 arrivals never pruned")
+    capacity.add_argument("--capacity", type=positive_int, default=None,
+                          help="L1 capacity in events (default: the store's config, 30)")
+    capacity.add_argument("--protected", type=nonneg_int, default=None,
+                          help="most recent L1 arrivals never pruned (default: config, 10)")
     p = argparse.ArgumentParser(prog="fsmem", description="filesystem-native agent memory")
-    sub = p.add_subparsers(dest="verb", required=True)
+    add_globals(p, suppress=False)
+    p.add_argument("--version", action="version", version=version_string())
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def verb(name: str, fn: Callable, help: str, parents: Sequence = ()) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, parents=[common, *parents], help=help, description=help)
@@ -242,19 +310,28 @@ def _parser() -> argparse.ArgumentParser:
     init = argparse.ArgumentParser(add_help=False)
     init.add_argument("--init", action="store_true",
                       help="create the store if it does not exist yet")
-    verb("init", cmd_init, "create a store (or add what is missing to a directory)")
+    verb("init", cmd_init, "create a store (or add what is missing to a directory) and write "
+         "its settings to .fsmem/config.toml", [capacity])
     sp = verb("commit", cmd_commit, "write one L2 document (text from an argument or stdin)",
               [init])
-    sp.add_argument("text", nargs="?")
+    sp.add_argument("text", nargs="?", metavar="TEXT")
     sp.add_argument("--summary", default="")
     sp.add_argument("--tag", action="append")
     sp.add_argument("--source", default="manual")
     sp.add_argument("--attach", action="append", metavar="FILE", help="repeatable")
-    sp.add_argument("--durability", choices=["full", "off"], default="full")
+    sp.add_argument("--durability", choices=["full", "off"], default=None)
     sp = verb("ls", cmd_ls, "list units")
     sp.add_argument("--layer", choices=["context", "documents", "stablemem"])
-    sp = verb("show", cmd_show, "show one unit with its events whole")
-    sp.add_argument("unit")
+    sp = verb("show", cmd_show, "show one unit as a transcript (events in order, whole)")
+    sp.add_argument("unit", metavar="UNIT")
+    sp = verb("rm", cmd_rm, "remove one unit (asks at a terminal; --yes otherwise)")
+    sp.add_argument("unit", metavar="UNIT")
+    sp.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    sp = verb("config", cmd_config, "show or set the store's settings (.fsmem/config.toml)")
+    sp.add_argument("key", nargs="?", metavar="KEY")
+    sp.add_argument("value", nargs="?", metavar="VALUE")
+    verb("doctor", cmd_doctor, "what is installed, what works offline, the store's format "
+         "and health")
     sp = verb("fsck", cmd_fsck, "check the store; --fix quarantines what is damaged")
     sp.add_argument("--fix", action="store_true")
     sp.add_argument("--quick", action="store_true", help="skip re-hashing block bytes")
@@ -264,22 +341,22 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--response")
     sp.add_argument("--source", default="cli")
     sp.add_argument("--role", default="")
-    sp.add_argument("--timestamp")
+    sp.add_argument("--timestamp", type=timestamp_arg, help="RFC 3339 with a zone offset")
     sp.add_argument("--tool", action="append", help="a tool used (repeatable)")
-    sp.add_argument("--tool-result", action="append", metavar="NAME=OUTPUT")
+    sp.add_argument("--tool-result", action="append", metavar="NAME=OUTPUT", type=tool_result_arg)
     sp.add_argument("--attach", action="append", metavar="FILE")
     sp = verb("query", cmd_query, "read-only search of L2 documents")
-    sp.add_argument("text")
-    sp.add_argument("--top-k", type=int, default=3)
+    sp.add_argument("text", metavar="TEXT")
+    sp.add_argument("--top-k", type=positive_int, default=3)
     sp = verb("recall", cmd_recall, "move the best L2 matches into L1", [capacity])
-    sp.add_argument("text")
-    sp.add_argument("--top-k", type=int, default=3)
+    sp.add_argument("text", metavar="TEXT")
+    sp.add_argument("--top-k", type=positive_int, default=3)
     sp = verb("prune", cmd_prune, "move the least relevant L1 events into one L2 unit",
               [capacity])
     sp.add_argument("--query", default="")
     verb("timeline", cmd_timeline, "the L1 events in original-timestamp order")
     sp = verb("render", cmd_render, "the model's view of L1 under a token budget")
-    sp.add_argument("--budget", type=int, required=True)
+    sp.add_argument("--budget", type=positive_int, required=True)
     verb("stats", cmd_stats, "counts per layer")
     verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
     sp = verb("snapshot", cmd_snapshot, "a point-in-time copy of the store: immutable files "
@@ -287,20 +364,41 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("dest", help="a directory that does not exist yet (or is empty)")
     sp = verb("adopt", cmd_adopt, "adopt HomeAgent's context.json into L1 (see README)")
     sp.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
-    sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step")
-    sp.add_argument("dir", nargs="?", default="./fsmem-demo")
-    from .stablemem import add_cli as add_stablemem_cli
-    add_stablemem_cli(sub, [common])
-    from .watch import add_cli as add_watch_cli
-    add_watch_cli(sub, [common])
-    from . import archive, mcp_server
-    archive.add_cli(sub, [common]), mcp_server.add_cli(sub, [common])
+    sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step "
+              "(DIR, else --root, else ./fsmem-demo)")
+    sp.add_argument("dir", nargs="?", default=None, metavar="DIR")
+    if not core_only:   # their modules are heavy to import: only when they may be wanted
+        from .stablemem import add_cli as add_stablemem_cli
+        add_stablemem_cli(sub, [common])
+        from .watch import add_cli as add_watch_cli
+        add_watch_cli(sub, [common])
+        from . import archive, mcp_server
+        archive.add_cli(sub, [common]), mcp_server.add_cli(sub, [common])
     return p
+
+
+_CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
+                         "append", "query", "recall", "prune", "timeline", "render", "stats",
+                         "reindex", "snapshot", "adopt", "demo"})
+
+
+def _verb_of(argv: Sequence[str]) -> str | None:
+    """The verb in ``argv`` (global flags may come first; ``--root`` takes a value)."""
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok == "--root":
+            skip = True
+        elif not tok.startswith("-"):
+            return tok
+    return None
 
 
 def _legacy_summary(args: argparse.Namespace) -> None:
     """One line per command about legacy documents served (per-document warnings come once
     per store: fsmem.legacy)."""
+    import logging
     from .legacy import summary_line
     root = getattr(args, "root", None)
     line = summary_line(root) if root and os.path.isdir(root) else None
@@ -309,18 +407,53 @@ def _legacy_summary(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run one verb; never a traceback for a usage error, a closed pipe or Ctrl-C."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("fsmem: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+
+
+def _quiet_stdout() -> None:
+    """The reader of our stdout went away (``fsmem ls | head``): stop quietly. Point stdout at
+    /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--version"], ["-V"]):      # fast path: no parser, no library import
+        print(version_string())
+        return 0
+    completing = "_ARGCOMPLETE" in os.environ
+    parser = _parser(core_only=not completing and _verb_of(argv) in _CORE_VERBS)
+    try:
+        import argcomplete   # optional extra "completion"
+        argcomplete.autocomplete(parser)
+    except ImportError:
+        pass
+    args = parser.parse_args(argv)
+    args.root_given = args.root is not None
+    args.root = args.root or _root_default()
+    import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="fsmem: %(levelname)s %(name)s: %(message)s")
+    import msgspec
+    from .errors import FsmemError
     try:
         return args.fn(args)
-    except FsmemError as exc:
-        print(f"fsmem {args.verb}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"fsmem {args.verb}: {exc}", file=sys.stderr)
-        return 1
-    except (msgspec.ValidationError, ValueError) as exc:
+    except UsageError as exc:
+        print(f"{parser.prog} {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        raise
+    except (FsmemError, OSError, msgspec.ValidationError, ValueError) as exc:
         print(f"fsmem {args.verb}: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -52,11 +52,11 @@ class Memory(Reader):
         self.context_tokens = context_tokens   # the host's token budget: sets prune's watermark
 
     @classmethod
-    def open(cls, root: str | os.PathLike, *, context_capacity: int = 30,
-             context_protected: int = 10,
+    def open(cls, root: str | os.PathLike, *, context_capacity: int | None = None,
+             context_protected: int | None = None,
              plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
-             embedder: Embedder | None = None, durability: Durability = "full",
-             lock_timeout: float = 10.0, auto_prune: bool = True, create: bool = True,
+             embedder: Embedder | None = None, durability: Durability | None = None,
+             lock_timeout: float | None = None, auto_prune: bool = True, create: bool = True,
              ranker: str | None = None, readonly: bool = False,
              adopt: bool = False, context_tokens: int | None = None,
              vectors: str = "auto") -> "Memory | Reader":
@@ -73,6 +73,12 @@ class Memory(Reader):
             raise ValueError(f"vectors must be auto, inline or deferred, got {vectors!r}")
         if readonly:
             return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
+        from .config import effective   # .fsmem/config.toml < FSMEM_* < these arguments
+        cfg = effective(root, {"context_capacity": context_capacity,
+                               "context_protected": context_protected,
+                               "durability": durability, "lock_timeout": lock_timeout})
+        context_capacity, context_protected = cfg["context_capacity"], cfg["context_protected"]
+        durability, lock_timeout = cfg["durability"], cfg["lock_timeout"]
         store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
                       create=create)
         filler_embedder = None

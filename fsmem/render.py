@@ -144,7 +144,14 @@ class TiktokenEstimator:
             raise MissingDependency("TiktokenEstimator needs the optional package tiktoken: "
                                     "pip install 'fsmem[tiktoken]'") from exc
         self.encoding = encoding
-        self._enc = tiktoken.get_encoding(encoding)
+        try:
+            self._enc = tiktoken.get_encoding(encoding)
+        except Exception as exc:   # noqa: BLE001 - tiktoken downloads the encoding at first use
+            raise MissingDependency(
+                f"tiktoken's encoding {encoding!r} is not on this machine and could not be "
+                f"downloaded ({type(exc).__name__}): run once with network access, or copy its "
+                "cache and set TIKTOKEN_CACHE_DIR to it (tiktoken fetches encodings at run time)"
+            ) from exc
 
     def count(self, text: str) -> int:
         return len(self._enc.encode(text, disallowed_special=())) if text else 0

@@ -1,0 +1,90 @@
+"""Argument types and input helpers of the ``fsmem`` command (stdlib only, so importing the
+command stays fast): usage errors exit 2 and name the argument at fault."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["UsageError", "add_globals", "positive_int", "nonneg_int", "timestamp_arg",
+           "tool_result_arg", "stdin_text", "version_string"]
+
+
+class UsageError(Exception):
+    """Bad arguments or input found after parsing: exit 2, nothing stored."""
+
+
+def version_string() -> str:
+    from . import __version__
+    return f"fsmem {__version__} (Python {sys.version.split()[0]})"
+
+
+def add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """``--root``, ``--json``, ``-v`` on the top parser (with defaults) and on every verb
+    (``suppress``: absent means "keep what was given before the verb")."""
+    none: Any = argparse.SUPPRESS if suppress else None
+    false: Any = argparse.SUPPRESS if suppress else False
+    parser.add_argument("--root", default=none,
+                        help="store directory (default $FSMEM_ROOT, else ./memory)")
+    parser.add_argument("--json", action="store_true", default=false,
+                        help="print one JSON document on stdout (no progress)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=false,
+                        help="log what happens")
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``--top-k``, ``--budget``, ``--capacity``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """An integer >= 0 (``--protected``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def timestamp_arg(text: str) -> Any:
+    """An RFC 3339 timestamp with its zone offset (``2026-05-01T09:30:00+08:00``)."""
+    from .errors import FsmemError
+    from .timestamps import Timestamp
+    try:
+        return Timestamp.parse(text, field="--timestamp")
+    except (FsmemError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc} (want RFC 3339 with a zone offset, e.g. 2026-05-01T09:30:00+08:00)"
+        ) from None
+
+
+def tool_result_arg(text: str) -> Any:
+    """``NAME=OUTPUT`` -> ToolOutput."""
+    name, sep, output = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"want NAME=OUTPUT, got {text!r}")
+    from .model import ToolOutput
+    return ToolOutput(name=name, output=output)
+
+
+def stdin_text(verb: str, argument: str) -> str:
+    """The text piped on stdin, strictly UTF-8. At a terminal it is a usage error (rather
+    than a silent wait): say how to pass the text."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UsageError(f"no {argument} given: pass it as an argument, or pipe it on stdin "
+                         f"(e.g. `echo hello | fsmem {verb}`)")
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"stdin is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                         f"{exc.start}); nothing stored") from None

@@ -1,0 +1,59 @@
+"""Progress for long CLI work, on stderr only. On a terminal: a bar (tqdm, extra
+``progress``; a plain one-line bar without it). stderr not a terminal: one plain line when the
+work starts and one when it ends, nothing else. With ``--json`` (``enabled=False``): nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Callable, Iterator
+
+__all__ = ["progress"]
+
+Tick = Callable[[int, int], None]
+
+
+@contextlib.contextmanager
+def progress(label: str, *, enabled: bool = True) -> Iterator[Tick | None]:
+    """A ``tick(done, total)`` callback for the duration of the block (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    err = sys.stderr
+    if not err.isatty():
+        state = {"total": -1}
+
+        def plain(done: int, total: int) -> None:
+            if state["total"] < 0:
+                state["total"] = total
+                err.write(f"fsmem: {label}: {total} units\n")
+                err.flush()
+        yield plain
+        if state["total"] >= 0:
+            err.write(f"fsmem: {label}: done\n")
+            err.flush()
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    bar = None
+
+    def tick(done: int, total: int) -> None:
+        nonlocal bar
+        if tqdm is not None:
+            if bar is None:
+                bar = tqdm(total=total, desc=label, unit="unit", file=err, leave=True)
+            bar.update(done - bar.n)
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        err.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            err.write("\n")
+        err.flush()
+    try:
+        yield tick
+    finally:
+        if bar is not None:
+            bar.close()
