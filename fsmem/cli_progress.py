@@ -5,6 +5,7 @@ work starts and one when it ends, nothing else. With ``--json`` (``enabled=False
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 from typing import Callable, Iterator
 
@@ -43,7 +44,10 @@ def progress(label: str, *, enabled: bool = True) -> Iterator[Tick | None]:
         nonlocal bar
         if tqdm is not None:
             if bar is None:
-                bar = tqdm(total=total, desc=label, unit="unit", file=err, leave=True)
+                # a terminal that reports a 0x0 size (a fresh pty) would get no bar at all
+                size = shutil.get_terminal_size((80, 24))
+                bar = tqdm(total=total, desc=label, unit="unit", file=err, leave=True,
+                           ncols=size.columns, nrows=size.lines)
             bar.update(done - bar.n)
             return
         width = 30
