@@ -168,5 +168,6 @@ def test_the_light_embedder_finds_a_translation_through_fusion(tmp_path):
                  "Piano lessons moved to Saturday mornings",
                  "The solar panels produced 14 kWh yesterday"):
         mem.commit(text)
+    mem.flush_vectors()   # vectors are deferred with a real embedder (fsmem.vector_cache)
     hits = mem.query("猫现在吃什么牌子的猫粮？", top_k=1)
     assert [h.unit_id for h in hits] == [target]
