@@ -28,7 +28,8 @@ class Embedder(Protocol):
 
     An asymmetric model (e5: "query: " / "passage: ") may also define
     ``embed_query(texts) -> np.ndarray`` (same shape and space); queries then go through it
-    and stored content through ``embed``."""
+    and stored content through ``embed``. One that may be called from two threads at once
+    says so with ``thread_safe = True`` (else deferred vectors serialise every call)."""
 
     fingerprint: str
     dim: int
@@ -81,6 +82,8 @@ class HashEmbedder:
     64-bit value; its low bits pick one of ``dim`` buckets and its top bit the sign. Hashing
     runs vectorised in numpy, so a unit's texts embed in well under a millisecond.
     """
+
+    thread_safe = True   # pure numpy, no state: the vector filler may call it concurrently
 
     def __init__(self, dim: int = 512) -> None:
         if dim < 16:

@@ -84,10 +84,7 @@ class Memory(Reader):
         filler_embedder = None
         if vectors == "deferred" or (vectors == "auto" and embedder is not None
                                      and not isinstance(embedder, HashEmbedder)):
-            from .vector_cache import LockedEmbedder
-            import threading
-            embedder = filler_embedder = LockedEmbedder(embedder or HashEmbedder(),
-                                                        threading.Lock())
+            embedder = filler_embedder = _shared_embedder(embedder or HashEmbedder())
         mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
                   auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
@@ -567,3 +564,14 @@ def _check_strings(**fields: object) -> None:
 
 def _remove_tree(path: str) -> None:
     fsops.rmtree(path)
+
+
+def _shared_embedder(embedder):
+    """The embedder the writer's thread and its background filler share: as it is when it
+    says it is ``thread_safe`` (a query then never waits behind a batch being embedded),
+    else every call under one lock (an embedding engine need not be thread-safe)."""
+    if getattr(embedder, "thread_safe", False):
+        return embedder
+    import threading
+    from .vector_cache import LockedEmbedder
+    return LockedEmbedder(embedder, threading.Lock())

@@ -34,6 +34,9 @@ class GatedEmbedder(HashEmbedder):
         self.gate.wait(30)
         return super().embed(texts)
 
+    def embed_query(self, texts):   # queries are never held back (the search must not wait)
+        return super().embed(texts)
+
 
 def _commit_all(mem: Memory) -> list[str]:
     return [mem.commit_events([Event(source="chat", role="user", input=t)], source="chat")
