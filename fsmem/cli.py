@@ -216,7 +216,11 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    hits = _read(args).query(args.text, top_k=args.top_k)
+    from .cli_progress import progress
+    reader = _read(args)
+    with progress("index", enabled=not args.json) as tick:   # a catch-up after a bulk load
+        reader.progress = tick
+        hits = reader.query(args.text, top_k=args.top_k)
     _emit(args, hits, "\n".join(f"{h.score:.3f}  {h.unit_id}  {h.summary[:70]}" for h in hits)
           or "no match")
     return 0

@@ -167,7 +167,7 @@ class Memory(Reader):
 
     # -- L3 stable memory -----------------------------------------------------------------
     def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
-                dry_run: bool = False):
+                dry_run: bool = False, progress=None):
         """Distil cold L2 units (legacy HomeAgent documents included: they first become
         new-format units, whole) into graph.db, moving each original into stablemem/."""
         from .stablemem import distill
@@ -175,7 +175,7 @@ class Memory(Reader):
             from .legacy import convert_cold_legacy
             convert_cold_legacy(self, max_age_s, max_access)
         return distill(self, max_age_s=max_age_s, max_access=max_access, distiller=distiller,
-                       dry_run=dry_run)
+                       dry_run=dry_run, progress=progress)
 
     def recall_from_graph(self, names, depth: int = 2) -> list[str]:
         """Bring the original units of the facts about ``names`` back to L1 (one rename each)."""

@@ -53,6 +53,7 @@ DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md
 DEFAULT_WEIGHT = 0.2
 K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
+_PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
 _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 _PENDING_MAX = 256
@@ -409,8 +410,13 @@ class Index:
         for u in removed:
             self.remove(u)
         known = {u for u, r in self.row_of.items() if self.alive[r]} | set(self.pending)
-        added = sum(self._add_listed(name, ino, legacy_files)
-                    for name, ino in listing.items() if name not in known)
+        todo = [(name, ino) for name, ino in listing.items() if name not in known]
+        tick = getattr(self.mem, "progress", None) if len(todo) >= _PROGRESS_FROM else None
+        added = 0
+        for i, (name, ino) in enumerate(todo):
+            added += self._add_listed(name, ino, legacy_files)
+            if tick:
+                tick(i + 1, len(todo))
         self._dir_mtime, self._seen_at = mtime, seen_at
         if added or removed:
             self._unsaved += added + len(removed)
@@ -427,6 +433,8 @@ class Index:
         seen_at = time.time_ns()
         self._dir_mtime, self._seen_at = os.stat(base).st_mtime_ns, seen_at   # before listing
         listing, legacy_files = self._listing()
+        if progress is None and len(listing) >= _PROGRESS_FROM:
+            progress = getattr(self.mem, "progress", None)
         for i, (name, ino) in enumerate(sorted(listing.items())):
             self._add_listed(name, ino, legacy_files)
             if progress:

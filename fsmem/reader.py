@@ -311,6 +311,9 @@ class Reader:
     def _refresh_vectors(self) -> None:
         """A reader never waits for vectors: units lacking some rank lexically."""
 
+    # ``progress(done, total)``: told while a long index catch-up runs (the CLI's bar).
+    progress: Callable[[int, int], None] | None = None
+
     def _load_index(self) -> int | None:
         """Load the saved index on first use, or rebuild it; returns the unit count when it
         had to be rebuilt, else None."""

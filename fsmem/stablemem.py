@@ -137,12 +137,14 @@ def find_cold(mem: "Reader", max_age_s: float = 72 * 3600, max_access: int = 2, 
 def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
             distiller: Distiller | None = None, dry_run: bool = False,
             now: Timestamp | None = None, move_empty: bool = False,
-            texts: Callable[["Memory", Document], list[TextPiece]] = unit_texts) -> DistillReport:
+            texts: Callable[["Memory", Document], list[TextPiece]] = unit_texts,
+            progress: Callable[[int, int], None] | None = None) -> DistillReport:
     """Distil cold L2 units into graph.db and move each, whole, into stablemem/.
 
     Per unit: extract (outside the lock: an LLM may be slow), then under the writer lock one
     graph transaction and one rename. A unit with no triple stays in documents/ unless
     ``move_empty``. A DistillError stops the run: nothing is written for that unit.
+    ``progress(done, total)`` is told as the cold units are worked through.
     """
     distiller = distiller or RuleDistiller()
     report = DistillReport(dry_run=dry_run, distiller=distiller.name)
@@ -150,7 +152,9 @@ def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
     report.cold = len(cold)
     graph: Graph | None = None
     try:
-        for unit_id in cold:
+        for n, unit_id in enumerate(cold):
+            if progress and n:
+                progress(n, len(cold))
             try:
                 doc = mem.document(unit_id)
             except NotFound:
@@ -186,6 +190,8 @@ def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
     finally:
         if graph is not None:
             graph.close()
+    if progress and cold:
+        progress(len(cold), len(cold))
     return report
 
 
@@ -270,9 +276,11 @@ def cmd_distill(args: argparse.Namespace) -> int:
     from .flows import Memory
     distiller: Distiller = RuleDistiller() if args.distiller == "rules" else LLMDistiller(
         base_url=args.llm_base_url or "", model=args.llm_model or "", timeout=args.llm_timeout)
-    report = Memory.open(args.root, create=False).distill(max_age_s=args.max_age * 3600,
-                                            max_access=args.max_access, distiller=distiller,
-                                            dry_run=args.dry_run)
+    from .cli_progress import progress
+    with progress("distill", enabled=not args.json) as tick:
+        report = Memory.open(args.root, create=False).distill(
+            max_age_s=args.max_age * 3600, max_access=args.max_access, distiller=distiller,
+            dry_run=args.dry_run, progress=tick)
     done = len(report.units) - len(report.no_facts) if report.dry_run else len(report.distilled)
     lines = [f"{'would distil' if report.dry_run else 'distilled'} {done} of {report.cold} cold "
              f"unit(s): {report.triples} triple(s), +{report.blocks_added} block(s), "

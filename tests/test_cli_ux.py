@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -227,5 +228,36 @@ def test_progress_on_a_terminal_and_not_on_a_pipe(tmp_path):
             assert (b"\r" in err and b"40/40" in err) == want_bar, err
             if flags:
                 assert json.loads(out) == {"units": 40} and err == b""
+    finally:
+        os.close(master), os.close(slave)
+
+
+def test_distill_and_a_first_query_after_a_bulk_load_tell_their_progress(tmp_path):
+    """Item 6: the long silent runs (distill of many units, the index catch-up of the first
+    query after a bulk load) report progress: a bar on a terminal, plain lines on a pipe,
+    nothing with --json."""
+    root, small = str(tmp_path / "m"), str(tmp_path / "s")
+    code = ("import sys; from fsmem import Memory; m = Memory.open(sys.argv[1], "
+            "durability='off')\nfor i in range(int(sys.argv[2])): "
+            "m.commit(f'Alice met Bob {i} at the lake')\nm.close()")
+    for where, n in ((root, "220"), (small, "25")):
+        subprocess.run([sys.executable, "-c", code, where, n], check=True, env=ENV,
+                       cwd=str(REPO))
+    shutil.rmtree(os.path.join(root, ".fsmem", "index"))   # derived: the first query rebuilds it
+    piped = run("query", "lake", "--root", root)
+    assert piped.returncode == 0, piped.stderr
+    lines = piped.stderr.decode().splitlines()
+    assert b"\r" not in piped.stderr and 1 <= len(lines) <= 2 and "index" in lines[0], lines
+    quiet = run("query", "lake", "--root", root, "--json")
+    assert quiet.returncode == 0 and quiet.stderr == b"" and json.loads(quiet.stdout)
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen([*CMD, "distill", "--root", small, "--max-age", "0",
+                              "--max-access", "100"], stdout=subprocess.PIPE, stderr=slave,
+                             cwd=str(REPO), env=ENV)
+        err = _read_all(master, p)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert b"\r" in err and b"25/25" in err, err[-300:]
     finally:
         os.close(master), os.close(slave)
