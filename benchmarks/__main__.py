@@ -99,7 +99,24 @@ def _document(args: argparse.Namespace, argv: list[str], info: dict, load_end: s
         head += ["", "Rows that failed in this run:", ""] + [f"- {f}" for f in failed]
     if scripts:
         head += ["", scripts_markdown(scripts)]
+    head += _extras_section()
     return "\n".join(head) + "\n"
+
+
+def _extras_section() -> list[str]:
+    """The install size and time of each extra: measured by hand in fresh venvs (pip is not
+    run by the harness), kept in docs/EXTRAS.md and repeated here so the figures sit together."""
+    path = Path(__file__).resolve().parent.parent / "docs" / "EXTRAS.md"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    start = text.find("## Install size and time")
+    if start < 0:
+        return []
+    end = text.find("\n## ", start + 1)
+    body = text[start:end if end >= 0 else len(text)].strip().splitlines()
+    return ["", "## Install size and time of the extras (from docs/EXTRAS.md)", *body[1:]]
 
 
 def _report(args: argparse.Namespace, argv: list[str], info: dict, rows: list[Row],
