@@ -74,6 +74,8 @@ def _attachment(path: str) -> "MediaAttachment":
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .config import config_path, load_config, write_config
+    if args.dir:
+        args.root = args.dir
     mem = _open(args)
     with mem.store.locked():   # write the settings once; an existing file is kept
         if not os.path.lexists(config_path(mem.root)):
@@ -314,8 +316,9 @@ def _parser(core_only: bool = False) -> argparse.ArgumentParser:
     init = argparse.ArgumentParser(add_help=False)
     init.add_argument("--init", action="store_true",
                       help="create the store if it does not exist yet")
-    verb("init", cmd_init, "create a store (or add what is missing to a directory) and write "
-         "its settings to .fsmem/config.toml", [capacity])
+    sp = verb("init", cmd_init, "create a store (or add what is missing to a directory) and "
+              "write its settings to .fsmem/config.toml", [capacity])
+    sp.add_argument("dir", nargs="?", metavar="DIR", help="the store's directory (as --root)")
     sp = verb("commit", cmd_commit, "write one L2 document (text from an argument or stdin)",
               [init])
     sp.add_argument("text", nargs="?", metavar="TEXT")

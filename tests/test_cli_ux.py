@@ -261,3 +261,12 @@ def test_distill_and_a_first_query_after_a_bulk_load_tell_their_progress(tmp_pat
         assert b"\r" in err and b"25/25" in err, err[-300:]
     finally:
         os.close(master), os.close(slave)
+
+
+def test_init_takes_the_directory_as_an_argument(tmp_path):
+    where = tmp_path / "new-store"
+    r = run("init", str(where), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["root"] == str(where)
+    assert (where / ".fsmem" / "config.toml").is_file()
+    assert run("ls", "--root", str(where)).returncode == 0
