@@ -50,6 +50,7 @@ QUIET_NO_CLOSE_S = 5.0    # ...and longer still if a write was seen but never it
 LAYER_SETTLE_S = 0.3      # a changed unit directory unchanged this long is reconciled
 ONCE_WAIT_S = 10.0        # --once leaves files still being written after this long
 BATCH = 256               # at most this many files made durable by one syncfs...
+_CTIME_SLACK_NS = 2_000_000_000   # inode ctimes come from a coarse clock: a margin
 BATCH_AGE_S = 1.0         # ...or those stored in this long (group commit)
 RETRY_BASE_S = 2.0        # a deferred claim is retried after 2, 4, 8... seconds...
 RETRY_MAX_S = 60.0        # ...at most this long apart (a full disk is waited out, forever)
@@ -111,6 +112,7 @@ class Watcher:
             ledger.load()
             self.ingestor = Ingestor(self.mem, self.dirs, ledger, self.size_cap)
             observer = None if once else self._observe()
+            self._settle_torn()
             self._reconcile()
             self._resume()
             self._scan_inbox()
@@ -120,6 +122,7 @@ class Watcher:
         finally:
             try:
                 self._flush()
+                self._unmark()   # everything published is durable
             finally:
                 self.mem.store.durability = "full" if self.durable else "off"
             for signum, handler in old.items():
@@ -427,9 +430,60 @@ class Watcher:
             except OSError as exc:  # a failed sync is final: withdraw, retry from the source
                 self._withdraw(batch, exc)
                 return
+            self._mark(sync=False)   # what was published before now is durable
         for claim, out in batch:
             self.dirs.release(claim)
             self._tell(out)
+
+    # A power loss between a publish rename and its batch's syncfs can keep a unit's name and
+    # lose its data (a torn unit) while its file is stored again after the restart. The mark
+    # file says since when published units may be unflushed: written durably before the first
+    # publish of a run, moved forward after each batch's syncfs (unsynced: a lost update only
+    # leaves an older, safer time), removed at a clean exit.
+    def _mark_path(self) -> str:
+        return os.path.join(self.mem.store.meta, "watch-unflushed")
+
+    def _mark(self, *, sync: bool) -> None:
+        stamp = str(time.time_ns() - _CTIME_SLACK_NS).encode()
+        self.mem.store.write_file_atomic(self._mark_path(), stamp, sync=sync)
+
+    def _unmark(self) -> None:
+        try:
+            fsops.unlink(self._mark_path())
+        except FileNotFoundError:
+            pass
+
+    def _settle_torn(self) -> None:
+        """After an interrupted run (its mark is still there), quarantine (never delete) each
+        unit published since the mark that does not verify: its file is still in the inbox or
+        claimed, and is stored again. Then mark this run's start."""
+        from .layout import read_small
+        from .unit import verify_unit
+        try:
+            raw = read_small(self._mark_path(), 64)
+            since = int(raw) if raw.strip().isdigit() else 0   # a torn mark: check them all
+        except FileNotFoundError:
+            since = None
+        except (OSError, FsmemError):
+            since = 0
+        store = self.mem.store
+        if since is not None:
+            with store.locked():
+                for layer in ("documents", "context"):
+                    for uid, path in store.list_layer(layer).items():
+                        try:
+                            if os.lstat(path).st_ctime_ns < since:
+                                continue
+                        except OSError:
+                            continue
+                        problems = verify_unit(path, expect_id=uid)[1]
+                        if any(not p.endswith(("unexpected entry", "unexpected symlink"))
+                               for p in problems):
+                            log.warning("%s: unit %s left torn by an interrupted run (%s)",
+                                        self.mem.root, uid, problems[0])
+                            store.quarantine(path, f"torn-{uid}")
+        if self.durable:
+            self._mark(sync=True)
 
     def _withdraw(self, batch: list[tuple[str, Outcome]], exc: OSError) -> None:
         log.error("syncfs failed (%s): withdrawing %d units; their files will be retried",

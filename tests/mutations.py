@@ -98,6 +98,11 @@ FLOW_CRASH = ["tests/test_flow_crash.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
+    "watch: a torn unit left by a power loss before the batch's syncfs is not settled": (
+        "fsmem/watch.py", """\
+            self._settle_torn()
+            self._reconcile()""", """\
+            self._reconcile()""", POWERLOSS),
     "publish: no fsync of the parent directory after the rename": ("fsmem/store.py", """\
                     fsops.fsync_dir(os.path.dirname(dst))
                     fsops.fsync_dir(self.staging)""", """\
