@@ -104,9 +104,12 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             self._reconcile()""", """\
             self._reconcile()""", POWERLOSS),
     "publish: no fsync of the parent directory after the rename": ("fsmem/store.py", """\
+                try:
                     fsops.fsync_dir(os.path.dirname(dst))
-                    fsops.fsync_dir(self.staging)""", """\
-                    fsops.fsync_dir(self.staging)""", POWERLOSS),
+                except OSError:""", """\
+                try:
+                    pass
+                except OSError:""", POWERLOSS),
     "publish: no syncfs before the rename": ("fsmem/store.py", """\
                     fsops.syncfs(self.staging)  # every block, the manifest, the directories""",
                                              "                    pass", POWERLOSS),
@@ -134,22 +137,15 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             fsops.write_all(fd, data)""", POWERLOSS),
     "journal: staged units not flushed before the entry (the syncfs suspect)": (
         "fsmem/store.py", """\
-                fsops.syncfs(self.staging)
-            else:
-                fsops.fsync_dir(self.staging)
-        self.write_file_atomic(path""", """\
-                pass
-            else:
-                fsops.fsync_dir(self.staging)
-        self.write_file_atomic(path""", POWERLOSS),
+            self.write_file_atomic(path, encode_pretty(entry), sync=False)
+            fsops.syncfs(self.journal_dir)""", """\
+            self.write_file_atomic(path, encode_pretty(entry), sync=True)""", POWERLOSS),
     "journal: staging directory not fsynced before the entry (fsync strategy)": (
         "fsmem/store.py", """\
-            else:
+            if self.sync:
                 fsops.fsync_dir(self.staging)
-        self.write_file_atomic(path""", """\
-            else:
-                pass
-        self.write_file_atomic(path""", POWERLOSS),
+            self.write_file_atomic(path, encode_pretty(entry), sync=True)""", """\
+            self.write_file_atomic(path, encode_pretty(entry), sync=True)""", POWERLOSS),
     "journal: entry written without fsync": (
         "fsmem/store.py", "self.write_file_atomic(path, encode_pretty(entry), sync=True)",
         "self.write_file_atomic(path, encode_pretty(entry), sync=False)", POWERLOSS),
@@ -165,15 +161,14 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             fsops.fsync_dir(os.path.dirname(path))""", """\
         fsops.replace(tmp, path)""", POWERLOSS),
     "journal apply: published parents not fsynced": ("fsmem/store.py", """\
-            for parent in [*sorted(touched), self.staging]:   # targets first: a crash
-                fsops.fsync_dir(parent)   # between the two never keeps only the old name gone""", """\
+            for parent in [*sorted(touched), self.staging]:
+                fsops.fsync_dir(parent)""", """\
             for parent in [self.staging]:
                 fsops.fsync_dir(parent)""", POWERLOSS),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
-        if self.sync if sync is None else sync:
-            fsops.fsync_dir(os.path.dirname(path))
-        if not self.pinned():""", """\
-        if not self.pinned():""", POWERLOSS),
+                self.discard(path, sync=False)
+                touched.add(os.path.dirname(path))""", """\
+                self.discard(path, sync=False)""", POWERLOSS),
     # Not listed: "journal apply: entry removal not fsynced" survives and is equivalent: a
     # journal entry that comes back after a power loss is applied again, and applying is
     # idempotent (targets already published are skipped, removed units are already gone).
