@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 import sys
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,3 +42,30 @@ def ten_event_unit(rng: random.Random, image_bytes: int = 200_000) -> list[Event
                             tool_results=[ToolOutput(name="search", output=text(rng, 100))]
                             if i % 3 == 0 else []))
     return events
+
+
+def sqlite_commit(db: sqlite3.Connection) -> Callable[[list[Event]], None]:
+    """The SQLite anchor of a commit: one transaction inserting the unit, its events and
+    their blobs (tool outputs, attachments) into a fresh schema on ``db``."""
+    db.executescript("""
+        CREATE TABLE units(id INTEGER PRIMARY KEY, created_at TEXT);
+        CREATE TABLE events(id INTEGER PRIMARY KEY, unit INT, ts TEXT, source TEXT,
+                            input TEXT, response TEXT, tools TEXT);
+        CREATE TABLE blobs(id INTEGER PRIMARY KEY, event INT, mime TEXT, data BLOB);""")
+
+    def commit(events: list[Event]) -> None:
+        db.execute("BEGIN")
+        uid = db.execute("INSERT INTO units(created_at) VALUES (datetime())").lastrowid
+        for ev in events:
+            eid = db.execute("INSERT INTO events(unit, ts, source, input, response, tools) "
+                             "VALUES (?,?,?,?,?,?)", (uid, ev.timestamp.isoformat(), ev.source,
+                                                      ev.input, ev.response,
+                                                      ",".join(ev.tools_used))).lastrowid
+            for tr in ev.tool_results:
+                db.execute("INSERT INTO blobs(event, mime, data) VALUES (?,?,?)",
+                           (eid, "text/plain", tr.output.encode()))
+            for att in ev.attachments:
+                db.execute("INSERT INTO blobs(event, mime, data) VALUES (?,?,?)",
+                           (eid, att.mime, att.data))
+        db.execute("COMMIT")
+    return commit

@@ -18,7 +18,7 @@ import textwrap
 import time
 from typing import Callable
 
-from _data import ten_event_unit, text
+from _data import sqlite_commit, ten_event_unit, text
 from _harness import CHILD_ENV, REPO, Profile, Row, Stat, Workdir, interleave
 
 from fsmem import Event, MediaAttachment, Memory, Timestamp
@@ -35,31 +35,6 @@ def _sqlite(path: str, sync: str) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={sync}")
     return db
-
-
-def _sqlite_commit(db: sqlite3.Connection) -> Callable[[list[Event]], None]:
-    db.executescript("""
-        CREATE TABLE units(id INTEGER PRIMARY KEY, created_at TEXT);
-        CREATE TABLE events(id INTEGER PRIMARY KEY, unit INT, ts TEXT, source TEXT,
-                            input TEXT, response TEXT, tools TEXT);
-        CREATE TABLE blobs(id INTEGER PRIMARY KEY, event INT, mime TEXT, data BLOB);""")
-
-    def commit(events: list[Event]) -> None:
-        db.execute("BEGIN")
-        uid = db.execute("INSERT INTO units(created_at) VALUES (datetime())").lastrowid
-        for ev in events:
-            eid = db.execute("INSERT INTO events(unit, ts, source, input, response, tools) "
-                             "VALUES (?,?,?,?,?,?)", (uid, ev.timestamp.isoformat(), ev.source,
-                                                      ev.input, ev.response,
-                                                      ",".join(ev.tools_used))).lastrowid
-            for tr in ev.tool_results:
-                db.execute("INSERT INTO blobs(event, mime, data) VALUES (?,?,?)",
-                           (eid, "text/plain", tr.output.encode()))
-            for att in ev.attachments:
-                db.execute("INSERT INTO blobs(event, mime, data) VALUES (?,?,?)",
-                           (eid, att.mime, att.data))
-        db.execute("COMMIT")
-    return commit
 
 
 NOISE = """
@@ -82,7 +57,7 @@ def _commit_pair(wd: Workdir, name: str, reps: int) -> dict[str, list[float]]:
     data = [ten_event_unit(rng) for _ in range(reps + 1)]
     mem = Memory.open(wd.path(f"{name}/fsmem"), auto_prune=False)
     mem.index   # loaded, as in a running agent: each commit also indexes its unit
-    sq = _sqlite_commit(_sqlite(wd.path(f"{name}/sqlite.db"), "FULL"))
+    sq = sqlite_commit(_sqlite(wd.path(f"{name}/sqlite.db"), "FULL"))
 
     def side(fn: Callable[[list[Event]], object], key: str) -> Callable[[], float]:
         units = iter(data)   # both sides write the same units in the same order

@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 
-from _data import ten_event_unit
+from _data import sqlite_commit, ten_event_unit
 
 from fsmem import Memory
 
@@ -37,29 +37,7 @@ def sqlite_writer(base: str, sync: str):
     db = sqlite3.connect(f"{base}/sqlite-{sync}.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={sync}")
-    db.executescript("""
-        CREATE TABLE units(id INTEGER PRIMARY KEY, created_at TEXT);
-        CREATE TABLE events(id INTEGER PRIMARY KEY, unit INT, ts TEXT, source TEXT,
-                            input TEXT, response TEXT, tools TEXT);
-        CREATE TABLE blobs(id INTEGER PRIMARY KEY, event INT, mime TEXT, data BLOB);
-    """)
-
-    def write(events) -> None:
-        db.execute("BEGIN")
-        uid = db.execute("INSERT INTO units(created_at) VALUES (datetime())").lastrowid
-        for ev in events:
-            eid = db.execute("INSERT INTO events(unit, ts, source, input, response, tools) "
-                             "VALUES (?,?,?,?,?,?)", (uid, ev.timestamp.isoformat(), ev.source,
-                                                      ev.input, ev.response,
-                                                      ",".join(ev.tools_used))).lastrowid
-            for tr in ev.tool_results:
-                db.execute("INSERT INTO blobs(event, mime, data) VALUES (?,?,?)",
-                           (eid, "text/plain", tr.output.encode()))
-            for att in ev.attachments:
-                db.execute("INSERT INTO blobs(event, mime, data) VALUES (?,?,?)",
-                           (eid, att.mime, att.data))
-        db.execute("COMMIT")
-    return db, write
+    return db, sqlite_commit(db)
 
 
 def run(base: str, units) -> dict[str, list[float]]:
