@@ -33,7 +33,7 @@ from .blocks import CHUNK, block_filename, hash_bytes
 from .errors import FormatError, FsmemError, NotFound, StoreLocked
 from .flows import Memory
 from .layout import read_small
-from .ingest import event_from_record
+from .ingest import decode_json, event_from_record
 from .media import sniff_mime
 from .model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
 from .store import LAYERS
@@ -61,7 +61,6 @@ _MEDIA_EXT = {".png": "PNG image", ".jpg": "JPEG image", ".jpeg": "JPEG image",
               ".mp4": "MP4 video", ".m4a": "MP4 audio", ".pdf": "PDF document"}
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_any = msgspec.json.Decoder()
 
 
 class Rejected(FsmemError):
@@ -885,11 +884,9 @@ def _decode(text: str, where: str) -> Any:
     """One JSON value; Rejected names the line and what is wrong (nesting past msgspec's
     depth limit is "nested too deeply", never an internal error)."""
     try:
-        return _any.decode(text)
-    except msgspec.DecodeError as exc:
-        raise Rejected(f"{where}invalid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise Rejected(f"{where}invalid JSON: nested too deeply") from exc
+        return decode_json(text, where)
+    except FormatError as exc:
+        raise Rejected(str(exc)) from exc
 
 
 # -- the daemon -----------------------------------------------------------------------------

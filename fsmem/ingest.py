@@ -22,7 +22,7 @@ from .media import sniff_mime
 from .model import Event, MediaAttachment, TextEvent, ToolOutput
 from .timestamps import Timestamp
 
-__all__ = ["events_from_jsonl", "event_from_record"]
+__all__ = ["events_from_jsonl", "event_from_record", "decode_json"]
 
 _any = msgspec.json.Decoder()
 ATTACHMENT_CAP = 1 << 30   # a path attachment is read whole: at most this big
@@ -35,16 +35,16 @@ def events_from_jsonl(text: str, name: str, base_dir: str | int | None = None) -
     stripped = text.strip()
     records: list[tuple[int, Any]] = []
     if stripped.startswith("["):
-        records = [(1, r) for r in _decode(stripped, f"{name}: ")]
+        records = [(1, r) for r in decode_json(stripped, f"{name}: ")]
     else:
         for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append((lineno, _decode(line, f"{name}: line {lineno}: ")))
+                    records.append((lineno, decode_json(line, f"{name}: line {lineno}: ")))
                 except FormatError:
                     if lineno == 1 and stripped.startswith("{"):
                         try:
-                            records = [(1, _decode(stripped, f"{name}: "))]
+                            records = [(1, decode_json(stripped, f"{name}: "))]
                             break
                         except FormatError:
                             pass
@@ -52,7 +52,7 @@ def events_from_jsonl(text: str, name: str, base_dir: str | int | None = None) -
     return [event_from_record(rec, f"{name}: line {lineno}", base_dir) for lineno, rec in records]
 
 
-def _decode(text: str, where: str) -> Any:
+def decode_json(text: str, where: str) -> Any:
     """One JSON value; FormatError says where and what (deep nesting: "nested too deeply")."""
     try:
         return _any.decode(text)
