@@ -33,26 +33,24 @@ def add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
                         help="log what happens")
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (``--top-k``, ``--budget``, ``--capacity``)."""
+def _int_arg(text: str, minimum: int, rule: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{rule}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``--top-k``, ``--budget``, ``--capacity``)."""
+    return _int_arg(text, 1, "must be at least 1")
 
 
 def nonneg_int(text: str) -> int:
     """An integer >= 0 (``--protected``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
+    return _int_arg(text, 0, "must not be negative")
 
 
 def timestamp_arg(text: str) -> Any:

@@ -501,11 +501,10 @@ class Memory(Reader):
     def _damaged_context(self) -> frozenset[str]:
         """L1 units whose manifest, blocks or vectors fail verification (the failure path
         of prune only: every block of L1 is read)."""
-        from .unit import verify_unit
+        from .unit import damaged
         with self.store.locked():
             return frozenset(uid for uid, path in self.store.list_layer("context").items()
-                             if any(not p.endswith(("unexpected entry", "unexpected symlink"))
-                                    for p in verify_unit(path, expect_id=uid)[1]))
+                             if damaged(path, uid))
 
     def remove(self, unit_id: str, layer: str = "documents") -> None:
         """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""

@@ -13,7 +13,7 @@ from .errors import FsmemError
 from .layout import LAYERS, Layout, Vanished, View, writer_alive
 from .model import check_name
 from .store import Store
-from .unit import verify_unit
+from .unit import is_stray, verify_unit
 
 __all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
 
@@ -82,8 +82,7 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
             if problems and layout.vanished(path):
                 raise Vanished(path)
             for p in problems:
-                kind = "unexpected-entry" if p.endswith(("unexpected entry", "unexpected symlink")) \
-                    else "damaged-unit"
+                kind = "unexpected-entry" if is_stray(p) else "damaged-unit"
                 findings.append(Finding(kind=kind, path=path, detail=p, unit=unit_id,
                                         layer=layer))
             if manifest is None:

@@ -27,7 +27,7 @@ from .timestamps import Timestamp
 
 __all__ = [
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
-    "block_path", "read_vectors", "staging_name",
+    "block_path", "read_vectors", "staging_name", "is_stray", "damaged",
 ]
 
 MANIFEST = "manifest.json"
@@ -176,6 +176,17 @@ def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarr
     if mat.shape != (len(ref.rows), ref.dim):
         raise FormatError(f"{path}: shape {mat.shape} != ({len(ref.rows)}, {ref.dim})")
     return ref.rows, mat
+
+
+def is_stray(problem: str) -> bool:
+    """A ``verify_unit`` problem that is a file or symlink the manifest does not name (the
+    unit's own content is intact), as opposed to damage."""
+    return problem.endswith(("unexpected entry", "unexpected symlink"))
+
+
+def damaged(unit_dir: str, unit_id: str) -> list[str]:
+    """The damage ``verify_unit`` finds in a unit (stray entries left out); [] when intact."""
+    return [p for p in verify_unit(unit_dir, expect_id=unit_id)[1] if not is_stray(p)]
 
 
 def verify_unit(unit_dir: str, *, read_data: bool = True, expect_id: str | None = None

@@ -458,7 +458,7 @@ class Watcher:
         unit published since the mark that does not verify: its file is still in the inbox or
         claimed, and is stored again. Then mark this run's start."""
         from .layout import read_small
-        from .unit import verify_unit
+        from .unit import damaged
         try:
             raw = read_small(self._mark_path(), 64)
             since = int(raw) if raw.strip().isdigit() else 0   # a torn mark: check them all
@@ -476,9 +476,8 @@ class Watcher:
                                 continue
                         except OSError:
                             continue
-                        problems = verify_unit(path, expect_id=uid)[1]
-                        if any(not p.endswith(("unexpected entry", "unexpected symlink"))
-                               for p in problems):
+                        problems = damaged(path, uid)
+                        if problems:
                             log.warning("%s: unit %s left torn by an interrupted run (%s)",
                                         self.mem.root, uid, problems[0])
                             store.quarantine(path, f"torn-{uid}")
