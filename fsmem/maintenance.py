@@ -90,17 +90,19 @@ def stored_event(mem: "Memory", event_id: str) -> str:
     """The id of the unit holding an event with this id in L1, or in an L2 unit created
     within the idempotency window ('' when none does). Damaged units are skipped (fsck
     reports them)."""
+    from .l1cache import load_context
+    for unit in load_context(mem):   # L1 from the writer's cache: re-read only what changed
+        if any(ev.id == event_id for ev in unit.manifest.events):
+            return unit.unit_id
     cutoff = time.strftime("%Y%m%dT%H%M%S", time.gmtime(time.time() - IDEMPOTENCY_WINDOW_S))
-    for layer in ("context", "documents"):
-        for unit_id, path in mem.store.list_layer(layer).items():
-            if layer == "documents":
-                m = _ID_TIME.match(unit_id)
-                if m is None or m.group(1) < cutoff:
-                    continue
-            try:
-                manifest = read_manifest(path, expect_id=unit_id)
-            except (FsmemError, OSError, ValueError):
-                continue
-            if any(ev.id == event_id for ev in manifest.events):
-                return unit_id
+    for unit_id, path in mem.store.list_layer("documents").items():
+        m = _ID_TIME.match(unit_id)
+        if m is None or m.group(1) < cutoff:
+            continue
+        try:
+            manifest = read_manifest(path, expect_id=unit_id)
+        except (FsmemError, OSError, ValueError):
+            continue
+        if any(ev.id == event_id for ev in manifest.events):
+            return unit_id
     return ""
