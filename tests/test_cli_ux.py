@@ -117,8 +117,11 @@ def test_broken_pipe_is_quiet_and_ctrl_c_is_one_line(store):
     os.close(wfd)
     assert p.returncode == 0 and p.stderr == b"", p.stderr
     before = tree(root)
+    # A shell's background job inherits SIGINT ignored (and Python then keeps it ignored); at a
+    # terminal Ctrl-C always meets the default disposition, so the child starts with it.
     p = subprocess.Popen([*CMD, "commit", "--root", root], stdin=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, cwd=str(REPO), env=ENV)
+                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, cwd=str(REPO), env=ENV,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(1.0)            # blocked reading stdin that never ends
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=20)
