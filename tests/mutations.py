@@ -196,7 +196,9 @@ def run_suite(pkg_root: Path, tests: list[str] = TESTS) -> tuple[int, str]:
     """(pytest exit code, first failing test). Exit 1 means a test failed: a kill; any other
     non-zero code (collection error, crash) means the mutant was broken, not caught."""
     env = {**os.environ, "FSMEM_TEST_PKG_ROOT": str(pkg_root)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+    # One process (-n 0): with xdist workers, -x ends a red run as "interrupted" (exit 2).
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-x", "-q",
+                           "-p", "no:cacheprovider",
                            *tests], cwd=REPO, env=env, capture_output=True, text=True)
     failed = next((ln.split(" ")[1] for ln in proc.stdout.splitlines()
                    if ln.startswith("FAILED ")), "")
