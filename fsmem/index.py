@@ -213,6 +213,7 @@ class Index:
         self.ev_unit = np.zeros(0, np.int64)
         self._gen = ""
         self._pend_cache: "_PendingRows | None" = None
+        self._ev_alive_cache: tuple | None = None   # see _event_alive
         self.missing: set[str] = set()   # units whose cached vectors were not all there
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -606,6 +607,7 @@ class Index:
         row = self.row_of.get(unit_id)
         if row is not None:
             self.alive[row] = False
+            self._ev_alive_cache = None
 
     def __len__(self) -> int:
         return int(self.alive.sum()) + len(self.pending)
@@ -701,9 +703,9 @@ class Index:
         if ranker != "bm25":
             self.dense   # checked (and rebuilt if damaged) before anything is taken from it
         pend = self._pending_rows()
-        ids = self.ids + pend.unit_ids
+        ids = self.ids + pend.unit_ids if pend.unit_ids else self.ids   # no 100k-item copy
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
-        ev_alive = np.concatenate([self.alive[self.ev_unit], np.ones(pend.n, bool)])
+        ev_alive = np.concatenate([self._event_alive()[0], np.ones(pend.n, bool)])
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         raw = dense = None
         prev = np.concatenate([self.ev_prev, pend.prev])
@@ -789,21 +791,33 @@ class Index:
         q_terms = np.unique(term_hashes([text]))
         if not len(q_terms):
             return scores
-        rows, tf, qi = _lookup(self.post, q_terms)
-        ev_alive = self.alive[self.ev_unit]
-        live = ev_alive[rows]
-        rows, tf, qi = rows[live], tf[live], qi[live]
-        p_rows, p_tf, p_qi = _lookup(pend.post, q_terms)
-        rows = np.concatenate([rows, p_rows + n_base])
-        tf, qi = np.concatenate([tf, p_tf]), np.concatenate([qi, p_qi])
-        df = np.bincount(qi, minlength=len(q_terms)).astype(np.float32)
+        ev_alive, all_alive = self._event_alive()
+        hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
+        if not all_alive:   # rows of removed units: no score, not counted in df
+            hits = [(qi, rows[ev_alive[rows]], tf[ev_alive[rows]]) for qi, rows, tf in hits]
+        if pend.n:
+            hits += [(qi, rows + n_base, tf) for qi, rows, tf
+                     in _term_postings(pend.post, q_terms)]
+        df = np.zeros(len(q_terms), np.float32)
+        for qi, rows, _ in hits:
+            df[qi] += len(rows)
         n_live = int(ev_alive.sum()) + pend.n
-        doclen = np.concatenate([self.ev_len, pend.lens])
+        doclen = np.concatenate([self.ev_len, pend.lens]) if pend.n else np.asarray(self.ev_len)
         total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
         avgdl = max(total / max(n_live, 1), 1e-9)
         idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
-        ranking.bm25_add(scores, rows, tf, idf[qi], doclen, avgdl)
+        for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
+            ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores
+
+    def _event_alive(self) -> tuple[np.ndarray, bool]:
+        """Per compacted event row, whether its unit is live, and whether all are: kept
+        until a removal or new arrays (an O(rows) gather once, not on every query)."""
+        c = self._ev_alive_cache
+        if c is None or c[0] is not self.alive or c[1] is not self.ev_unit:
+            ev_alive = self.alive[self.ev_unit]
+            c = self._ev_alive_cache = (self.alive, self.ev_unit, ev_alive, bool(ev_alive.all()))
+        return c[2], c[3]
 
     def bm25(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the BM25 score of its best event row."""
@@ -897,19 +911,40 @@ class _PendingRows:
         return pend_prev, pend_next, extra
 
 
+def _term_postings(post: _Postings, q_terms: np.ndarray
+                   ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(query term index, rows, tfs) of each of the sorted ``q_terms`` found in ``post``:
+    views of the CSR arrays (a term's postings are contiguous), nothing copied."""
+    if not len(post.terms) or not len(q_terms):
+        return []
+    pos = np.searchsorted(post.terms, q_terms)
+    ok = pos < len(post.terms)
+    ok[ok] = post.terms[pos[ok]] == q_terms[ok]
+    ptr, rows, tfs = np.asarray(post.ptr), np.asarray(post.rows), np.asarray(post.tfs)
+    out = []
+    for i in np.flatnonzero(ok):
+        lo, hi = int(ptr[pos[i]]), int(ptr[pos[i] + 1])
+        out.append((int(i), rows[lo:hi], tfs[lo:hi]))
+    return out
+
+
 def _lookup(post: _Postings, q_terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, tf, query term index) of every posting of the sorted unique ``q_terms``."""
+    """(row, tf, query term index) of every posting of the sorted unique ``q_terms``: each
+    term's postings are one contiguous slice, joined (no per-posting index arithmetic)."""
     if not len(post.terms):
         return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64)
     pos = np.searchsorted(post.terms, q_terms)
     ok = pos < len(post.terms)
     ok[ok] = post.terms[pos[ok]] == q_terms[ok]
-    starts = np.where(ok, post.ptr[np.minimum(pos, len(post.ptr) - 1)], 0)
-    ends = np.where(ok, post.ptr[np.minimum(pos + 1, len(post.ptr) - 1)], 0)
-    lens = ends - starts
-    idx = np.repeat(starts - np.cumsum(np.concatenate(([0], lens[:-1]))), lens) \
-        + np.arange(lens.sum())
-    return (post.rows[idx].astype(np.int64), post.tfs[idx],
+    ptr, rows, tfs = np.asarray(post.ptr), np.asarray(post.rows), np.asarray(post.tfs)
+    found = np.flatnonzero(ok)
+    spans = [(int(ptr[pos[i]]), int(ptr[pos[i] + 1])) for i in found]
+    lens = np.zeros(len(q_terms), np.int64)
+    lens[found] = [hi - lo for lo, hi in spans]
+    if not spans:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64)
+    return (np.concatenate([rows[lo:hi] for lo, hi in spans]),
+            np.concatenate([tfs[lo:hi] for lo, hi in spans]),
             np.repeat(np.arange(len(q_terms)), lens))
 
 
