@@ -56,6 +56,7 @@ _SAVE_EVERY = 64
 _PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
 _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
+_POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
 _PENDING_MAX = 256
 _GEN_GRACE_S = 60.0
 _SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
@@ -179,15 +180,65 @@ class Index:
             log.warning("%s: checksum mismatch; rebuilding the index from the directories", path)
             self.rebuild()
 
+    @property
+    def post(self) -> "_Postings":
+        """The postings; a mapped snapshot's four arrays are checksummed on first use (by a
+        search or a compaction), not at open: a fresh process that opens and counts, or
+        only adds, never pays for hashing them."""
+        if self._post_check is not None:
+            self._verify_post()
+        return self._post
+
+    @post.setter
+    def post(self, value: "_Postings") -> None:
+        self._post = value
+
+    @property
+    def row_of(self) -> dict[str, int]:
+        """unit id -> row of the arrays, built on first use (at 100k units the dict costs
+        tens of ms, which an open that only counts or appends does not need)."""
+        if self._row_of is None:
+            self._row_of = {u: i for i, u in enumerate(self.ids)}
+        return self._row_of
+
+    @row_of.setter
+    def row_of(self, value: dict[str, int] | None) -> None:
+        self._row_of = value
+
+    def _verify_post(self) -> None:
+        """BLAKE3 of each postings file (opened at load, like the dense one); on a mismatch
+        the index is rebuilt from the directories."""
+        checks, self._post_check = self._post_check or [], None
+        ok = True
+        for path, fd, digest in checks:
+            try:
+                ok = ok and _fd_digest(fd) == digest
+            except (OSError, ValueError):
+                ok = False
+            finally:
+                os.close(fd)
+            if not ok:
+                log.warning("%s: checksum mismatch; rebuilding the index from the directories",
+                            path)
+        if not ok:
+            self.rebuild()
+
+    def _close_post_check(self) -> None:
+        checks, self._post_check = getattr(self, "_post_check", None) or [], None
+        for _path, fd, _digest in checks:
+            os.close(fd)
+
     def __del__(self) -> None:
         check = getattr(self, "_dense_check", None)
         if check is not None:
             os.close(check[1])
+        self._close_post_check()
 
     def _clear(self) -> None:
         if getattr(self, "_dense_check", None) is not None:
             os.close(self._dense_check[1])
         self._dense_check: tuple[str, int, str] | None = None
+        self._close_post_check()   # (path, fd, digest) of each postings file not yet checked
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
         self.inos = np.zeros(0, np.int64)
@@ -299,6 +350,10 @@ class Index:
                     # The largest array, unread by the default ranker: checked on first use.
                     self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                                          meta.digests.get(name, ""))
+                elif name in _POSTINGS:   # checked on first use too (see ``post``)
+                    self._post_check = (self._post_check or []) + [
+                        (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                         meta.digests.get(name, ""))]
                 elif _file_digest(path) != meta.digests.get(name):
                     raise ValueError(f"{path}: checksum mismatch")
                 arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -319,7 +374,7 @@ class Index:
             log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
             return False
         self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
-        self.row_of = {u: i for i, u in enumerate(self.ids)}
+        self.row_of = None   # built on first use
         self.inos, self.dense = arrays["inos"], arrays["dense"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
@@ -616,6 +671,7 @@ class Index:
         """Fold pending entries into the arrays and postings; drop removed rows; work out the
         neighbours of every event row (one sort; never per query)."""
         self.dense   # checked (and rebuilt if damaged) before it is folded into a new one
+        self.post    # the same
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
             return
@@ -702,6 +758,8 @@ class Index:
             return []
         if ranker != "bm25":
             self.dense   # checked (and rebuilt if damaged) before anything is taken from it
+        if ranker != "dense":
+            self.post    # the same
         pend = self._pending_rows()
         ids = self.ids + pend.unit_ids if pend.unit_ids else self.ids   # no 100k-item copy
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
@@ -785,6 +843,7 @@ class Index:
     def bm25_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
         compacted rows first, then the pending ones (rows of removed units score 0)."""
+        self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
         scores = np.zeros(n_base + pend.n, np.float32)
@@ -821,6 +880,7 @@ class Index:
 
     def bm25(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the BM25 score of its best event row."""
+        self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = self._pending_rows()
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         return ranking.unit_max(self.bm25_rows(text, pend), starts)
@@ -998,6 +1058,16 @@ def clamp_ns(ns: int) -> int:
     """A time in ns as an int64 (Go's year 1 and year 9999 do not fit): only for ordering
     and neighbour windows in the derived index; the exact time stays in the manifest."""
     return min(max(ns, _I64[0]), _I64[1])
+
+
+def _fd_digest(fd: int) -> str:
+    """BLAKE3 of an open file's bytes (mapped, hashed on all cores)."""
+    import mmap
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    if os.fstat(fd).st_size:
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+            hasher.update(mm)
+    return hasher.hexdigest()
 
 
 def _file_digest(path: str) -> str:
