@@ -992,26 +992,6 @@ def _term_postings(post: _Postings, q_terms: np.ndarray
     return out
 
 
-def _lookup(post: _Postings, q_terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, tf, query term index) of every posting of the sorted unique ``q_terms``: each
-    term's postings are one contiguous slice, joined (no per-posting index arithmetic)."""
-    if not len(post.terms):
-        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64)
-    pos = np.searchsorted(post.terms, q_terms)
-    ok = pos < len(post.terms)
-    ok[ok] = post.terms[pos[ok]] == q_terms[ok]
-    ptr, rows, tfs = np.asarray(post.ptr), np.asarray(post.rows), np.asarray(post.tfs)
-    found = np.flatnonzero(ok)
-    spans = [(int(ptr[pos[i]]), int(ptr[pos[i] + 1])) for i in found]
-    lens = np.zeros(len(q_terms), np.int64)
-    lens[found] = [hi - lo for lo, hi in spans]
-    if not spans:
-        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64)
-    return (np.concatenate([rows[lo:hi] for lo, hi in spans]),
-            np.concatenate([tfs[lo:hi] for lo, hi in spans]),
-            np.repeat(np.arange(len(q_terms)), lens))
-
-
 fuse = ranking.fuse
 
 
