@@ -44,8 +44,9 @@ calls in one process, or alternate fresh child processes for the open, watch and
 order flips every round), so load from other jobs on this shared machine hits both sides. The
 table gives medians in milliseconds (p95 in brackets where a tail matters), n = measured pairs
 after one warm-up, the ratio fsmem / anchor, and the target of issue 18 with pass or MISS.
-Absolute times move with the machine's load (see the header); read the ratios. No timing is
-asserted by any test."""
+Absolute times move with the machine's load (see the header); read the ratios. Child
+processes run from compiled bytecode (kept in the harness's temp dir), as an installed fsmem
+does. No timing is asserted by any test."""
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

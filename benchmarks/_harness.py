@@ -174,6 +174,11 @@ class Workdir:
         if parent:
             os.makedirs(parent, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="fsmem-bench-", dir=parent)
+        # Child processes run from compiled bytecode, as an installed fsmem does: kept in the
+        # temp dir (removed at the end), even where PYTHONDONTWRITEBYTECODE is set, so a
+        # fresh-process row does not time compiling fsmem's lazily imported modules.
+        CHILD_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        CHILD_ENV["PYTHONPYCACHEPREFIX"] = os.path.join(self.tmp, "pycache")
         self.cache = None
         if cache:
             cache = os.path.abspath(cache)

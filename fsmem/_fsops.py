@@ -192,7 +192,8 @@ def link(src: str | os.PathLike, dst: str | os.PathLike) -> None:
 
 def unlink(path: str | os.PathLike, *, dir_fd: int | None = None) -> None:
     _enter("unlink")
-    _rec("unlink", _abs(path, dir_fd))
+    if _log is not None:   # _abs of a dir_fd path costs a readlink: only when recording
+        _rec("unlink", _abs(path, dir_fd))
     os.unlink(path, dir_fd=dir_fd)
 
 
@@ -212,7 +213,8 @@ def rename(src: str | os.PathLike, dst: str | os.PathLike, *, src_dir_fd: int | 
            dst_dir_fd: int | None = None) -> None:
     """Plain rename: only for files, or directories to a name known not to exist."""
     _enter("rename")
-    _rec("rename", _abs(src, src_dir_fd), _abs(dst, dst_dir_fd))
+    if _log is not None:   # _abs of a dir_fd path costs a readlink: only when recording
+        _rec("rename", _abs(src, src_dir_fd), _abs(dst, dst_dir_fd))
     os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 

@@ -147,6 +147,7 @@ class _InboxDirs:
         self.inbox_fd = _open_dir(self.inbox)
         self.proc_fd = _open_dir(self.processing, create_in=self.inbox_fd)
         self.rej_fd = _open_dir(self.rejected, create_in=self.inbox_fd)
+        self._no_side: set[str] = set()   # claims made here without a .name- file
 
     def close(self) -> None:
         for fd in (self.inbox_fd, self.proc_fd, self.rej_fd):
@@ -172,6 +173,8 @@ class _InboxDirs:
         if claim != prefix + name:
             self._write_side(_side(claim), os.fsencode(name))
         fsops.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
+        if claim == prefix + name:
+            self._no_side.add(claim)
         return claim
 
     def original_name(self, claim: str) -> str:
@@ -196,6 +199,9 @@ class _InboxDirs:
             os.close(fd)
 
     def _drop_side(self, claim: str) -> None:
+        if claim in self._no_side:   # claimed by this run with no side file: no unlink
+            self._no_side.discard(claim)
+            return
         try:
             os.unlink(_side(claim), dir_fd=self.proc_fd)
         except FileNotFoundError:
@@ -327,6 +333,7 @@ class _Ledger:
         self.mem = mem
         self.path = os.path.join(mem.store.meta, LEDGER)
         self.map: dict[str, str] = {}
+        self._fd: int | None = None   # the kept append descriptor (see ``add``)
 
     def load(self) -> None:
         try:
@@ -348,16 +355,37 @@ class _Ledger:
                     self.map[parts[0]] = parts[1]
 
     def rebuild(self, scan: _StoreScan) -> None:
+        self.close()   # the file is replaced: the next add opens the new one
         self.map = dict(scan.digests)
         data = "".join(f"{d} {u}\n" for d, u in sorted(self.map.items())).encode()
         self.mem.store.write_file_atomic(self.path, data, sync=False)
 
     def add(self, digest: str, unit_id: str) -> None:
+        """Append one line through a descriptor kept open between files (one open per run,
+        not per file; ``rebuild`` replaces the file and closes it). The ledger is derived: a
+        ledger removed under a running watcher is rebuilt from the manifests next start."""
         self.map[digest] = unit_id
-        fd = fsops.open_(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = self._append_fd()
         try:
             fsops.write_all(fd, f"{digest} {unit_id}\n".encode())
-        finally:
+        except BaseException:
+            self.close()   # a failed write: the next add starts from a fresh open
+            raise
+
+    def _append_fd(self) -> int:
+        if self._fd is None:
+            fd = fsops.open_(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                             | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise FormatError(f"{self.path}: not a regular file")
+            self._fd = fd
+        return self._fd
+
+    def close(self) -> None:
+        """Close the kept append descriptor (the watcher's exit)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
             os.close(fd)
 
     def forget(self, digest: str) -> None:

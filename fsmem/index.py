@@ -31,7 +31,7 @@ import numpy as np
 from . import ranking
 from .analyze import ANALYZER_VERSION, date_text, term_hashes
 from .errors import FsmemError
-from .layout import read_small
+from .layout import open_regular, read_small
 from .timestamps import Timestamp
 from .unit import block_path, read_manifest, read_vectors
 
@@ -56,6 +56,10 @@ _SAVE_EVERY = 64
 _PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
 _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
+_POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
+_META_CAP = 1 << 30              # meta.json: ~70 bytes per unit (the small-file cap is 16 MB)
+_HASH_THREADS_FROM = 16 << 20    # files bigger than this are hashed on all cores
+_BLAS_FROM = 8 << 20             # matrix elements (16k rows x 512) from which BLAS is used
 _PENDING_MAX = 256
 _GEN_GRACE_S = 60.0
 _SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
@@ -179,15 +183,65 @@ class Index:
             log.warning("%s: checksum mismatch; rebuilding the index from the directories", path)
             self.rebuild()
 
+    @property
+    def post(self) -> "_Postings":
+        """The postings; a mapped snapshot's four arrays are checksummed on first use (by a
+        search or a compaction), not at open: a fresh process that opens and counts, or
+        only adds, never pays for hashing them."""
+        if self._post_check is not None:
+            self._verify_post()
+        return self._post
+
+    @post.setter
+    def post(self, value: "_Postings") -> None:
+        self._post = value
+
+    @property
+    def row_of(self) -> dict[str, int]:
+        """unit id -> row of the arrays, built on first use (at 100k units the dict costs
+        tens of ms, which an open that only counts or appends does not need)."""
+        if self._row_of is None:
+            self._row_of = {u: i for i, u in enumerate(self.ids)}
+        return self._row_of
+
+    @row_of.setter
+    def row_of(self, value: dict[str, int] | None) -> None:
+        self._row_of = value
+
+    def _verify_post(self) -> None:
+        """BLAKE3 of each postings file (opened at load, like the dense one); on a mismatch
+        the index is rebuilt from the directories."""
+        checks, self._post_check = self._post_check or [], None
+        ok = True
+        for path, fd, digest in checks:
+            try:
+                ok = ok and _fd_digest(fd) == digest
+            except (OSError, ValueError):
+                ok = False
+            finally:
+                os.close(fd)
+            if not ok:
+                log.warning("%s: checksum mismatch; rebuilding the index from the directories",
+                            path)
+        if not ok:
+            self.rebuild()
+
+    def _close_post_check(self) -> None:
+        checks, self._post_check = getattr(self, "_post_check", None) or [], None
+        for _path, fd, _digest in checks:
+            os.close(fd)
+
     def __del__(self) -> None:
         check = getattr(self, "_dense_check", None)
         if check is not None:
             os.close(check[1])
+        self._close_post_check()
 
     def _clear(self) -> None:
         if getattr(self, "_dense_check", None) is not None:
             os.close(self._dense_check[1])
         self._dense_check: tuple[str, int, str] | None = None
+        self._close_post_check()   # (path, fd, digest) of each postings file not yet checked
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
         self.inos = np.zeros(0, np.int64)
@@ -213,6 +267,7 @@ class Index:
         self.ev_unit = np.zeros(0, np.int64)
         self._gen = ""
         self._pend_cache: "_PendingRows | None" = None
+        self._ev_alive_cache: tuple | None = None   # see _event_alive
         self.missing: set[str] = set()   # units whose cached vectors were not all there
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -285,7 +340,7 @@ class Index:
         try:
             gen_name = read_small(os.path.join(self.dir, "CURRENT"), 4096).decode("ascii").strip()
             gen = os.path.join(self.dir, gen_name)
-            meta = msgspec.json.decode(read_small(os.path.join(gen, "meta.json")), type=_Meta)
+            meta = _read_meta(os.path.join(gen, "meta.json"))
             if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
                     or meta.dim != self.dim:
                 return False
@@ -298,6 +353,10 @@ class Index:
                     # The largest array, unread by the default ranker: checked on first use.
                     self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                                          meta.digests.get(name, ""))
+                elif name in _POSTINGS:   # checked on first use too (see ``post``)
+                    self._post_check = (self._post_check or []) + [
+                        (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                         meta.digests.get(name, ""))]
                 elif _file_digest(path) != meta.digests.get(name):
                     raise ValueError(f"{path}: checksum mismatch")
                 arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -318,7 +377,7 @@ class Index:
             log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
             return False
         self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
-        self.row_of = {u: i for i, u in enumerate(self.ids)}
+        self.row_of = None   # built on first use
         self.inos, self.dense = arrays["inos"], arrays["dense"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
@@ -606,6 +665,7 @@ class Index:
         row = self.row_of.get(unit_id)
         if row is not None:
             self.alive[row] = False
+            self._ev_alive_cache = None
 
     def __len__(self) -> int:
         return int(self.alive.sum()) + len(self.pending)
@@ -614,6 +674,7 @@ class Index:
         """Fold pending entries into the arrays and postings; drop removed rows; work out the
         neighbours of every event row (one sort; never per query)."""
         self.dense   # checked (and rebuilt if damaged) before it is folded into a new one
+        self.post    # the same
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
             return
@@ -700,10 +761,12 @@ class Index:
             return []
         if ranker != "bm25":
             self.dense   # checked (and rebuilt if damaged) before anything is taken from it
+        if ranker != "dense":
+            self.post    # the same
         pend = self._pending_rows()
-        ids = self.ids + pend.unit_ids
+        ids = self.ids + pend.unit_ids if pend.unit_ids else self.ids   # no 100k-item copy
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
-        ev_alive = np.concatenate([self.alive[self.ev_unit], np.ones(pend.n, bool)])
+        ev_alive = np.concatenate([self._event_alive()[0], np.ones(pend.n, bool)])
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         raw = dense = None
         prev = np.concatenate([self.ev_prev, pend.prev])
@@ -768,10 +831,11 @@ class Index:
         pend = pend or self._pending_rows()
         embed = getattr(self.mem.embedder, "embed_query", None) or self.mem.embedder.embed
         q = embed([text])[0].astype(np.float32)
-        base = self.dense @ q
+        base = _matvec(self.dense, q)
         if not pend.entries:
             return base
-        return np.concatenate([base] + [e.vector @ q for e in pend.entries]).astype(np.float32)
+        return np.concatenate([base] + [_matvec(e.vector, q) for e in pend.entries]
+                              ).astype(np.float32)
 
     def dense_scores(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the cosine of its best event row."""
@@ -783,30 +847,44 @@ class Index:
     def bm25_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
         compacted rows first, then the pending ones (rows of removed units score 0)."""
+        self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
         scores = np.zeros(n_base + pend.n, np.float32)
         q_terms = np.unique(term_hashes([text]))
         if not len(q_terms):
             return scores
-        rows, tf, qi = _lookup(self.post, q_terms)
-        ev_alive = self.alive[self.ev_unit]
-        live = ev_alive[rows]
-        rows, tf, qi = rows[live], tf[live], qi[live]
-        p_rows, p_tf, p_qi = _lookup(pend.post, q_terms)
-        rows = np.concatenate([rows, p_rows + n_base])
-        tf, qi = np.concatenate([tf, p_tf]), np.concatenate([qi, p_qi])
-        df = np.bincount(qi, minlength=len(q_terms)).astype(np.float32)
+        ev_alive, all_alive = self._event_alive()
+        hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
+        if not all_alive:   # rows of removed units: no score, not counted in df
+            hits = [(qi, rows[ev_alive[rows]], tf[ev_alive[rows]]) for qi, rows, tf in hits]
+        if pend.n:
+            hits += [(qi, rows + n_base, tf) for qi, rows, tf
+                     in _term_postings(pend.post, q_terms)]
+        df = np.zeros(len(q_terms), np.float32)
+        for qi, rows, _ in hits:
+            df[qi] += len(rows)
         n_live = int(ev_alive.sum()) + pend.n
-        doclen = np.concatenate([self.ev_len, pend.lens])
+        doclen = np.concatenate([self.ev_len, pend.lens]) if pend.n else np.asarray(self.ev_len)
         total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
         avgdl = max(total / max(n_live, 1), 1e-9)
         idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
-        ranking.bm25_add(scores, rows, tf, idf[qi], doclen, avgdl)
+        for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
+            ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores
+
+    def _event_alive(self) -> tuple[np.ndarray, bool]:
+        """Per compacted event row, whether its unit is live, and whether all are: kept
+        until a removal or new arrays (an O(rows) gather once, not on every query)."""
+        c = self._ev_alive_cache
+        if c is None or c[0] is not self.alive or c[1] is not self.ev_unit:
+            ev_alive = self.alive[self.ev_unit]
+            c = self._ev_alive_cache = (self.alive, self.ev_unit, ev_alive, bool(ev_alive.all()))
+        return c[2], c[3]
 
     def bm25(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the BM25 score of its best event row."""
+        self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = self._pending_rows()
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         return ranking.unit_max(self.bm25_rows(text, pend), starts)
@@ -897,20 +975,21 @@ class _PendingRows:
         return pend_prev, pend_next, extra
 
 
-def _lookup(post: _Postings, q_terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, tf, query term index) of every posting of the sorted unique ``q_terms``."""
-    if not len(post.terms):
-        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64)
+def _term_postings(post: _Postings, q_terms: np.ndarray
+                   ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(query term index, rows, tfs) of each of the sorted ``q_terms`` found in ``post``:
+    views of the CSR arrays (a term's postings are contiguous), nothing copied."""
+    if not len(post.terms) or not len(q_terms):
+        return []
     pos = np.searchsorted(post.terms, q_terms)
     ok = pos < len(post.terms)
     ok[ok] = post.terms[pos[ok]] == q_terms[ok]
-    starts = np.where(ok, post.ptr[np.minimum(pos, len(post.ptr) - 1)], 0)
-    ends = np.where(ok, post.ptr[np.minimum(pos + 1, len(post.ptr) - 1)], 0)
-    lens = ends - starts
-    idx = np.repeat(starts - np.cumsum(np.concatenate(([0], lens[:-1]))), lens) \
-        + np.arange(lens.sum())
-    return (post.rows[idx].astype(np.int64), post.tfs[idx],
-            np.repeat(np.arange(len(q_terms)), lens))
+    ptr, rows, tfs = np.asarray(post.ptr), np.asarray(post.rows), np.asarray(post.tfs)
+    out = []
+    for i in np.flatnonzero(ok):
+        lo, hi = int(ptr[pos[i]]), int(ptr[pos[i] + 1])
+        out.append((int(i), rows[lo:hi], tfs[lo:hi]))
+    return out
 
 
 fuse = ranking.fuse
@@ -965,8 +1044,43 @@ def clamp_ns(ns: int) -> int:
     return min(max(ns, _I64[0]), _I64[1])
 
 
-def _file_digest(path: str) -> str:
+def _fd_digest(fd: int) -> str:
+    """BLAKE3 of an open file's bytes (mapped, hashed on all cores)."""
+    import mmap
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    if os.fstat(fd).st_size:
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+            hasher.update(mm)
+    return hasher.hexdigest()
+
+
+def _matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``m @ v`` without BLAS for a matrix up to _BLAS_FROM elements: BLAS wakes its thread
+    pool for a product that one core does faster (dense top-10 at 10k units: 18 ms with
+    OpenBLAS threads, 9 ms without, fresh processes, interleaved)."""
+    if m.size <= _BLAS_FROM:
+        return np.einsum("ij,j->i", m, v)
+    return m @ v
+
+
+def _read_meta(path: str) -> "_Meta":
+    """meta.json decoded straight from a read-only mapping of it (opened safely: no symlink,
+    no FIFO, under 1 GiB): no read-and-join copy of its megabytes (~7 MB at 100k units)."""
+    import mmap
+    fd = open_regular(path, cap=_META_CAP)
+    try:
+        if not os.fstat(fd).st_size:
+            raise ValueError(f"{path}: empty")
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+            return msgspec.json.decode(mm, type=_Meta)
+    finally:
+        os.close(fd)
+
+
+def _file_digest(path: str) -> str:
+    # all cores only for a big file: for small arrays the thread pool costs more than it saves
+    big = os.stat(path).st_size > _HASH_THREADS_FROM
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if big else 1)
     hasher.update_mmap(path)
     return hasher.hexdigest()
 

@@ -51,6 +51,7 @@ LAYER_SETTLE_S = 0.3      # a changed unit directory unchanged this long is reco
 ONCE_WAIT_S = 10.0        # --once leaves files still being written after this long
 BATCH = 256               # at most this many files made durable by one syncfs...
 _CTIME_SLACK_NS = 2_000_000_000   # inode ctimes come from a coarse clock: a margin
+_CTIME_MARGIN_NS = 50_000_000     # ...and a file's age from its ctime is trusted less this
 BATCH_AGE_S = 1.0         # ...or those stored in this long (group commit)
 RETRY_BASE_S = 2.0        # a deferred claim is retried after 2, 4, 8... seconds...
 RETRY_MAX_S = 60.0        # ...at most this long apart (a full disk is waited out, forever)
@@ -67,6 +68,7 @@ class _Candidate:
     settle: float = SETTLE_S
     writing: bool = False
     next_check: float = 0.0
+    aged: bool = False   # ``since`` was set back by the age of the file's ctime
 
 
 class Watcher:
@@ -111,6 +113,7 @@ class Watcher:
             ledger = _Ledger(self.mem)
             ledger.load()
             self.ingestor = Ingestor(self.mem, self.dirs, ledger, self.size_cap)
+            self._ledger = ledger
             observer = None if once else self._observe()
             self._settle_torn()
             self._reconcile()
@@ -135,6 +138,8 @@ class Watcher:
                 observer.join(timeout=5)
                 wd_log.setLevel(level)
             self.mem.close()  # saves the index if it has unsaved changes
+            if hasattr(self, "_ledger"):
+                self._ledger.close()
             if hasattr(self, "dirs"):
                 self.dirs.close()
             os.close(lock_fd)
@@ -201,9 +206,12 @@ class Watcher:
         self._once = once
         started = time.monotonic()
         next_rescan = started + self.rescan_s
+        first = True   # the start-up scan's entries are looked at without a wait
         while not self._stopping:
             had = bool(self._candidates)
-            self._drain(0.05 if self._candidates or self._layer_pending else self._idle())
+            self._drain(0.0 if first else 0.05 if self._candidates or self._layer_pending
+                        else self._idle())
+            first = False
             now = time.monotonic()
             self._handle(self._ready(now))
             self._flush()
@@ -230,7 +238,9 @@ class Watcher:
     def _housekeep(self, once: bool) -> None:
         """Between files too: look at the event queue, reconcile, retry deferred claims."""
         self._housekept = time.monotonic()
-        if self._batch and self._housekept - self._batch_t > BATCH_AGE_S:
+        # the age bound keeps a daemon's acknowledgements prompt; --once acknowledges at its
+        # exit anyway, so it syncs only per full batch (one syncfs per BATCH files)
+        if self._batch and not once and self._housekept - self._batch_t > BATCH_AGE_S:
             self._flush()
         self._drain(0.0)
         if self._layer_pending:
@@ -297,7 +307,9 @@ class Watcher:
                 continue
             key = _stat_key(st, name, self.dirs.inbox_fd)
             if key != c.key:
-                c.key, c.since, c.settle = key, now, self._settle(st, c)
+                c.key, c.settle = key, self._settle(st, c)
+                age = self._unchanged_for(st, c.settle)
+                c.since, c.aged = now - age, age > 0
             c.next_check = c.since + c.settle
             if now >= c.next_check:
                 ready.append(name)
@@ -312,6 +324,16 @@ class Watcher:
         if self._lease_ok:
             return SETTLE_S
         return QUIET_NO_CLOSE_S if c.writing else SETTLE_NO_LEASE_S
+
+    def _unchanged_for(self, st: os.stat_result, settle: float) -> float:
+        """How long a regular file has certainly not changed, from its ctime (any write,
+        rename or chmod sets it), capped at ``settle``: a file dropped before the watcher
+        looked is not waited for again. Only while file leases work (a local filesystem,
+        the writer check at claim time); 0 otherwise, and for directories."""
+        if not (self._lease_ok and stat.S_ISREG(st.st_mode)):
+            return 0.0
+        age_ns = time.time_ns() - st.st_ctime_ns - _CTIME_MARGIN_NS
+        return min(settle, age_ns / 1e9) if age_ns > 0 else 0.0
 
     def _handle(self, names: list[str]) -> None:
         for name in names:
@@ -331,7 +353,8 @@ class Watcher:
         except FileNotFoundError:
             self._candidates.pop(name, None)
             return None
-        if _stat_key(st, name, self.dirs.inbox_fd) != c.key or self._held(name, st):
+        if _stat_key(st, name, self.dirs.inbox_fd) != c.key or self._held(name, st) \
+                or (c.aged and not self._lease_ok):   # no leases after all: wait it out
             c.key, c.next_check = None, time.monotonic() + SETTLE_S
             return None
         self._candidates.pop(name, None)

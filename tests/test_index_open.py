@@ -95,3 +95,32 @@ def test_damaged_dense_array_is_found_on_first_use(root):
     want.reindex()
     assert got == want.index.search("orchard ferry", 5, "dense")
     assert np.isfinite(mem.index.dense).all()
+
+
+def test_damaged_postings_are_found_on_first_search(root, caplog):
+    """The postings are checksummed when a search first reads them, not at open; a byte
+    changed in place (same size: only a checksum sees it) rebuilds the index, same answers."""
+    _store(root)
+    want = Memory.open(root, durability="off", auto_prune=False)
+    want.reindex()
+    expect = [want.index.search(q, 5, "bm25") for q in ("orchard", "ferry mill", "entry 7")]
+    gen = os.path.join(root, ".fsmem", "index",
+                       open(os.path.join(root, ".fsmem", "index", "CURRENT")).read().strip())
+    path = os.path.join(gen, "p_tfs.npy")
+    with open(path, "r+b") as fh:
+        fh.seek(os.path.getsize(path) - 3)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0x40]))
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert len(mem.index) == 30 and mem.index._post_check is not None   # not hashed yet
+    with caplog.at_level("WARNING", logger="fsmem.index"):
+        got = [mem.index.search(q, 5, "bm25") for q in ("orchard", "ferry mill", "entry 7")]
+    assert "checksum mismatch" in caplog.text and mem.index._post_check is None
+    assert got == expect
+    clean = Memory.open(root, durability="off", auto_prune=False)    # a sound snapshot: no warning
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fsmem.index"):
+        assert [clean.index.search(q, 5, "bm25") for q in ("orchard", "ferry mill",
+                                                            "entry 7")] == expect
+    assert "checksum" not in caplog.text

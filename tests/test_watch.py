@@ -602,3 +602,26 @@ def test_record_folder_with_path_attachments(tmp_path):
     (img,) = [b for b in ev.blocks if b.modality == "image"]
     assert mem.read_block(img.digest) == make_png(seed=4) and img.width == 64
     assert_clean(root)
+
+
+def test_only_a_file_unchanged_for_the_settle_time_is_ready_at_first_look(tmp_path):
+    """A file whose ctime is already older than the settle time is taken without a second
+    wait (``watch --once`` of a full inbox starts at once); a fresh one still waits, and so
+    does every file where leases are unavailable (the ctime alone is not trusted there)."""
+    from fsmem.inbox import _InboxDirs
+    from fsmem.watch import SETTLE_S, Watcher
+    root, inbox = store(tmp_path)
+    (inbox / "old.md").write_text("# dropped a while ago\n")
+    time.sleep(SETTLE_S + 0.1)
+    mem = Memory.open(root, durability="off")
+    for leases in (True, False):
+        watcher = Watcher(mem)
+        watcher.dirs = _InboxDirs(mem.root)
+        watcher._lease_ok = leases
+        try:
+            (inbox / "new.md").write_text("# just dropped\n")   # its ctime: now
+            watcher._scan_inbox()
+            assert watcher._ready(time.monotonic()) == (["old.md"] if leases else [])
+        finally:
+            watcher.dirs.close()
+    mem.close()
