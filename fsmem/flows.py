@@ -21,7 +21,7 @@ from .plugins import ChannelDef, Plugins, ToolDef
 from .reader import MEDIA_STORE, Loaded, Reader, default_ranker
 from .store import Durability, Store, new_unit_id
 from .timestamps import Timestamp
-from .unit import UnitBuilder
+from .unit import UnitBuilder, Written
 
 __all__ = ["Memory"]
 
@@ -198,14 +198,15 @@ class Memory(Reader):
         return self._index.rebuild(progress)
 
     def _indexed(self, unit_id: str, layer: str, *, added: bool,
-                 before: int | None = None) -> None:
+                 before: int | None = None, written: "Written | None" = None) -> None:
         """Tell a loaded index about a change this process made to documents/; ``before``
         (``_index_stamp`` taken under the same writer lock, before the change) keeps the
-        index from listing documents/ again for a change it was told about."""
+        index from listing documents/ again for a change it was told about; ``written``: the
+        unit as just written (indexed without reading it back)."""
         if self._index is None or layer != "documents":
             return
         if added:
-            self._index.add_unit(unit_id)
+            self._index.add_unit(unit_id, written=written)
         else:
             self._index.remove(unit_id)
         self._index._unsaved += 1
@@ -317,7 +318,8 @@ class Memory(Reader):
             with self.store.locked():
                 before = self._index_stamp(layer)
                 self.store.publish(builder, layer)
-                self._indexed(builder.unit_id, layer, added=True, before=before)
+                self._indexed(builder.unit_id, layer, added=True, before=before,
+                              written=Written(manifest, builder.vectors, builder.texts))
             if self._filler is not None:   # after publish: off the commit's critical path
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])
         except BaseException as exc:
