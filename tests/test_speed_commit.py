@@ -3,11 +3,14 @@ or vectors file of the new unit is read back, and the entry equals the one read 
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 import fsmem.blocks
 import fsmem.index
 from fsmem import Event, MediaAttachment, Memory, Timestamp, ToolOutput
+from fsmem.embed import HashEmbedder
 
 T0 = Timestamp.parse("2026-03-01T09:00:00+08:00").ns
 
@@ -56,3 +59,31 @@ def test_commit_indexes_its_unit_without_reading_it_back(root, monkeypatch):
     _same(written, index.entry_for(path, uid, written.ino))   # read from disk this time
     assert reads   # (the spies do see reads)
     assert [h.unit_id for h in mem.query("猫粮 harbour", top_k=1)] == [uid]
+
+
+_EMBED_TEXTS = ["", "   ", "Hello, World! hello world", "周末计划：去 harbour 看 sunny 天气",
+                "ｆｕｌｌｗｉｄｔｈ Ⅻ ｶﾞ がっこう 한국어 𠀀𠀁 don't it’s 1,000 2023-05-07 a_b",
+                "word\tword\nword  猫粮royal canin猫 x", "İstanbul ß é\u0301",
+                "记忆 咖啡机 猫粮 光伏板 memory coffee solar piano 周末 计划 天气 rain sunny " * 3]
+
+
+def _features_digest(emb: HashEmbedder, texts: list[str]) -> str:
+    rows, feats = emb.features(texts)
+    order = np.lexsort((feats, rows))
+    return hashlib.sha256(rows[order].astype("<i8").tobytes()
+                          + feats[order].astype("<u8").tobytes()).hexdigest()
+
+
+def test_hash_embedder_features_are_unchanged():
+    """The faster HashEmbedder.features (a per-token cache) gives the features, hence the
+    vectors, of fingerprint fsmem-hash-v1: stored vectors stay comparable. Pinned from the
+    implementation before the change; a second call (cache warm) gives the same."""
+    emb = HashEmbedder()
+    assert emb.fingerprint == "fsmem-hash-v1:d512"
+    for _ in range(2):
+        assert _features_digest(emb, _EMBED_TEXTS) == PINNED_FEATURES
+        assert _features_digest(emb, _EMBED_TEXTS[::-1]) == PINNED_FEATURES_REVERSED
+
+
+PINNED_FEATURES = "cdfe561c65cbec2cf20ae7826aa617d9bf1e1358e6f8ab1958423119dbf05f46"
+PINNED_FEATURES_REVERSED = "244adac2108b7977d51eff3181a8566b4fc3b0d9bfe0d228c2a61f270a693e8f"
