@@ -1,0 +1,158 @@
+"""Group commit (Memory.append_many): a burst of L1 units behind one journal entry, so the
+burst costs the barriers of one operation, not one per event; all or nothing on a fault or a
+crash; idempotency keys honoured; one prune for the burst."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fsmem import Event, FsmemError, Memory, Timestamp, _fsops
+from fsmem.model import MediaAttachment
+
+from conftest import crash_sweep
+
+T0 = Timestamp.parse("2026-03-01T09:00:00+00:00").ns
+BARRIERS = ("fsync", "fsync_dir", "syncfs")
+
+
+def _ev(i: int, **kw) -> Event:
+    return Event(timestamp=Timestamp(T0 + i * 10**9, 0), source="alice",
+                 input=f"turn {i} about the harbour", **kw)
+
+
+def _l1_ids(mem: Memory) -> list[str]:
+    return sorted(e.id for e in mem.timeline())
+
+
+def _barriers(fn) -> int:
+    ops: list[str] = []
+    _fsops.set_hook(ops.append)
+    try:
+        fn()
+    finally:
+        _fsops.set_hook(None)
+    return sum(op in BARRIERS for op in ops)
+
+
+def test_a_burst_is_stored_in_order_with_the_barriers_of_one_operation(root):
+    mem = Memory.open(root, durability="full", auto_prune=False)
+    one = _barriers(lambda: mem.append(_ev(0)))
+    small = _barriers(lambda: mem.append_many([_ev(1), _ev(2)]))
+    ids: list[str] = []
+    big = _barriers(lambda: ids.extend(mem.append_many([_ev(i) for i in range(3, 11)])))
+    assert small == big <= 2 * one   # constant per burst, not per event
+    assert big < 8 * one
+    assert len(ids) == 8 and len(set(ids)) == 8
+    assert [e.input for e in mem.timeline()] == [f"turn {i} about the harbour"
+                                                         for i in range(11)]
+    assert len(os.listdir(mem.store.staging)) == 0
+    assert mem.fsck(read_data=True) == []
+
+
+def test_a_burst_over_capacity_prunes_once(root):
+    mem = Memory.open(root, durability="off", context_capacity=12, context_protected=2)
+    calls = []
+    real = mem.prune
+    mem.prune = lambda **kw: calls.append(kw) or real(**kw)   # a spy: the real prune runs
+    mem.append_many([_ev(i) for i in range(20)])
+    assert len(calls) == 1
+    assert len(mem.timeline()) <= 12
+    assert len(mem.timeline()) + sum(len(u.manifest.events) for u in mem._load_layer("documents", with_vectors=False)) == 20
+
+
+def test_idempotency_keys_are_honoured(root):
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    mem.append(_ev(0, id="k-0"))
+    ids = mem.append_many([_ev(0, id="k-0"), _ev(1, id="k-1"), _ev(1, id="k-1"), _ev(2)])
+    assert ids[:3] == ["k-0", "k-1", "k-1"] and ids[3] not in ids[:3]
+    assert _l1_ids(mem) == sorted(["k-0", "k-1", ids[3]])
+    assert mem.append_many([_ev(1, id="k-1")]) == ["k-1"]
+    assert len(mem.timeline()) == 3
+
+
+def test_a_bad_event_in_the_burst_stores_none_of_it(root):
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    mem.append(_ev(0))
+    bad = _ev(2, attachments=[MediaAttachment(data=b"x")])   # data without a mime
+    with pytest.raises(FsmemError, match="mime"):
+        mem.append_many([_ev(1), bad, _ev(3)])
+    assert len(mem.timeline()) == 1
+    assert os.listdir(mem.store.staging) == []
+
+
+def _burst_ops(root) -> list[str]:
+    """The mutating fs calls of the burst the fault tests make, on a store in the same state."""
+    mem = Memory.open(root, durability="full", auto_prune=False)
+    mem.append(_ev(0))
+    ops: list[str] = []
+    _fsops.set_hook(ops.append)
+    try:
+        mem.append_many([_ev(i) for i in range(1, 4)])
+    finally:
+        _fsops.set_hook(None)
+    return ops
+
+
+@pytest.mark.parametrize("where", ["first", "a block", "the entry", "the commit barrier",
+                                   "an apply rename", "the apply barrier"])
+def test_a_failing_write_stores_none_of_the_burst_or_all_of_it(tmp_path, where):
+    """Before the journal entry is durable a fault stores nothing (and raises); after it,
+    the burst is decided: it is completed and acknowledged."""
+    ops = _burst_ops(tmp_path / "probe")
+    barriers = [i for i, op in enumerate(ops, 1) if op in BARRIERS]
+    commit = barriers[0]
+    fail_at = {"first": 1, "a block": 2, "the entry": commit - 2, "the commit barrier": commit,
+               "an apply rename": ops.index("rename", commit + 3) + 1,
+               "the apply barrier": barriers[1]}[where]
+    decided = fail_at > commit
+    root = tmp_path / "mem"
+    mem = Memory.open(root, durability="full", auto_prune=False)
+    mem.append(_ev(0))
+    seen = []
+
+    def hook(op: str) -> None:
+        seen.append(op)
+        if len(seen) == fail_at:
+            raise OSError(28, "injected ENOSPC")
+    _fsops.set_hook(hook)
+    try:
+        if decided:
+            mem.append_many([_ev(i) for i in range(1, 4)])
+        else:
+            with pytest.raises(OSError):
+                mem.append_many([_ev(i) for i in range(1, 4)])
+    finally:
+        _fsops.set_hook(None)
+    assert len(mem.timeline()) == (4 if decided else 1)
+    assert os.listdir(mem.store.staging) == []
+    assert os.listdir(mem.store.journal_dir) == []
+    reopened = Memory.open(root, auto_prune=False)
+    assert len(reopened.timeline()) == (4 if decided else 1)
+    assert reopened.fsck(read_data=True) == []
+
+
+def test_a_crash_during_a_burst_leaves_all_of_it_or_none(tmp_path):
+    template = tmp_path / "template"
+    mem = Memory.open(template, durability="full", auto_prune=False)
+    mem.append(_ev(0))
+    mem.close()
+    child = f"""
+import sys
+from fsmem import Event, Memory, Timestamp
+mem = Memory.open(sys.argv[1], durability="full", auto_prune=False)
+mem.append_many([Event(timestamp=Timestamp({T0} + i * 10**9, 0), source="alice",
+                       input=f"turn {{i}}", id=f"b-{{i}}") for i in range(1, 5)])
+print("acknowledged", flush=True)
+"""
+
+    def check(root, label: str) -> None:
+        m = Memory.open(root, auto_prune=False)
+        burst = [e.id for e in m.timeline() if e.id.startswith("b-")]
+        assert burst in ([], ["b-1", "b-2", "b-3", "b-4"]), (label, burst)
+        if "acknowledged" in open(f"{root}.stdout").read():
+            assert len(burst) == 4, label
+        assert m.fsck(read_data=True) == [], label
+        m.close()
+    crash_sweep(tmp_path, template, child, check, sample=12)
