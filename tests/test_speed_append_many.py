@@ -5,13 +5,14 @@ crash; idempotency keys honoured; one prune for the burst."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
 from fsmem import Event, FsmemError, Memory, Timestamp, _fsops
 from fsmem.model import MediaAttachment
 
-from conftest import crash_sweep
+from conftest import STRESS, crash_sweep
 
 T0 = Timestamp.parse("2026-03-01T09:00:00+00:00").ns
 BARRIERS = ("fsync", "fsync_dir", "syncfs")
@@ -155,4 +156,39 @@ print("acknowledged", flush=True)
             assert len(burst) == 4, label
         assert m.fsck(read_data=True) == [], label
         m.close()
-    crash_sweep(tmp_path, template, child, check, sample=12)
+    crash_sweep(tmp_path, template, child, check, sample=6)
+
+
+@pytest.fixture(params=["syncfs", "fsync"] if STRESS else ["syncfs"])
+def strategy(request, monkeypatch) -> str:
+    """The default strategy here; both under FSMEM_STRESS=1 (tests/test_powerloss.py runs
+    both for the single-append path)."""
+    monkeypatch.setenv("FSMEM_SYNC", request.param)
+    return request.param
+
+
+def test_a_burst_survives_power_loss_whole_or_not_at_all(tmp_path, strategy):
+    """The power-loss model of tests/test_powerloss.py on a burst into a full L1 (it also
+    prunes): acknowledged events survive every crash state, no event is in two places, and
+    the burst is never torn (all of its events or none)."""
+    from test_powerloss import (_full_context, _prepare, ack, acked_inputs, build_state,
+                                check_states, choosers, crash_points, events_by_layer, record)
+    base: set[str] = set()
+    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+    burst = [f"burst event {i}" for i in range(3)]
+
+    def run() -> None:
+        mem = Memory.open(live, context_capacity=4, context_protected=1, auto_prune=True)
+        mem.append_many([Event(source="qq", input=t, response="r") for t in burst])
+        for t in burst:
+            ack(f"ack:{t}")
+    log = record(run)
+    assert any(op[0] == "rmdir" for op in log), "the burst did not prune"
+    assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=8) >= 8
+    for k in crash_points(log, 6, 3):
+        for _name, keep in choosers(3 + k, 1):
+            state = tmp_path / f"whole-{k}"
+            build_state(pre, live, log, k, keep, state)
+            seen, _where = events_by_layer(state)
+            assert sum(t in seen for t in burst) in (0, 3), (k, seen)
+            shutil.rmtree(state)
