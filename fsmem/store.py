@@ -353,10 +353,14 @@ class Store(Layout):
             for parent in [*sorted(touched), self.staging]:
                 fsops.fsync_dir(parent)
         path = os.path.join(self.journal_dir, f"{entry.id}.json")
-        # Not flushed: an entry that comes back after a power loss is applied again, and
-        # applying is idempotent (targets already published are skipped, removed units are
-        # already gone); the next barrier (any operation's) flushes the removal anyway.
+        # Under syncfs not flushed: an entry that comes back after a power loss is applied
+        # again, and applying is idempotent (targets already published are skipped, removed
+        # units are already gone); the next barrier (any operation's) flushes it anyway.
+        # Under fsync (a barrier per directory anyway) it is flushed, which makes a missing
+        # fsync of a removal's parent show in every "all lost" power-loss state.
         _quiet_unlink(path)
+        if self.sync and self.sync_strategy == "fsync":
+            fsops.fsync_dir(self.journal_dir)
         self.bump_epoch()
 
     # -- recovery -----------------------------------------------------------------------

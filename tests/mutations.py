@@ -172,10 +172,11 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
                 self.discard(path, sync=False)
                 touched.add(os.path.dirname(path))""", """\
                 self.discard(path, sync=False)""", POWERLOSS),
-    # Not listed: "journal apply: entry removal not fsynced" was equivalent (a journal entry
+    # Not listed: "journal apply: entry removal not fsynced" is equivalent (a journal entry
     # that comes back after a power loss is applied again, and applying is idempotent:
-    # targets already published are skipped, removed units are already gone), so the entry's
-    # removal is no longer flushed at all.
+    # targets already published are skipped, removed units are already gone), so under
+    # syncfs the entry's removal is not flushed at all; under fsync it still is, so that the
+    # mutant below is killed by every "all lost" state, not only by a lucky random mix.
     "move (recall): parents not fsynced": ("fsmem/store.py", """\
             if self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))

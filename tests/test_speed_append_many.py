@@ -192,3 +192,30 @@ def test_a_burst_survives_power_loss_whole_or_not_at_all(tmp_path, strategy):
             seen, _where = events_by_layer(state)
             assert sum(t in seen for t in burst) in (0, 3), (k, seen)
             shutil.rmtree(state)
+
+
+def test_cli_append_of_json_lines_is_one_burst(tmp_path):
+    """``fsmem append`` reading JSON lines stores them as one burst (Memory.append_many):
+    every line's event in L1, in order, their ids printed, an idempotency key honoured; a
+    line whose event cannot be stored stores none of them."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    root = tmp_path / "mem"
+    Memory.open(root).close()
+
+    def append(ids) -> subprocess.CompletedProcess:
+        lines = "\n".join(json.dumps({"source": "cli", "input": f"line {i}", "id": f"c-{i}"})
+                          for i in ids)
+        return subprocess.run([sys.executable, "-m", "fsmem.cli", "append", "--root",
+                               str(root)], input=lines, capture_output=True, text=True,
+                              cwd=str(REPO), timeout=60)
+    bad = append([7, "8/bad", 9])
+    assert bad.returncode != 0 and "8/bad" in bad.stderr
+    assert Memory.open(root).timeline() == []
+    proc = append([0, 1, 1, 2])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["c-0", "c-1", "c-1", "c-2"]
+    assert [e.input for e in Memory.open(root).timeline()] == ["line 0", "line 1", "line 2"]
