@@ -309,9 +309,13 @@ class Memory(Reader):
         try:
             with self.store.locked():
                 before = self._index_stamp(layer)
-                self.store.publish(builder, layer)
+                dst = self.store.publish(builder, layer)
+                written = Written(manifest, builder.vectors, builder.texts)
                 self._indexed(builder.unit_id, layer, added=True, before=before,
-                              written=Written(manifest, builder.vectors, builder.texts))
+                              written=written)
+                if layer == "context" and self._filler is None:
+                    from .l1cache import seed_written
+                    seed_written(self, dst, written)
             if self._filler is not None:   # after publish: off the commit's critical path
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])
         except BaseException as exc:

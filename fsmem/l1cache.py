@@ -22,8 +22,10 @@ from .layout import Vanished, View
 if TYPE_CHECKING:
     from .model import Event
     from .reader import Loaded, Reader
+    from .unit import Written
 
-__all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms"]
+__all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms",
+           "seed_written"]
 
 Stamp = tuple[int, int, int, int]
 
@@ -41,6 +43,7 @@ class _Entry:
     with_vectors: bool
     terms: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     events: "list[Event] | None" = None   # hydrated (block text read and verified once)
+    texts: "dict[str, str] | None" = None   # text block digest -> text, as this process wrote it
 
 
 class L1Cache:
@@ -106,10 +109,32 @@ class L1Cache:
         entry = self._entries.get(unit.path)
         cached = entry.terms.get(ev.id) if entry is not None and entry.unit is unit else None
         if cached is None:
-            cached = term_counts(event_texts(mem, unit.path, ev))
+            text_of = entry.texts if entry is not None and entry.unit is unit else None
+            cached = term_counts(event_texts(mem, unit.path, ev, text_of))
             if entry is not None and entry.unit is unit:
                 entry.terms[ev.id] = cached
         return cached
+
+
+def seed_written(mem: "Reader", path: str, written: "Written") -> None:
+    """Cache an L1 unit this process has just published (under the writer lock) from what it
+    wrote: its manifest, vectors and texts, so neither the next prune nor the next turn reads
+    it back. Seeded only when its vectors are all in hand (else it is read as usual)."""
+    from .reader import Loaded
+    manifest = written.manifest
+    rows: dict[str, np.ndarray] = {}
+    if manifest.vectors is not None:
+        if written.vectors is None or manifest.vectors.embedder != mem.embedder.fingerprint:
+            return
+        rows = dict(zip(*written.vectors))
+    elif any(ev.blocks for ev in manifest.events):
+        return   # rows may come from the derived vector cache: read it as usual
+    try:
+        stamp = dir_stamp(path)
+    except OSError:
+        return
+    unit = Loaded(manifest.id, path, manifest, rows, stamp[2])
+    _cache_of(mem)._entries[path] = _Entry(stamp, unit, True, texts=dict(written.texts))
 
 
 def _cache_of(mem: "Reader") -> L1Cache:
