@@ -43,7 +43,6 @@ class _Entry:
     with_vectors: bool
     terms: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     events: "list[Event] | None" = None   # hydrated (block text read and verified once)
-    texts: "dict[str, str] | None" = None   # text block digest -> text, as this process wrote it
 
 
 class L1Cache:
@@ -109,8 +108,7 @@ class L1Cache:
         entry = self._entries.get(unit.path)
         cached = entry.terms.get(ev.id) if entry is not None and entry.unit is unit else None
         if cached is None:
-            text_of = entry.texts if entry is not None and entry.unit is unit else None
-            cached = term_counts(event_texts(mem, unit.path, ev, text_of))
+            cached = term_counts(event_texts(mem, unit.path, ev))
             if entry is not None and entry.unit is unit:
                 entry.terms[ev.id] = cached
         return cached
@@ -118,8 +116,11 @@ class L1Cache:
 
 def seed_written(mem: "Reader", path: str, written: "Written") -> None:
     """Cache an L1 unit this process has just published (under the writer lock) from what it
-    wrote: its manifest, vectors and texts, so neither the next prune nor the next turn reads
-    it back. Seeded only when its vectors are all in hand (else it is read as usual)."""
+    wrote: its manifest and vectors, so the next prune or turn does not read them back.
+    Seeded only when its vectors are all in hand (else it is read as usual). Its term counts
+    are still computed from its blocks, read and verified once, when a prune first ranks it:
+    a block damaged since the write then fails the prune (tests/test_hardening.py) instead of
+    being archived unnoticed."""
     from .reader import Loaded
     manifest = written.manifest
     rows: dict[str, np.ndarray] = {}
@@ -134,7 +135,7 @@ def seed_written(mem: "Reader", path: str, written: "Written") -> None:
     except OSError:
         return
     unit = Loaded(manifest.id, path, manifest, rows, stamp[2])
-    _cache_of(mem)._entries[path] = _Entry(stamp, unit, True, texts=dict(written.texts))
+    _cache_of(mem)._entries[path] = _Entry(stamp, unit, True)
 
 
 def _cache_of(mem: "Reader") -> L1Cache:

@@ -35,7 +35,8 @@ def _cached(mem: Memory) -> dict[str, tuple]:
 
 def test_appends_read_nothing_back(root):
     """The units this process appends are cached from what it wrote (l1cache.seed_written):
-    no L1 unit is read again, and the cache still equals the directories (terms included)."""
+    no L1 unit's manifest or vectors is read again, and the cache still equals the
+    directories (terms included)."""
     mem = Memory.open(root, durability="off", context_capacity=50)
     for i in range(10):
         mem.append(_event(i, f"turn {i} about the harbour"))
