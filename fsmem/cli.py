@@ -208,7 +208,7 @@ def cmd_append(args: argparse.Namespace) -> int:
         if not events:
             raise UsageError("stdin: no events (JSON lines); nothing stored")
         mem = _open(args)
-        ids = [mem.append(ev) for ev in events]
+        ids = mem.append_many(events)   # one burst: group commit, all or nothing
     else:
         event = _event_from_args(args)
         mem = _open(args)

@@ -92,6 +92,7 @@ class HashEmbedder:
         self.fingerprint = f"fsmem-hash-v1:d{dim}"
         self.calls = 0
         self._words: dict[str, int] = {}
+        self._tokens: dict[str, tuple[list[int], list[str]]] = {}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         self.calls += 1
@@ -112,16 +113,17 @@ class HashEmbedder:
         cjk_rows: list[int] = []
         words: list[int] = []    # word hashes; 0 marks a break (CJK run or text end)
         word_counts: list[int] = []
-        cache = self._words
-        miss = self._word_hash
+        get, miss = self._tokens.get, self._token
         for row, text in enumerate(texts):
-            pairs = _TOKEN_RE.findall(unicodedata.normalize("NFKC", text).lower())
-            runs = [c for c, _ in pairs if c]
-            cjk_runs += runs
-            cjk_rows += [row] * len(runs)
-            words += [(cache.get(w) or miss(w)) if w else 0 for _, w in pairs]
+            start = len(words)
+            for token in unicodedata.normalize("NFKC", text).lower().split():
+                hashes, runs = get(token) or miss(token)
+                words += hashes
+                if runs:
+                    cjk_runs += runs
+                    cjk_rows += [row] * len(runs)
             words.append(0)
-            word_counts.append(len(pairs) + 1)
+            word_counts.append(len(words) - start)
         word_rows = np.repeat(np.arange(len(texts), dtype=np.int64), word_counts)
         out_rows, out_feats = [], []
         if cjk_runs:
@@ -147,6 +149,18 @@ class HashEmbedder:
         if not out_rows:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
         return np.concatenate(out_rows), np.concatenate(out_feats)
+
+    def _token(self, token: str) -> tuple[list[int], list[str]]:
+        """One whitespace-free token's word hashes (0 for a CJK run) and CJK runs, cached:
+        no match of ``_TOKEN_RE`` spans whitespace, so a text's matches are its tokens'."""
+        pairs = _TOKEN_RE.findall(token)
+        cache = self._words
+        out = ([(cache.get(w) or self._word_hash(w)) if w else 0 for _, w in pairs],
+               [c for c, _ in pairs if c])
+        if len(self._tokens) > 1_000_000:
+            self._tokens.clear()
+        self._tokens[token] = out
+        return out
 
     def _word_hash(self, word: str) -> int:
         h = zlib.crc32(word.encode("utf-8")) | (len(word) << 32) | (1 << 48)

@@ -15,13 +15,14 @@ from . import _fsops as fsops
 from .embed import Embedder, HashEmbedder
 from .errors import FormatError, FsmemError, NotFound, StorageError
 from .index import DEFAULT_RANKER
+from .layout import JournalEntry
 from .model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
                     TextEvent, ToolResult, check_name)
 from .plugins import ChannelDef, Plugins, ToolDef
 from .reader import MEDIA_STORE, Loaded, Reader, default_ranker
 from .store import Durability, Store, new_unit_id
 from .timestamps import Timestamp
-from .unit import UnitBuilder
+from .unit import UnitBuilder, Written
 
 __all__ = ["Memory"]
 
@@ -198,14 +199,15 @@ class Memory(Reader):
         return self._index.rebuild(progress)
 
     def _indexed(self, unit_id: str, layer: str, *, added: bool,
-                 before: int | None = None) -> None:
+                 before: int | None = None, written: "Written | None" = None) -> None:
         """Tell a loaded index about a change this process made to documents/; ``before``
         (``_index_stamp`` taken under the same writer lock, before the change) keeps the
-        index from listing documents/ again for a change it was told about."""
+        index from listing documents/ again for a change it was told about; ``written``: the
+        unit as just written (indexed without reading it back)."""
         if self._index is None or layer != "documents":
             return
         if added:
-            self._index.add_unit(unit_id)
+            self._index.add_unit(unit_id, written=written)
         else:
             self._index.remove(unit_id)
         self._index._unsaved += 1
@@ -255,8 +257,14 @@ class Memory(Reader):
                       plugins: Plugins | None = None) -> str:
         """Write one unit holding ``events`` into ``layer`` (documents by default);
         ``plugins`` overrides the declarations for the compute layer of these events."""
-        drafts = [e.to_event() if isinstance(e, TextEvent) else e for e in events]
         _check_strings(summary=summary, source=source, tags=tags, entities=entities)
+        fill = self._events_fill(events, plugins)
+        return self.write_unit(layer, fill, unit_id=unit_id, summary=summary, tags=list(tags),
+                               entities=list(entities), source=source, meta=dict(meta or {}))
+
+    def _events_fill(self, events: Sequence[Event | TextEvent], plugins: Plugins | None):
+        """The ``fill`` of ``write_unit`` writing ``events`` (attachments resolved first)."""
+        drafts = [e.to_event() if isinstance(e, TextEvent) else e for e in events]
         resolved = [self._resolve_attachments(e.attachments) for e in drafts]
 
         def fill(builder: UnitBuilder) -> tuple[list[EventRecord], list[tuple[str, str]]]:
@@ -266,8 +274,7 @@ class Memory(Reader):
                 records.append(rec)
                 texts.extend(rec_texts)
             return records, texts
-        return self.write_unit(layer, fill, unit_id=unit_id, summary=summary, tags=list(tags),
-                               entities=list(entities), source=source, meta=dict(meta or {}))
+        return fill
 
     def commit_file(self, fd: int, *, mime: str, name: str = "", text: str = "",
                     summary: str = "", source: str = "inbox", timestamp: object = None,
@@ -298,6 +305,31 @@ class Memory(Reader):
         blocks and returns (event records, [(vector row key, compute-layer text)]); the
         manifest gets ``manifest_fields``. On any failure nothing is published and the staged
         directory is removed; filesystem errors surface as StorageError."""
+        builder, manifest, texts = self._stage_unit(fill, unit_id, manifest_fields)
+        try:
+            with self.store.locked():
+                before = self._index_stamp(layer)
+                dst = self.store.publish(builder, layer)
+                written = Written(manifest, builder.vectors, builder.texts)
+                self._indexed(builder.unit_id, layer, added=True, before=before,
+                              written=written)
+                if layer == "context" and self._filler is None:
+                    from .l1cache import seed_written
+                    seed_written(self, dst, written)
+            if self._filler is not None:   # after publish: off the commit's critical path
+                self._filler.submit(builder.unit_id, [t for _k, t in texts])
+        except BaseException as exc:
+            _remove_tree(builder.path)
+            if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
+                raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
+                                   f"{exc}") from exc
+            raise
+        return builder.unit_id
+
+    def _stage_unit(self, fill, unit_id: str | None, manifest_fields: dict
+                    ) -> tuple[UnitBuilder, Manifest, list[tuple[str, str]]]:
+        """Build a finished unit in staging (see ``write_unit``), not yet published: (builder,
+        manifest, [(vector row key, compute-layer text)]). On failure nothing is left."""
         try:
             builder = self.store.builder(unit_id)
         except OSError as exc:
@@ -314,19 +346,13 @@ class Memory(Reader):
             if self._filler is None:
                 manifest.vectors = self._embed_rows(builder, texts)
             builder.finish(manifest)
-            with self.store.locked():
-                before = self._index_stamp(layer)
-                self.store.publish(builder, layer)
-                self._indexed(builder.unit_id, layer, added=True, before=before)
-            if self._filler is not None:   # after publish: off the commit's critical path
-                self._filler.submit(builder.unit_id, [t for _k, t in texts])
         except BaseException as exc:
             _remove_tree(builder.path)
             if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
                 raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
                                    f"{exc}") from exc
             raise
-        return builder.unit_id
+        return builder, manifest, texts
 
     def append(self, event: Event | TextEvent | dict, *, event_id: str | None = None) -> str:
         """Add one event to L1 (durable on return); prunes (down to the watermark) if L1 is
@@ -351,6 +377,59 @@ class Memory(Reader):
         after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
                     lambda: tick_pins(self.store))
         return event_id
+
+    def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
+        """Add a burst of events to L1, each as its own unit (as ``append`` does), with one
+        durability barrier for the burst (group commit: one journal entry publishes them
+        all), then prune once; returns the event ids in order.
+
+        All or nothing: a bad event or a failing write stores none of them; after a crash,
+        recovery completes the burst or leaves no trace of it. Idempotency keys (an event's
+        ``id``) are honoured as in ``append``: an event already stored, or repeated in the
+        burst, is not stored again and its id is returned."""
+        from .maintenance import after_write, stored_event
+        from .turn import _as_event, tick_pins
+        drafts = [_as_event(e) for e in events]
+        ids: list[str] = []
+        staged: list[tuple[UnitBuilder, list[tuple[str, str]]]] = []
+        with self.store.locked():
+            entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now())
+            try:
+                for draft in drafts:
+                    if draft.id and (draft.id in ids or stored_event(self, draft.id)):
+                        ids.append(draft.id)
+                        continue
+                    draft = _with(draft, id=draft.id or new_unit_id("e"),
+                                  timestamp=Timestamp.coerce(draft.timestamp))
+                    _check_strings(source=draft.source)
+                    builder, _m, texts = self._stage_unit(
+                        self._events_fill([draft], None), None,
+                        {"summary": "", "tags": [], "entities": [], "source": draft.source,
+                         "meta": {}})
+                    staged.append((builder, texts))
+                    entry.publish.append((os.path.basename(builder.path), "context",
+                                          builder.unit_id))
+                    ids.append(draft.id)
+                if entry.publish:   # the commit point: one barrier for the whole burst
+                    self.store.journal_commit(entry)
+            except BaseException:
+                _abort_burst(self.store, entry)
+                raise
+            if entry.publish:
+                try:
+                    self.store.journal_apply(entry)
+                except (OSError, FsmemError) as exc:   # decided: complete it now; if that
+                    # fails too, the entry stays and the next writer's recovery completes it
+                    log.warning("%s: append burst %s: completing after %s", self.root,
+                                entry.id, exc)
+                    self.store.journal_apply(entry)
+        if self._filler is not None:
+            for builder, texts in staged:
+                self._filler.submit(builder.unit_id, [t for _k, t in texts])
+        query = " ".join(t for d in drafts for t in self._compute_texts(d))
+        after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
+                    lambda: tick_pins(self.store))
+        return ids
 
     def _append_draft(self, draft: Event, *, plugins: Plugins | None = None) -> str:
         """Write one event into L1 as its own unit, without pruning; returns its id."""
@@ -559,6 +638,23 @@ def _check_strings(**fields: object) -> None:
         for item in items:
             if not isinstance(item, str):
                 raise FormatError(f"field {name!r}: expected text, got {type(item).__name__}")
+
+
+def _abort_burst(store: Store, entry: JournalEntry) -> None:
+    """An append burst failed before its journal entry was durable: remove the entry (if
+    written, possibly not durable) and every staged unit, so nothing of the burst is stored.
+    (Unlike a prune's, the entry removes nothing, so dropping it loses nothing stored.)"""
+    path = os.path.join(store.journal_dir, f"{entry.id}.json")
+    for name in os.listdir(store.journal_dir):
+        if name == f"{entry.id}.json" or (name.startswith(f"{entry.id}.json.")
+                                          and name.endswith(".tmp")):
+            try:
+                os.unlink(os.path.join(store.journal_dir, name))
+            except OSError:
+                pass
+    for staged, _layer, _uid in entry.publish:
+        _remove_tree(os.path.join(store.staging, staged))
+    log.info("append burst %s failed: nothing stored (%s)", entry.id, path)
 
 
 def _remove_tree(path: str) -> None:

@@ -33,7 +33,7 @@ from .analyze import ANALYZER_VERSION, date_text, term_hashes
 from .errors import FsmemError
 from .layout import open_regular, read_small
 from .timestamps import Timestamp
-from .unit import block_path, read_manifest, read_vectors
+from .unit import Written, block_path, read_manifest, read_vectors
 
 if TYPE_CHECKING:
     from .reader import Reader
@@ -568,30 +568,37 @@ class Index:
             return self.pending[unit_id].legacy_file
         return self.legacy.get(unit_id, "")
 
-    def add_unit(self, unit_id: str, ino: int | None = None) -> bool:
-        """Index one unit of ``documents/`` from its directory; False if it is unreadable."""
+    def add_unit(self, unit_id: str, ino: int | None = None, *,
+                 written: "Written | None" = None) -> bool:
+        """Index one unit of ``documents/`` from its directory; False if it is unreadable.
+        ``written``: what this process just wrote there (nothing is read back)."""
         path = self.layout.unit_dir("documents", unit_id)
         try:
             if ino is None:
                 ino = unit_ident(path)
                 if ino is None:
                     raise FileNotFoundError(f"{path}: no manifest")
-            entry = self.entry_for(path, unit_id, ino)
+            entry = self.entry_for(path, unit_id, ino, written=written)
         except (FsmemError, OSError, ValueError) as exc:
             log.warning("index: skipping %s: %s", path, exc)
             return False
         self.add(entry)
         return True
 
-    def entry_for(self, path: str, unit_id: str, ino: int) -> IndexEntry:
+    def entry_for(self, path: str, unit_id: str, ino: int, *,
+                  written: "Written | None" = None) -> IndexEntry:
         """Dense vector from the unit's stored vectors (never re-embedded); BM25 terms from
-        its compute-layer text (cleaners applied, no_memory left out) and media names."""
-        manifest = read_manifest(path)
+        its compute-layer text (cleaners applied, no_memory left out) and media names.
+        ``written`` (a unit this process just wrote): its manifest, vectors and texts in
+        hand, so the unit is not read back and its text not re-read."""
+        manifest = written.manifest if written is not None else read_manifest(path)
         by_event: dict[str, np.ndarray] = {}
         stored: dict[str, np.ndarray] = {}
         if manifest.vectors is not None and manifest.vectors.embedder == self.fingerprint:
-            keys, mat = read_vectors(path, manifest)  # type: ignore[misc]
+            keys, mat = written.vectors if written is not None and written.vectors \
+                else read_vectors(path, manifest)  # type: ignore[misc]
             stored = dict(zip(keys, mat))
+        text_of = written.texts if written is not None else None
         self._cached_vectors(path, unit_id, manifest, stored)
         for key, row in stored.items():
             ev_id = key.split(":", 1)[0]
@@ -607,7 +614,7 @@ class Index:
             "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
         pieces += [(ev.id, ev.timestamp.ns,
                     ranking.conversation_key(ev.source, ev.role, session),
-                    ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev)
+                    ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev, text_of)
                     + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
                    for ev in manifest.events]
         for ev_id, t_ns, key, kind, texts in pieces:
@@ -1106,9 +1113,11 @@ def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     return terms, counts.astype(np.float32)
 
 
-def event_texts(mem: "Reader", path: str, ev) -> list[str]:
+def event_texts(mem: "Reader", path: str, ev,
+                text_of: "dict[str, str] | None" = None) -> list[str]:
     """One event's text blocks through the plugin declarations (cleaners applied, no_memory
-    left out), plus the names and MIME types of its media blocks."""
+    left out), plus the names and MIME types of its media blocks. ``text_of`` (digest ->
+    text) holds blocks this process just wrote: they are not read back."""
     from .blocks import read_block
     out = []
     tool_of = {tr.block: tr.name for tr in ev.tool_results}
@@ -1116,7 +1125,9 @@ def event_texts(mem: "Reader", path: str, ev) -> list[str]:
         if ref.modality != "text":
             out.append(f"{ref.name} {ref.mime}".strip())
             continue
-        text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
+        text = text_of.get(ref.digest) if text_of else None
+        if text is None:
+            text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
         if ref.role == "tool_output":
             out.append(mem.plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
         else:

@@ -22,8 +22,10 @@ from .layout import Vanished, View
 if TYPE_CHECKING:
     from .model import Event
     from .reader import Loaded, Reader
+    from .unit import Written
 
-__all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms"]
+__all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms",
+           "seed_written"]
 
 Stamp = tuple[int, int, int, int]
 
@@ -110,6 +112,30 @@ class L1Cache:
             if entry is not None and entry.unit is unit:
                 entry.terms[ev.id] = cached
         return cached
+
+
+def seed_written(mem: "Reader", path: str, written: "Written") -> None:
+    """Cache an L1 unit this process has just published (under the writer lock) from what it
+    wrote: its manifest and vectors, so the next prune or turn does not read them back.
+    Seeded only when its vectors are all in hand (else it is read as usual). Its term counts
+    are still computed from its blocks, read and verified once, when a prune first ranks it:
+    a block damaged since the write then fails the prune (tests/test_hardening.py) instead of
+    being archived unnoticed."""
+    from .reader import Loaded
+    manifest = written.manifest
+    rows: dict[str, np.ndarray] = {}
+    if manifest.vectors is not None:
+        if written.vectors is None or manifest.vectors.embedder != mem.embedder.fingerprint:
+            return
+        rows = dict(zip(*written.vectors))
+    elif any(ev.blocks for ev in manifest.events):
+        return   # rows may come from the derived vector cache: read it as usual
+    try:
+        stamp = dir_stamp(path)
+    except OSError:
+        return
+    unit = Loaded(manifest.id, path, manifest, rows, stamp[2])
+    _cache_of(mem)._entries[path] = _Entry(stamp, unit, True)
 
 
 def _cache_of(mem: "Reader") -> L1Cache:

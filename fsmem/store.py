@@ -317,6 +317,8 @@ class Store(Layout):
             # One barrier: the staged units (built unsynced) and the entry itself.
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
             fsops.syncfs(self.journal_dir)
+        elif not self.sync:   # durability off: nothing else is flushed, nor is the entry
+            self.write_file_atomic(path, encode_pretty(entry), sync=False)
         else:
             if self.sync:
                 fsops.fsync_dir(self.staging)
@@ -343,14 +345,21 @@ class Store(Layout):
             if os.path.isdir(path):
                 self.discard(path, sync=False)
                 touched.add(os.path.dirname(path))
-        if self.sync:   # every rename of the entry made durable at once, before it goes;
+        if self.sync and self.sync_strategy == "syncfs":
+            fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier
+        elif self.sync:   # every rename of the entry made durable at once, before it goes;
             # targets before the staging directory: a rename whose source directory alone was
             # flushed may lose the object
             for parent in [*sorted(touched), self.staging]:
                 fsops.fsync_dir(parent)
         path = os.path.join(self.journal_dir, f"{entry.id}.json")
+        # Under syncfs not flushed: an entry that comes back after a power loss is applied
+        # again, and applying is idempotent (targets already published are skipped, removed
+        # units are already gone); the next barrier (any operation's) flushes it anyway.
+        # Under fsync (a barrier per directory anyway) it is flushed, which makes a missing
+        # fsync of a removal's parent show in every "all lost" power-loss state.
         _quiet_unlink(path)
-        if self.sync:
+        if self.sync and self.sync_strategy == "fsync":
             fsops.fsync_dir(self.journal_dir)
         self.bump_epoch()
 

@@ -12,6 +12,7 @@ import os
 import stat
 import time
 import uuid
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from .timestamps import Timestamp
 
 __all__ = [
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
-    "block_path", "read_vectors", "staging_name", "is_stray", "damaged",
+    "block_path", "read_vectors", "staging_name", "is_stray", "damaged", "Written",
 ]
 
 MANIFEST = "manifest.json"
@@ -35,6 +36,14 @@ VECTORS = "vectors.npy"
 TEXT_MIME = "text/plain; charset=utf-8"
 DIR_MODE = 0o755
 MANIFEST_CAP = 64 << 20   # a manifest of a million events is ~300 MB; 64 MiB is generous
+
+
+class Written(NamedTuple):
+    """A unit as this process just wrote it (its manifest, the vectors' row keys and matrix,
+    text block digest -> text): what indexing it needs, without reading it back."""
+    manifest: Manifest
+    vectors: tuple[list[str], np.ndarray] | None
+    texts: dict[str, str]
 
 
 def staging_name(unit_id: str) -> str:
@@ -55,6 +64,10 @@ class UnitBuilder:
         self.path = os.path.join(staging_root, staging_name(unit_id))
         fsops.mkdir(self.path, DIR_MODE)
         self._files: set[str] = set()
+        # What this builder wrote, kept so that indexing the new unit reads nothing back:
+        # text block digest -> its text; the vectors' (row keys, matrix).
+        self.texts: dict[str, str] = {}
+        self.vectors: tuple[list[str], np.ndarray] | None = None
 
     def add_bytes(self, data: bytes | memoryview, mime: str, *, role: str, created_at: Timestamp,
                   name: str = "", semantic_type: str = "", sha256: str = "") -> BlockRef:
@@ -68,7 +81,9 @@ class UnitBuilder:
                         width=dims[0] if dims else None, height=dims[1] if dims else None)
 
     def add_text(self, text: str, *, role: str, created_at: Timestamp) -> BlockRef:
-        return self.add_bytes(text.encode("utf-8"), TEXT_MIME, role=role, created_at=created_at)
+        ref = self.add_bytes(text.encode("utf-8"), TEXT_MIME, role=role, created_at=created_at)
+        self.texts[ref.digest] = text
+        return ref
 
     def add_fd(self, fd: int, mime: str, *, role: str, created_at: Timestamp, name: str = "",
                size_cap: int | None = None, head: bytes = b"") -> BlockRef:
@@ -96,6 +111,7 @@ class UnitBuilder:
         np.save(buf, mat, allow_pickle=False)
         data = buf.getvalue()
         self._write_file(VECTORS, data)
+        self.vectors = (list(rows), mat)
         return VectorsRef(file=VECTORS, digest=hash_bytes(data), embedder=embedder,
                           dim=int(mat.shape[1]), rows=list(rows))
 

@@ -165,13 +165,18 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
                 fsops.fsync_dir(parent)""", """\
             for parent in [self.staging]:
                 fsops.fsync_dir(parent)""", POWERLOSS),
+    "journal apply (syncfs): renames and removals not flushed": ("fsmem/store.py", """\
+            fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier""",
+                                                                 "            pass", POWERLOSS),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
                 self.discard(path, sync=False)
                 touched.add(os.path.dirname(path))""", """\
                 self.discard(path, sync=False)""", POWERLOSS),
-    # Not listed: "journal apply: entry removal not fsynced" survives and is equivalent: a
-    # journal entry that comes back after a power loss is applied again, and applying is
-    # idempotent (targets already published are skipped, removed units are already gone).
+    # Not listed: "journal apply: entry removal not fsynced" is equivalent (a journal entry
+    # that comes back after a power loss is applied again, and applying is idempotent:
+    # targets already published are skipped, removed units are already gone), so under
+    # syncfs the entry's removal is not flushed at all; under fsync it still is, so that the
+    # mutant below is killed by every "all lost" state, not only by a lucky random mix.
     "move (recall): parents not fsynced": ("fsmem/store.py", """\
             if self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))

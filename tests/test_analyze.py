@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fsmem import Event, Memory
-from fsmem.analyze import STOP_WORDS, analyze, date_text
+from fsmem.analyze import (ANALYZER_VERSION, STOP_WORDS, analyze, date_text, hash_terms,
+                           term_hashes)
 from fsmem.timestamps import Timestamp
 
 
@@ -64,3 +69,34 @@ def test_a_date_question_finds_the_turn_of_that_date(tmp_path):
     assert hits and hits[0].events_matched == [ids[7]]
     hits = mem.query("garden 2023-05-09", top_k=1)
     assert hits and hits[0].events_matched == [ids[9]]
+
+
+# -- the fast hashing path (term_hashes) against the straightforward one --------------------
+
+_PIECES = ["May", "may", "7th", "7", "2023", "2023-05-07", "1,000", "07", "the", "It’s",
+           "don't", "running", "猫粮", "年糕的", "ｆｕｌｌ", "Ⅻ", "ｶﾞ", "がっこう", "한국어",
+           "𠀀𠀁", "March 3, 2024", " ", "\n", "\t", ",", "-", "'", "_", "é", "İ", "ß"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=8), max_size=30).map("".join),
+       st.lists(st.sampled_from(_PIECES), max_size=10).map(" ".join))
+def test_term_hashes_are_exactly_the_hashes_of_the_analyzed_terms(text, other):
+    """The fast path (token cache, CJK hashed by numpy over code points) gives the same
+    multiset of hashes as hashing every term of ``analyze`` one by one."""
+    for texts in ([text], [text, other], [other, text, ""]):
+        want = sorted(h for t in texts for h in hash_terms(analyze(t)).tolist())
+        assert sorted(term_hashes(texts).tolist()) == want
+        assert term_hashes(texts).dtype == np.uint64
+
+
+PINNED = {"猫": 15183340960516071960, "猫粮": 6711262662057201202,
+          "store": 5825295904943524116, "@2023-05-07": 11691239908528774171}
+
+
+def test_term_hashes_are_stable_across_processes_and_machines():
+    """Pinned values: a change of the hash functions must bump ANALYZER_VERSION (saved
+    indexes hold these hashes) and update these numbers."""
+    assert ANALYZER_VERSION == 2
+    assert hash_terms(["猫", "猫粮", "store", "@2023-05-07"]).tolist() == [
+        PINNED["猫"], PINNED["猫粮"], PINNED["store"], PINNED["@2023-05-07"]]

@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 
+import numpy as np
+
 from fsmem import Event, Memory, Timestamp
 from fsmem.l1cache import _cache_of, event_terms, load_context
 from fsmem.analyze import term_hashes
+from fsmem.index import event_texts, term_counts
 
 from conftest import run_py
 from test_index_identity import _rm_and_cp_a_reusing, _same_size_replacement
@@ -30,7 +33,10 @@ def _cached(mem: Memory) -> dict[str, tuple]:
     return {u.unit_id: tuple(r.id for r in u.manifest.events) for u in load_context(mem)}
 
 
-def test_appends_reread_only_the_new_unit(root):
+def test_appends_read_nothing_back(root):
+    """The units this process appends are cached from what it wrote (l1cache.seed_written):
+    no L1 unit's manifest or vectors is read again, and the cache still equals the
+    directories (terms included)."""
     mem = Memory.open(root, durability="off", context_capacity=50)
     for i in range(10):
         mem.append(_event(i, f"turn {i} about the harbour"))
@@ -39,8 +45,17 @@ def test_appends_reread_only_the_new_unit(root):
     before = cache.misses
     for i in range(10, 15):
         mem.append(_event(i, f"turn {i} about the harbour"))
-    assert cache.misses - before == 5          # one read per new unit, none for the others
+    assert cache.misses - before == 0          # the new units were seeded, the others kept
     assert _cached(mem) == _fresh(mem)
+    fresh = {u.unit_id: u for u in mem._load_layer("context", with_vectors=True)}
+    for unit in load_context(mem):
+        disk = fresh[unit.unit_id]
+        assert unit.arrival_ns == disk.arrival_ns and unit.manifest == disk.manifest
+        assert sorted(unit.rows) == sorted(disk.rows)
+        assert all(np.array_equal(unit.rows[k], disk.rows[k]) for k in disk.rows)
+        for ev in unit.manifest.events:
+            seeded, read = event_terms(mem, unit, ev), term_counts(event_texts(mem, disk.path, ev))
+            assert np.array_equal(seeded[0], read[0]) and np.array_equal(seeded[1], read[1])
 
 
 def test_another_process_appending_and_pruning_is_seen(root):
