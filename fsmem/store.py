@@ -354,8 +354,11 @@ class Store(Layout):
                 fsops.fsync_dir(parent)
         path = os.path.join(self.journal_dir, f"{entry.id}.json")
         # Under syncfs not flushed: an entry that comes back after a power loss is applied
-        # again, and applying is idempotent (targets already published are skipped, removed
-        # units are already gone); the next barrier (any operation's) flushes it anyway.
+        # again, which is idempotent (targets already published are skipped, removed units
+        # are gone) as long as no unit has reappeared under a removed id. One can only come
+        # back through a publish (commit, import, ingest, legacy conversion: each a syncfs,
+        # which flushes this deletion first) and then a move; a move alone (fsyncs of two
+        # layer directories) cannot bring back an id that is in no layer.
         # Under fsync (a barrier per directory anyway) it is flushed, which makes a missing
         # fsync of a removal's parent show in every "all lost" power-loss state.
         _quiet_unlink(path)
