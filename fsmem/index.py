@@ -591,6 +591,20 @@ class Index:
             self.add_unit(uid)
         return len(todo)
 
+    def zero_vector_units(self) -> list[str]:
+        """Live units with an event row whose vector is all zero: deferred vectors not yet in
+        the cache when the row was indexed (a crash before the filler ran, an import), or an
+        event without text. Re-adding them picks up what the cache holds now."""
+        self.dense   # checked (and rebuilt if damaged) before anything is taken from it
+        out: list[str] = []
+        if len(self.ev_len):
+            zero = ~self.dense.any(axis=1) & (self.ev_kind != ranking.KIND_PSEUDO) \
+                & self.alive[self.ev_unit]
+            out = [self.ids[int(i)] for i in np.unique(self.ev_unit[zero])]
+        out += [u for u, e in self.pending.items()
+                if np.any(~e.vector.any(axis=1) & (e.rows.kind != ranking.KIND_PSEUDO))]
+        return out
+
     def add(self, entry: IndexEntry) -> None:
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""
         self.remove(entry.unit_id)
