@@ -138,8 +138,9 @@ class _Memo:
 
     def __init__(self, inner) -> None:
         self.inner, self.fingerprint, self.dim = inner, inner.fingerprint, inner.dim
-        if hasattr(inner, "fusion_weight"):
-            self.fusion_weight = inner.fusion_weight
+        for name in ("fusion_weight", "fusion_weights"):   # an embedder's own fusion setting
+            if hasattr(inner, name):
+                setattr(self, name, getattr(inner, name))
         self.memo: dict = {}
 
     def _get(self, texts, query: bool):
