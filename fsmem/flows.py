@@ -115,6 +115,7 @@ class Memory(Reader):
         the access log if it has grown, and close graph.db (deferred vectors are filled
         first)."""
         if self._filler is not None:
+            self._refresh_vectors()   # queues what the index still lacks (an import, say)
             self._filler.close()
             self._refresh_vectors()
         try:
@@ -147,22 +148,49 @@ class Memory(Reader):
         texts were queued. Call ``flush_vectors`` to wait for them."""
         if self._filler is None:
             return 0
-        from .vector_cache import fill_rows, unit_texts
-        cache, n = self._filler.cache, 0
-        for layer in ("context", "documents"):
-            for unit in self._load_layer(layer, with_vectors=True):
-                missing = set(fill_rows(cache, self.plugins, unit.path, unit.manifest,
-                                        dict(unit.rows)))
-                texts = [t for k, t in unit_texts(self.plugins, unit.path, unit.manifest)
-                         if k in missing]
-                self._filler.submit(unit.unit_id, texts)
-                n += len(texts)
+        return sum(self._queue_unit(unit) for layer in ("context", "documents")
+                   for unit in self._load_layer(layer, with_vectors=True))
+
+    def queue_vectors(self, units: Iterable[tuple[str, str]]) -> int:
+        """Queue the texts lacking vectors of these (layer, unit id) units, e.g. just
+        imported from an archive that carries no cached vectors; returns how many texts.
+        A unit that cannot be read is skipped (its events rank lexically)."""
+        if self._filler is None:
+            return 0
+        n = 0
+        for layer, uid in units:
+            try:
+                unit = self._read_unit(uid, self.layout.unit_dir(layer, uid), with_vectors=True)
+            except FsmemError as exc:   # Vanished: moved away meanwhile
+                log.warning("vectors of %s not queued: %s", uid, exc)
+                continue
+            n += self._queue_unit(unit) if unit is not None else 0
         return n
 
+    def _queue_unit(self, unit: Loaded) -> int:
+        """Submit the texts of ``unit`` that have a vector neither in it nor in the cache."""
+        from .vector_cache import fill_rows, unit_texts
+        missing = set(fill_rows(self._filler.cache, self.plugins, unit.path, unit.manifest,
+                                dict(unit.rows)))
+        texts = [t for k, t in unit_texts(self.plugins, unit.path, unit.manifest)
+                 if k in missing]
+        self._filler.submit(unit.unit_id, texts)
+        return len(texts)
+
     def _refresh_vectors(self) -> None:
-        """Re-index units that lacked vectors once the filler has written some."""
-        if self._filler is not None and self._filler.filled() and self._index is not None \
-                and self._index.missing:
+        """Re-index units that lacked vectors once the filler has written some; on the first
+        call, heal what a crash left (units indexed with zero vectors: re-read, the cache's
+        vectors taken); queue for the filler every unit still lacking vectors and not queued
+        already (after a crash, an import, a deleted cache: no reindex needed)."""
+        if self._filler is None or self._index is None:
+            return
+        from .vector_cache import heal_index, queue_missing
+        if not self._vectors_healed:
+            self._vectors_healed = True
+            if heal_index(self._index):
+                self._index._unsaved += 1
+        cached = queue_missing(self._filler, self.plugins, self.layout, self._index.missing)
+        if (self._filler.filled() or cached) and self._index.missing:
             self._index.refresh_vectors()
             self._index._unsaved += 1
 

@@ -47,10 +47,10 @@ log = logging.getLogger(__name__)
 INDEX_VERSION = 4 * 1000 + ANALYZER_VERSION
 RANKERS = ("bm25", "dense", "fusion", "rrf")
 DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
-# Weight of the (min-max scaled) dense signal in "fusion", unless the embedder names its own
-# ``fusion_weight`` (E5SmallEmbedder: 0.85, measured). 0.2 was best for all-MiniLM-L6-v2 under
-# the earlier max scaling; not re-measured with min-max scaling (torch not installed here).
-DEFAULT_WEIGHT = 0.2
+# Weight of the (min-max scaled) dense signal in "fusion": None = per query, from the query's
+# lexical coverage (ranking.dense_weight; an embedder may name its own ``fusion_weights``
+# (lo, hi) range, or a fixed ``fusion_weight``); a ``weight=`` given to search overrides.
+DEFAULT_WEIGHT: float | None = None
 K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
 _PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
@@ -151,6 +151,7 @@ class Index:
         self._dir_mtime = -1   # documents/ mtime the index is known to be in step with
         self._seen_at = 0      # when that was established (0: by this process's own change)
         self._unsaved = 0
+        self._idf_mass = 0.0   # of the last query bm25_rows scored (ranking.coverage)
 
     @property
     def dense(self) -> np.ndarray:
@@ -657,6 +658,20 @@ class Index:
             self.add_unit(uid)
         return len(todo)
 
+    def zero_vector_units(self) -> list[str]:
+        """Live units with an event row whose vector is all zero: deferred vectors not yet in
+        the cache when the row was indexed (a crash before the filler ran, an import), or an
+        event without text. Re-adding them picks up what the cache holds now."""
+        self.dense   # checked (and rebuilt if damaged) before anything is taken from it
+        out: list[str] = []
+        if len(self.ev_len):
+            zero = ~self.dense.any(axis=1) & (self.ev_kind != ranking.KIND_PSEUDO) \
+                & self.alive[self.ev_unit]
+            out = [self.ids[int(i)] for i in np.unique(self.ev_unit[zero])]
+        out += [u for u, e in self.pending.items()
+                if np.any(~e.vector.any(axis=1) & (e.rows.kind != ranking.KIND_PSEUDO))]
+        return out
+
     def add(self, entry: IndexEntry) -> None:
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""
         self.remove(entry.unit_id)
@@ -784,7 +799,7 @@ class Index:
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
             if weight is None:
-                weight = float(getattr(self.mem.embedder, "fusion_weight", DEFAULT_WEIGHT))
+                weight = self._fusion_weight(raw)
             dense = self.dense_rows(text, pend)
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive)
@@ -805,6 +820,16 @@ class Index:
         return [(ids[i], float(scores[i]),
                  self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
                 for i in best]
+
+    def _fusion_weight(self, raw: np.ndarray | None) -> float:
+        """The dense weight of "fusion" for the query just scored lexically (``raw``)."""
+        emb = self.mem.embedder
+        fixed = getattr(emb, "fusion_weight", DEFAULT_WEIGHT)
+        if fixed is not None:
+            return float(fixed)
+        best = float(raw.max()) if raw is not None and len(raw) else 0.0
+        return ranking.dense_weight(ranking.coverage(best, self._idf_mass),
+                                    getattr(emb, "fusion_weights", None))
 
     def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
                  pend: "_PendingRows", limit: int = 5) -> list[str]:
@@ -859,6 +884,7 @@ class Index:
         n_base = len(self.ev_len)
         scores = np.zeros(n_base + pend.n, np.float32)
         q_terms = np.unique(term_hashes([text]))
+        self._idf_mass = 0.0
         if not len(q_terms):
             return scores
         ev_alive, all_alive = self._event_alive()
@@ -876,6 +902,7 @@ class Index:
         total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
         avgdl = max(total / max(n_live, 1), 1e-9)
         idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
+        self._idf_mass = float(idf.sum())   # for ranking.coverage (the fusion weight)
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores

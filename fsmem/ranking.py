@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
-           "KIND_TURN", "conversation_key", "event_kind", "link_neighbours", "bm25_add",
-           "smooth", "unit_max", "minmax", "fuse"]
+           "KIND_TURN", "DENSE_WEIGHTS", "conversation_key", "event_kind", "link_neighbours",
+           "bm25_add_term", "smooth", "unit_max", "minmax", "coverage", "dense_weight", "fuse"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
@@ -25,6 +25,12 @@ WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
 SMOOTH_FUSED = True       # with an embedder, smooth the fused score (measured better than
                           # smoothing the lexical score before fusion)
 MATCH_RATIO = 0.5         # events_matched: events scoring at least this share of the best
+# Dense weight of "fusion", per query, from the lexical coverage c of the query (``coverage``):
+# hi - (hi - lo) x c. A query whose words the best row holds (c near 1) keeps the lexical
+# order; one that shares few words with anything (a paraphrase, another language) leans on
+# the embedder. A fixed weight cannot be right for both: 0.85 (chosen on paraphrase-heavy
+# fixtures) lost to lexical on keyword questions (docs/DECISIONS.md "Fusion").
+DENSE_WEIGHTS = (0.3, 0.9)
 
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
 _DEFAULT_CHAT = ("user", "agent", "assistant")
@@ -65,18 +71,11 @@ def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: n
     return prev, nxt
 
 
-def bm25_add(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf_of_hit: np.ndarray,
-             doclen: np.ndarray, avgdl: float) -> None:
-    """Add the BM25 contribution of each (row, tf, idf) posting hit into ``scores``."""
-    k1, b = K1, B
-    denom = tf + k1 * (1 - b + b * doclen[rows] / avgdl)
-    np.add.at(scores, rows, idf_of_hit * tf * (k1 + 1) / denom)
-
-
 def bm25_add_term(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf: np.float32,
                   doclen: np.ndarray, avgdl: float) -> None:
-    """``bm25_add`` for the postings of one term (``rows`` distinct, one ``idf``): the same
-    arithmetic, added by plain indexing instead of the much slower ``np.add.at``."""
+    """Add the Okapi BM25 contribution of one query term's postings (``rows`` distinct, with
+    their ``tf``; one ``idf``) into ``scores``, by plain indexing (``np.add.at`` is much
+    slower and only needed for repeated rows)."""
     k1, b = K1, B
     denom = tf + k1 * (1 - b + b * doclen[rows] / avgdl)
     scores[rows] += idf * tf * (k1 + 1) / denom
@@ -118,6 +117,21 @@ def minmax(x: np.ndarray, live: np.ndarray | None = None) -> np.ndarray:
     if hi <= lo:
         return np.where(x > 0, 1.0, 0.0).astype(np.float32) if hi > 0 else np.zeros_like(x)
     return ((x - lo) / (hi - lo)).astype(np.float32)
+
+
+def coverage(best: float, idf_mass: float) -> float:
+    """How much of the query's lexical evidence its best row holds, in [0, 1]: the row's BM25
+    over the sum of the query terms' idf (what a row of average length holding each term once
+    scores; a term no row holds counts at the highest idf, as unmatched evidence)."""
+    if idf_mass <= 0 or best <= 0:
+        return 0.0
+    return min(best / idf_mass, 1.0)
+
+
+def dense_weight(cov: float, weights: tuple[float, float] | None = None) -> float:
+    """The dense weight of ``fuse`` for a query of lexical coverage ``cov``."""
+    lo, hi = DENSE_WEIGHTS if weights is None else weights
+    return hi - (hi - lo) * min(max(cov, 0.0), 1.0)
 
 
 def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,

@@ -308,8 +308,18 @@ class Reader:
                                              self.embedder.dim)
         return self._vector_cache if self._vector_cache.exists() else None
 
+    _vectors_healed = False   # the index's zero-vector units were re-read (first use)
+
     def _refresh_vectors(self) -> None:
-        """A reader never waits for vectors: units lacking some rank lexically."""
+        """A reader never waits for vectors: units lacking some rank lexically. On first use
+        it takes, in memory, the cached vectors of units its index holds without (a snapshot
+        saved before the writer's filler ran)."""
+        if self._vectors_healed or self._index is None:
+            return
+        self._vectors_healed = True
+        if self.vector_cache is not None:
+            from .vector_cache import heal_index
+            heal_index(self._index)
 
     # ``progress(done, total)``: told while a long index catch-up runs (the CLI's bar).
     progress: Callable[[int, int], None] | None = None

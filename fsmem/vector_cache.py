@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .model import Manifest
 
 __all__ = ["VectorCache", "VectorFiller", "LockedEmbedder", "unit_texts", "fill_rows",
-           "cache_dir", "check_cache"]
+           "cache_dir", "check_cache", "heal_index", "queue_missing"]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,43 @@ def fill_rows(cache: VectorCache | None, plugins: Any, path: str, manifest: "Man
     return missing
 
 
+def heal_index(index: Any) -> int:
+    """Re-index the units the index holds with zero vectors (saved before their deferred
+    vectors were filled: a crash before close, a snapshot saved mid-run): each takes what the
+    cache holds now, and one still lacking vectors is noted in ``index.missing``. In memory
+    only (a reader may call it); returns how many units were re-read."""
+    todo = index.zero_vector_units()
+    for uid in todo:
+        index.add_unit(uid)
+    if todo:
+        log.info("vector cache: %d units indexed without vectors re-read", len(todo))
+    return len(todo)
+
+
+def queue_missing(filler: "VectorFiller", plugins: Any, layout: Any, missing: set[str]) -> bool:
+    """Submit to ``filler`` the texts the cache lacks of each unit (of documents/) in
+    ``missing`` that is not queued already; True when some unit turned out to have all its
+    vectors in the cache (the index should re-read it). An unreadable unit is skipped
+    (logged): its events keep ranking lexically."""
+    from .errors import FsmemError
+    from .unit import read_manifest
+    cached = False
+    for uid in sorted(missing - filler.submitted):
+        path = layout.unit_dir("documents", uid)
+        try:
+            texts = [t for _k, t in unit_texts(plugins, path, read_manifest(path))
+                     if filler.cache.get(filler.cache.key(t)) is None]
+        except (FsmemError, OSError, ValueError) as exc:
+            log.warning("vector cache: %s not queued: %s", path, exc)
+            filler.submitted.add(uid)   # not retried in this process
+            continue
+        if texts:
+            filler.submit(uid, texts)
+        else:
+            cached = True
+    return cached
+
+
 class LockedEmbedder:
     """An embedder shared by the writer's thread and its background filler: every call runs
     under one lock (an embedding engine need not be thread-safe). Attributes pass through."""
@@ -186,10 +223,12 @@ class VectorFiller:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.errors = 0
+        self.submitted: set[str] = set()   # units queued and not reported filled yet
 
     def submit(self, unit_id: str, texts: Sequence[str]) -> None:
         if not texts:
             return
+        self.submitted.add(unit_id)
         self._q.put((unit_id, list(texts)))
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="fsmem-vectors",
@@ -204,6 +243,7 @@ class VectorFiller:
         """Unit ids whose vectors were written since the last call."""
         with self._lock:
             out, self._filled = self._filled, []
+        self.submitted.difference_update(out)
         return out
 
     def close(self) -> None:

@@ -24,3 +24,52 @@ def test_default_ranker_recall_at_5(tmp_path):
     assert result["recall@5"] >= 0.85, result
     for kind in ("zh", "mixed", "detail", "partial", "paraphrase"):
         assert result["by_kind"][kind]["recall@5"] >= 0.8, (kind, result["by_kind"][kind])
+
+
+class RecordedE5:
+    """The light embedder's vectors of the conversation fixture, as recorded by
+    fixtures/conversations/record_e5.py (int8): real model output without the extra. A text
+    that was not recorded is an error (the fixture changed: record again)."""
+
+    dim = 384
+
+    def __init__(self) -> None:
+        import numpy as np
+        data = np.load(REPO / "fixtures" / "conversations" / "e5_vectors.npz")
+        self.fingerprint = "recorded:" + str(data["fingerprint"])
+        vecs = data["vectors"].astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        self.rows = dict(zip((str(k) for k in data["keys"]), vecs))
+
+    def _get(self, side: str, texts):
+        import numpy as np
+        from fsmem.blocks import hash_bytes
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self.rows[hash_bytes(f"{side}:{t}".encode("utf-8"))] for t in texts])
+
+    def embed(self, texts):
+        return self._get("p", texts)
+
+    def embed_query(self, texts):
+        return self._get("q", texts)
+
+
+def test_default_fusion_is_not_worse_than_lexical_on_conversations(tmp_path):
+    """On the conversation fixture, the default fusion (with recorded e5 vectors) is at least
+    as good as lexical ranking both on the fixture's questions (paraphrase-heavy: dense helps
+    most) and on keyword questions (lexical-friendly: a fixed dense-heavy fusion lost there)."""
+    from _conversations import load_conversations
+    from eval_retrieval import build_direct, conversation_items, evaluate_items, keyword_items
+    sessions, questions = load_conversations()
+    mem, answers = build_direct(str(tmp_path / "m"), sessions, RecordedE5())
+    mem.flush_vectors()
+    assert mem.ranker == "fusion"
+    for items in (conversation_items(questions), keyword_items(sessions, questions)):
+        lexical = evaluate_items(mem, answers, items, "bm25")["recall@5"]
+        fused = evaluate_items(mem, answers, items, "fusion")["recall@5"]
+        assert fused >= lexical, (fused, lexical)
+    fixed = evaluate_items(mem, answers, keyword_items(sessions, questions), "fusion",
+                           weight=0.85)["recall@5"]
+    assert fixed < lexical     # the effect the per-query weight answers is still there
+    mem.close()

@@ -119,10 +119,19 @@ def test_deleted_cache_is_refilled(tmp_path):
     import shutil
     shutil.rmtree(os.path.join(tmp_path, ".fsmem", "vectors"))
     mem = Memory.open(tmp_path, embedder=emb, auto_prune=False, vectors="deferred")
-    mem.reindex()
-    assert mem.index.search("budget review Tuesday", 3, "dense") == []
-    assert mem.fill_vectors() == len(TEXTS)
+    assert mem.fill_vectors() == len(TEXTS)      # before any use of the index
     mem.flush_vectors()
+    assert mem.fill_vectors() == 0
+    hits = mem.index.search("budget review Tuesday", 3, "dense")
+    assert hits and hits[0][0] == uids[2]
+    mem.close()
+    shutil.rmtree(os.path.join(tmp_path, ".fsmem", "vectors"))
+    counting = CountingEmbedder()
+    mem = Memory.open(tmp_path, embedder=counting, auto_prune=False, vectors="deferred")
+    mem.reindex()                                 # zero vectors: the cache is gone
+    mem.index.search("budget review Tuesday", 3)  # the index queues what it lacks itself
+    mem.flush_vectors()
+    assert counting.passages == len(TEXTS)
     assert mem.fill_vectors() == 0
     hits = mem.index.search("budget review Tuesday", 3, "dense")
     assert hits and hits[0][0] == uids[2]
@@ -166,3 +175,133 @@ def test_lived_with_deferred_vectors_archives_and_finds_densely(tmp_path):
     hits = mem.index.search(TEXTS[1], 3, "dense")
     assert hits and all(s > 0 for _u, s in hits)
     mem.close()
+
+
+# -- self-healing after a crash (a writer killed after commit, before close) ----------------
+_CHILD = r"""
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from fsmem import Event, Memory
+from fsmem.embed import HashEmbedder
+
+class Stuck(HashEmbedder):
+    # passages never embed: the filler never writes the cache before the kill
+    def embed(self, texts):
+        threading.Event().wait()
+    def embed_query(self, texts):
+        return HashEmbedder.embed(self, texts)
+
+mem = Memory.open(sys.argv[2], embedder=Stuck(), auto_prune=False, vectors="deferred")
+for text in sys.argv[4:]:
+    mem.commit_events([Event(source="chat", role="user", input=text)], source="chat")
+if sys.argv[3] == "save":
+    mem.index.save()      # a snapshot saved mid-run (as watch does), zero vectors in it
+print("committed", flush=True)
+time.sleep(120)
+"""
+
+
+def _crash_after_commit(root, save: bool) -> None:
+    """A real writer process commits TEXTS with deferred vectors and is SIGKILLed before
+    close, its filler stuck: nothing of the cache is written."""
+    import signal
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, repo, str(root),
+                              "save" if save else "nosave", *TEXTS],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "committed"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+
+
+class CountingEmbedder(HashEmbedder):
+    """The hashed embedder, counting the passages it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passages = 0
+
+    def embed(self, texts):
+        self.passages += len(texts)
+        return super().embed(texts)
+
+    def embed_query(self, texts):
+        return super().embed(texts)
+
+
+def _found_densely(mem_or_reader) -> bool:
+    units = mem_or_reader.units("documents")
+    for text in TEXTS:
+        hits = mem_or_reader.index.search(text, 1, "dense")
+        if not hits or hits[0][0] not in units:
+            return False
+        unit = mem_or_reader.document(hits[0][0])
+        if unit.events[0].input != text:
+            return False
+    return True
+
+
+def test_vectors_lost_in_a_crash_are_refilled_on_the_next_open(tmp_path):
+    for save in (True, False):
+        root = tmp_path / ("saved" if save else "unsaved")
+        _crash_after_commit(root, save)
+        assert not _vector_files(root)
+        if save:   # the crash left a saved index holding zero vectors
+            reader = Memory.open(root, readonly=True, embedder=HashEmbedder())
+            assert reader.index.search(TEXTS[0], 3, "dense") == []
+            reader.close()
+        emb = CountingEmbedder()
+        mem = Memory.open(root, embedder=emb, auto_prune=False, vectors="deferred")
+        mem.index.search(TEXTS[0], 3)     # first use of the index: no reindex, no fill_vectors
+        mem.flush_vectors()
+        assert emb.passages == len(TEXTS)
+        assert _found_densely(mem)
+        assert mem.fill_vectors() == 0
+        mem.close()
+        before = _tree(root)
+        reader = Memory.open(root, readonly=True, embedder=HashEmbedder())
+        assert _found_densely(reader)     # the saved index holds the vectors now
+        reader.close()
+        assert _tree(root) == before
+
+
+def test_cached_vectors_the_saved_index_holds_as_zero_are_taken_up(tmp_path):
+    _crash_after_commit(tmp_path, save=True)
+    emb = HashEmbedder()
+    cache = VectorCache(Layout(str(tmp_path)).meta, emb.fingerprint, emb.dim)
+    for text in TEXTS:           # as if the filler had written them just before the kill
+        cache.put(cache.key(text), emb.embed([text])[0])
+    before = _tree(tmp_path)
+    reader = Memory.open(tmp_path, readonly=True, embedder=HashEmbedder())
+    assert _found_densely(reader)         # in memory only
+    reader.close()
+    assert _tree(tmp_path) == before
+    counting = CountingEmbedder()
+    mem = Memory.open(tmp_path, embedder=counting, auto_prune=False, vectors="deferred")
+    assert _found_densely(mem)
+    mem.flush_vectors()
+    assert counting.passages == 0          # taken from the cache, nothing re-embedded
+    mem.close()
+
+
+def test_imported_units_without_vectors_are_queued_for_the_filler(tmp_path):
+    src = Memory.open(tmp_path / "src", embedder=HashEmbedder(), auto_prune=False,
+                      vectors="deferred")
+    _commit_all(src)
+    src.close()
+    archive = str(tmp_path / "units.tar")
+    from fsmem.archive import export_archive
+    export_archive(src.store, archive)
+    emb = CountingEmbedder()
+    dst = Memory.open(tmp_path / "dst", embedder=emb, auto_prune=False, vectors="deferred")
+    from fsmem.archive import import_archive
+    import_archive(dst, archive)
+    dst.close()                          # close fills what the import queued
+    assert emb.passages == len(TEXTS)
+    reader = Memory.open(tmp_path / "dst", readonly=True, embedder=HashEmbedder())
+    assert _found_densely(reader)
+    reader.close()
