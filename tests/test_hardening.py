@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import sqlite3
 from pathlib import Path
 
@@ -545,3 +546,54 @@ def test_recall_from_graph_succeeds_when_its_prune_fails(tmp_path: Path) -> None
     assert (root / ".fsmem" / "maintenance").exists()
     mem.append(Event(input="next", id="e-next"))
     assert _l1_events(root) <= CAP and mem.fsck() == []
+
+
+def _in_frame(name: str) -> bool:
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_turn_succeeds_when_its_pins_cannot_be_released(tmp_path: Path) -> None:
+    template, docs = _recall_template(tmp_path)
+    mem = _open(template, auto_prune=False)
+    assert sorted(mem.recall("ripe pears", top_k=2)) == sorted(docs)   # pinned
+
+    def hook(op: str) -> None:   # the disk is full when the turn releases the pins
+        if _in_frame("tick_pins"):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    fsops.set_hook(hook)
+    try:
+        result = mem.turn(Event(input="thanks", id="e-thanks"))
+    finally:
+        fsops.set_hook(None)
+    assert result.event_ids == ["e-thanks"] and _copies(template, "e-thanks") == 1
+    assert (template / ".fsmem" / "pins.json").exists()     # released by the next write
+    mem.append(Event(input="later", id="e-later"))
+    mem.append(Event(input="later again", id="e-later-2"))
+    assert not (template / ".fsmem" / "pins.json").exists()
+
+
+def test_turn_whose_response_cannot_be_stored_fails_with_nothing_stored(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    mem = Memory.open(root, auto_prune=False)
+    mem.append(Event(input="before", id="e-before"))
+    before = sorted(p.name for p in (root / "context").iterdir())
+
+    def hook(op: str) -> None:   # the disk fills once the input's unit is published
+        if op in ("open", "write", "mkdir") and len(os.listdir(root / "context")) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    fsops.set_hook(hook)
+    try:
+        with pytest.raises(OSError):
+            mem.turn(Event(input="question", id="e-q"), Event(response="answer", id="e-a"))
+    finally:
+        fsops.set_hook(None)
+    assert sorted(p.name for p in (root / "context").iterdir()) == before
+    assert _copies(root, "e-q") == 0 and _copies(root, "e-a") == 0
+    mem.turn(Event(input="question", id="e-q"), Event(response="answer", id="e-a"))  # retry
+    assert _copies(root, "e-q") == 1 and _copies(root, "e-a") == 1
+    assert mem.fsck() == []
