@@ -338,6 +338,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
              f"+{report.edges_added} edge(s)"]
     if report.no_facts:
         lines.append(f"{len(report.no_facts)} cold unit(s) gave no triple and stay in documents/")
+    if report.error:   # what was distilled is stored; the rest waits for the next run
+        lines.append(f"stopped early (run distill again for the rest): {report.error}")
     lines += [f"  {u.unit_id}: {t.subject} -[{t.relation}]-> {t.object}"
               for u in report.units if report.dry_run for t in u.triples]
     _emit(args, report, "\n".join(lines))
