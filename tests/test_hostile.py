@@ -293,6 +293,17 @@ def test_huge_text_of_distinct_terms_keeps_the_term_memos_bounded(tmp_path, monk
     assert max(seen[1:]) <= 300 + 2 * per_part, seen  # trimmed between parts, not growing
 
 
+@pytest.mark.stress
+def test_ingesting_a_huge_text_file_stays_under_the_memory_bound():
+    """Item 5 end to end (minutes): the RSS benchmark at 100 MB, peak under its stated bound
+    and the stored parts' bytes the file's (FSMEM_RSS_MB sets the size)."""
+    mb = os.environ.get("FSMEM_RSS_MB", "100")
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_ingest_rss.py"),
+                          "--mb", mb], capture_output=True, text=True, cwd=str(REPO))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "bound 300 MB: PASS" in run.stdout
+
+
 _ENOSPC_DAEMON = textwrap.dedent("""
     import errno, os, sys
     import fsmem._fsops as fsops
