@@ -951,8 +951,12 @@ def clamp_ns(ns: int) -> int:
 
 
 def _file_digest(path: str) -> str:
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    hasher.update_mmap(path)
+    """BLAKE3 of a file just written, read in 1 MiB chunks (a mapping of the whole file
+    would add its size to the saving process's resident memory)."""
+    hasher = blake3.blake3()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            hasher.update(chunk)
     return hasher.hexdigest()
 
 
@@ -967,28 +971,46 @@ def _fold_postings(post: _Postings, remap: np.ndarray, base: int,
                    new: list[IndexEntry]) -> _Postings:
     """The postings of the kept event rows (``remap``: old row -> new row, -1 dropped) plus
     those of ``new`` (rows from ``base`` on), in (term, row) order. The kept postings are in
-    that order already and every new row is above every kept one (ascending within an entry,
-    each term once per row), so a stable sort by term alone gives it: no lexsort over both
-    keys, no np.unique re-sort, and every intermediate dropped once folded, which keeps the
-    peak of a compaction near four bytes-per-posting arrays instead of a dozen."""
+    that order already and every new row is above every kept one, so only the new postings
+    are sorted (stably, by term: rows ascend within an entry, each term once per row) and
+    then merged in after the kept ones of the same term. No sort over everything and no
+    lexsort copies of every key: a compaction's peak stays near the size of its result."""
     rows = remap[post.rows]
     live = rows >= 0
-    terms = np.concatenate([_expand_terms(post)[live]] + [e.terms for e in new])
-    order = np.argsort(terms, kind="stable")
-    terms = terms[order]
-    parts = [rows[live].astype(np.int32)]
-    del rows
+    whole = bool(live.all())
+    o_terms = _expand_terms(post) if whole else _expand_terms(post)[live]
+    o_rows = rows.astype(np.int32) if whole else rows[live].astype(np.int32)
+    o_tfs = post.tfs if whole else post.tfs[live]
+    del rows, live
+    n_terms = np.concatenate([np.zeros(0, np.uint64)] + [e.terms for e in new])
+    order = np.argsort(n_terms, kind="stable")
+    n_terms = n_terms[order]
+    parts = []
     for e in new:
         parts.append((base + np.repeat(np.arange(len(e.rows.ids)), np.diff(e.rows.ptr))
                       ).astype(np.int32))
         base += len(e.rows.ids)
-    rows = np.concatenate(parts)[order]
-    del parts
-    tfs = np.concatenate([post.tfs[live]] + [e.tfs for e in new]).astype(np.float32)[order]
-    del order
-    starts = np.flatnonzero(terms[1:] != terms[:-1]) + 1
-    first = np.concatenate(([0], starts)) if len(terms) else starts
-    return _Postings(terms[first], np.append(first, len(terms)).astype(np.int64), rows, tfs)
+    n_rows = np.concatenate([np.zeros(0, np.int32)] + parts)[order]
+    n_tfs = np.concatenate([np.zeros(0, np.float32)] + [e.tfs for e in new]
+                           ).astype(np.float32)[order]
+    del parts, order
+    at = np.searchsorted(o_terms, n_terms, side="right")   # after the kept, same term
+    at += np.arange(len(at))                                 # positions in the result
+    old_at = np.ones(len(o_terms) + len(n_terms), bool)
+    old_at[at] = False
+    out = []
+    for o, n in ((o_terms, n_terms), (o_rows, n_rows), (o_tfs, n_tfs)):
+        merged = np.empty(len(old_at), o.dtype)
+        merged[at] = n
+        merged[old_at] = o
+        out.append(merged)
+    del o_terms, n_terms, o_rows, n_rows, o_tfs, n_tfs, at, old_at
+    terms, rows, tfs = out
+    is_first = np.ones(len(terms), bool)
+    np.not_equal(terms[1:], terms[:-1], out=is_first[1:])
+    first = np.flatnonzero(is_first)
+    del is_first
+    return _Postings(terms[first], np.append(first, len(terms)), rows, tfs)
 
 
 def _expand_terms(post: _Postings) -> np.ndarray:
