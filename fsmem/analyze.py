@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
-           "hash_terms"]
+           "hash_terms", "memo_sizes", "trim_memos"]
 
 ANALYZER_VERSION = 2   # part of the index version: a change here rebuilds saved indexes
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
@@ -294,3 +294,17 @@ def term_hashes(texts: Sequence[str]) -> np.ndarray:
         _text_hashes(norm, other)
     cjk = _cjk_hashes("\n".join(norms))
     return np.concatenate([cjk, np.array(other, dtype=np.uint64)])
+
+
+def memo_sizes() -> dict[str, int]:
+    """Entries in each per-term memo table (stems, term hashes, token hashes)."""
+    return {"stems": len(_stems), "hashes": len(_hashes), "tokens": len(_tokens)}
+
+
+def trim_memos(limit: int) -> None:
+    """Empty each memo table holding more than ``limit`` entries. They are speed memos only
+    (emptying one costs re-hashing); a long ingest of distinct tokens calls this between
+    parts so memory stays flat (fsmem.inbox.trim_term_memos)."""
+    for table in (_stems, _hashes, _tokens):
+        if len(table) > limit:
+            table.clear()

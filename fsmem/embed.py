@@ -106,6 +106,13 @@ class HashEmbedder:
         np.divide(out, norms, out=out, where=norms > 0)
         return out
 
+    def trim_memos(self, limit: int) -> None:
+        """Empty the word and token memo tables if one holds more than ``limit`` entries
+        (speed memos only; see fsmem.analyze.trim_memos)."""
+        for table in (self._words, self._tokens):
+            if len(table) > limit:
+                table.clear()
+
     def features(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(row, 64-bit hash) of every feature of every text (see ``tokenize``), computed in
         one vectorised pass for the whole batch."""

@@ -557,36 +557,66 @@ class Memory(Reader):
 
     # -- recall / prune ---------------------------------------------------------------------
     def recall(self, text: str, top_k: int = 3) -> list[str]:
-        """Move the best L2 matches into L1, each by one rename; returns the moved unit ids."""
-        moved = []
+        """Move the best L2 matches into L1, each by one rename; returns the moved unit ids.
+
+        Once one unit has moved, recall succeeds: a later hit that cannot move is logged and
+        left in L2; pinning and the prune into a full L1 are maintenance (a failure is
+        logged and owed, fsmem.maintenance). Recall fails only with nothing moved."""
+        moved: list[str] = []
         hits = self._search(text, top_k)   # brings the index in step once, not per hit
         for hit in hits:
-            legacy_file = self._index.legacy_file(hit.unit_id)
-            with self.store.locked():
-                if legacy_file:
-                    from .legacy import recall_legacy
-                    uid = recall_legacy(self, legacy_file)
-                    self._indexed(hit.unit_id, "documents", added=False)
-                    if uid:
-                        moved.append(uid)
-                    continue
-                src = self.store.unit_dir("documents", hit.unit_id)
-                if not os.path.isdir(src):
-                    continue  # another process recalled it first
-                fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
-                if self.store.sync:
-                    fsops.fsync_dir(src)
-                before = self._index_stamp("documents")
-                self.store.move(hit.unit_id, "documents", "context")
-                self._indexed(hit.unit_id, "documents", added=False, before=before)
-                moved.append(hit.unit_id)
+            try:
+                uid = self._recall_hit(hit.unit_id)
+            except (OSError, FsmemError) as exc:
+                uid = self._moved_anyway(hit.unit_id)
+                if not moved and not uid:
+                    raise
+                log.warning("%s: recall stopped after %d unit(s); %s stays in documents/: %s",
+                            self.root, len(moved) + bool(uid), hit.unit_id, exc)
+                moved += [uid] if uid else []
+                break
+            if uid:
+                moved.append(uid)
         if moved:
-            from .turn import pin_units
-            with self.store.locked():
-                pin_units(self.store, moved)   # never evicted before the next turn
-        if moved and self.auto_prune:
-            self.prune(query=text)
+            from .maintenance import after_write
+            after_write(self, lambda: self._pin(moved),
+                        lambda: self.prune(query=text) if self.auto_prune else None)
         return moved
+
+    def _recall_hit(self, unit_id: str) -> str | None:
+        """Move one L2 unit (or legacy document) into L1; its id, or None when another
+        process took it first."""
+        legacy_file = self._index.legacy_file(unit_id)
+        with self.store.locked():
+            if legacy_file:
+                from .legacy import recall_legacy
+                uid = recall_legacy(self, legacy_file)
+                self._indexed(unit_id, "documents", added=False)
+                return uid or None
+            src = self.store.unit_dir("documents", unit_id)
+            if not os.path.isdir(src):
+                return None  # another process recalled it first
+            fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
+            if self.store.sync:
+                fsops.fsync_dir(src)
+            before = self._index_stamp("documents")
+            self.store.move(unit_id, "documents", "context")
+            self._indexed(unit_id, "documents", added=False, before=before)
+            return unit_id
+
+    def _moved_anyway(self, unit_id: str) -> str | None:
+        """After a failed move: the unit id when its rename happened all the same (a parent
+        fsync failed after it): it is in L1 and the index is told."""
+        if not os.path.isdir(self.store.unit_dir("context", unit_id)):
+            return None
+        self._indexed(unit_id, "documents", added=False)
+        return unit_id
+
+    def _pin(self, moved: list[str]) -> None:
+        """Pin recalled units through the rest of this turn (fsmem.turn)."""
+        from .turn import pin_units
+        with self.store.locked():
+            pin_units(self.store, moved)   # never evicted before the next turn
 
     def prune(self, query: str = "") -> str | None:
         """If L1 holds more than capacity, move the least relevant unprotected, unpinned

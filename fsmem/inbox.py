@@ -41,13 +41,14 @@ from .timestamps import Timestamp
 from .unit import MANIFEST, VECTORS, UnitBuilder, read_manifest
 
 __all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "TEXT_PART", "EVENTS_CAP",
-           "ignored_name"]
+           "TERM_MEMO_MAX", "ignored_name", "trim_term_memos"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE_CAP = 1 << 30
 TEXT_PART = 1 << 20     # a text file is stored in units of at most this many bytes each
 EVENTS_CAP = 32 << 20   # an event file (.jsonl/.json) is parsed whole: at most this big
+TERM_MEMO_MAX = 100_000  # terms a per-term memo table may keep between two stored parts
 LEDGER = "inbox.ledger"
 LEDGER_CAP = 1 << 30
 _GONE = ".gone-"   # .processing/.gone-<claim>: a released directory claim being removed
@@ -444,6 +445,7 @@ class Ingestor:
         except Exception as exc:  # a bug must not crash-loop the daemon on the same claim
             log.exception("%s: unexpected error", _display(name))
             out.status, out.reason = "rejected", f"internal error: {type(exc).__name__}: {exc}"
+        trim_term_memos(self.mem)  # a long-running daemon's memos stay bounded too
         if out.status == "ingested":  # the caller releases the claim once this is durable
             out.units = [f"{layer}/{u}" for layer, u in self.published]
         else:
@@ -558,6 +560,7 @@ class Ingestor:
             uid = self.mem.commit_events([event], summary=summary, source="inbox",
                                          meta={**meta, "inbox_part": str(n)} if n else meta)
             self.published.append(("documents", uid))
+            trim_term_memos(self.mem)
         if hasher.hexdigest() != digest:  # changed since it was scanned: never half-true
             for _, uid in self.published:
                 self.mem.remove(uid)
@@ -749,6 +752,19 @@ class Ingestor:
         if mat.shape != (len(ref.rows), ref.dim):
             raise Rejected(f"{VECTORS}: shape {mat.shape} != ({len(ref.rows)}, {ref.dim})")
         return builder.set_vectors(list(ref.rows), mat, ref.embedder)
+
+
+def trim_term_memos(mem: Memory) -> None:
+    """Empty each per-term memo table (the analyzer's stems and hashes, the embedder's word
+    hashes) holding more than TERM_MEMO_MAX terms. They cap themselves only at a million
+    entries (~100 MB apiece), which one huge file of distinct tokens (numbers, ids) fills:
+    trimmed between parts, ingest memory stays flat in the file's size. They are speed
+    memos, so emptying one costs only re-hashing."""
+    from . import analyze
+    analyze.trim_memos(TERM_MEMO_MAX)
+    trim = getattr(mem.embedder, "trim_memos", None)
+    if trim is not None:
+        trim(TERM_MEMO_MAX)
 
 
 def _special_reason(mode: int) -> str:

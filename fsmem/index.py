@@ -705,23 +705,8 @@ class Index:
         n_ev_kept = int(ev_keep.sum())
         remap = np.full(len(self.ev_len), -1, np.int64)
         remap[ev_keep] = np.arange(n_ev_kept)
-        rows = remap[self.post.rows.astype(np.int64)]
-        terms, tfs = _expand_terms(self.post), self.post.tfs
-        live = rows >= 0
-        rows_parts, terms_parts, tfs_parts = [rows[live]], [terms[live]], [tfs[live]]
-        base = n_ev_kept
-        for e in new:
-            rows_parts.append(base + np.repeat(np.arange(len(e.rows.ids)), np.diff(e.rows.ptr)))
-            terms_parts.append(e.terms)
-            tfs_parts.append(e.tfs)
-            base += len(e.rows.ids)
-        rows, terms, tfs = (np.concatenate(rows_parts), np.concatenate(terms_parts),
-                            np.concatenate(tfs_parts))
-        order = np.lexsort((rows, terms))
-        rows, terms, tfs = rows[order], terms[order], tfs[order]
-        uniq, starts = np.unique(terms, return_index=True)
-        self.post = _Postings(uniq, np.append(starts, len(terms)).astype(np.int64),
-                              rows.astype(np.int32), tfs.astype(np.float32))
+        self.post = _fold_postings(self.post, remap, n_ev_kept, new)
+        del remap
         self._compact_events(keep, ev_keep, new)
         kept_ids = {self.ids[i] for i in keep}
         self.legacy = {u: f for u, f in self.legacy.items() if u in kept_ids}
@@ -1112,10 +1097,14 @@ def _read_meta(path: str) -> "_Meta":
 
 
 def _file_digest(path: str) -> str:
-    # all cores only for a big file: for small arrays the thread pool costs more than it saves
+    """BLAKE3 of a file just written, read in 8 MiB chunks (a mapping of the whole file would
+    add its size to the saving process's resident memory); all cores only for a big file:
+    for small arrays the thread pool costs more than it saves."""
     big = os.stat(path).st_size > _HASH_THREADS_FROM
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if big else 1)
-    hasher.update_mmap(path)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(8 << 20):
+            hasher.update(chunk)
     return hasher.hexdigest()
 
 
@@ -1124,6 +1113,52 @@ def _row_lengths(e: IndexEntry) -> np.ndarray:
     n = len(e.rows.ids)
     return np.bincount(np.repeat(np.arange(n), np.diff(e.rows.ptr)), weights=e.tfs,
                        minlength=n).astype(np.float32)
+
+
+def _fold_postings(post: _Postings, remap: np.ndarray, base: int,
+                   new: list[IndexEntry]) -> _Postings:
+    """The postings of the kept event rows (``remap``: old row -> new row, -1 dropped) plus
+    those of ``new`` (rows from ``base`` on), in (term, row) order. The kept postings are in
+    that order already and every new row is above every kept one, so only the new postings
+    are sorted (stably, by term: rows ascend within an entry, each term once per row) and
+    then merged in after the kept ones of the same term. No sort over everything and no
+    lexsort copies of every key: a compaction's peak stays near the size of its result."""
+    rows = remap[post.rows]
+    live = rows >= 0
+    whole = bool(live.all())
+    o_terms = _expand_terms(post) if whole else _expand_terms(post)[live]
+    o_rows = rows.astype(np.int32) if whole else rows[live].astype(np.int32)
+    o_tfs = post.tfs if whole else post.tfs[live]
+    del rows, live
+    n_terms = np.concatenate([np.zeros(0, np.uint64)] + [e.terms for e in new])
+    order = np.argsort(n_terms, kind="stable")
+    n_terms = n_terms[order]
+    parts = []
+    for e in new:
+        parts.append((base + np.repeat(np.arange(len(e.rows.ids)), np.diff(e.rows.ptr))
+                      ).astype(np.int32))
+        base += len(e.rows.ids)
+    n_rows = np.concatenate([np.zeros(0, np.int32)] + parts)[order]
+    n_tfs = np.concatenate([np.zeros(0, np.float32)] + [e.tfs for e in new]
+                           ).astype(np.float32)[order]
+    del parts, order
+    at = np.searchsorted(o_terms, n_terms, side="right")   # after the kept, same term
+    at += np.arange(len(at))                                 # positions in the result
+    old_at = np.ones(len(o_terms) + len(n_terms), bool)
+    old_at[at] = False
+    out = []
+    for o, n in ((o_terms, n_terms), (o_rows, n_rows), (o_tfs, n_tfs)):
+        merged = np.empty(len(old_at), o.dtype)
+        merged[at] = n
+        merged[old_at] = o
+        out.append(merged)
+    del o_terms, n_terms, o_rows, n_rows, o_tfs, n_tfs, at, old_at
+    terms, rows, tfs = out
+    is_first = np.ones(len(terms), bool)
+    np.not_equal(terms[1:], terms[:-1], out=is_first[1:])
+    first = np.flatnonzero(is_first)
+    del is_first
+    return _Postings(terms[first], np.append(first, len(terms)), rows, tfs)
 
 
 def _expand_terms(post: _Postings) -> np.ndarray:

@@ -24,7 +24,7 @@ import msgspec
 from . import _fsops as fsops
 from .blocks import hash_bytes
 from .distill import DistillError, Distiller, RuleDistiller, TextPiece, Triple, unit_texts
-from .errors import FsmemError, NotFound
+from .errors import FsmemError, NotFound, StorageError
 from .timestamps import Timestamp
 from .unit import read_manifest
 from .views import Document
@@ -114,6 +114,8 @@ class DistillReport(msgspec.Struct, kw_only=True):
     blocks_added: int = 0
     edges_added: int = 0
     units: list[UnitReport] = []
+    committed: int = 0            # units whose graph rows this run committed
+    error: str = ""               # why the run stopped early after committing ('' if it did not)
 
 
 def find_cold(mem: "Reader", max_age_s: float = 72 * 3600, max_access: int = 2, *,
@@ -138,13 +140,17 @@ def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
             distiller: Distiller | None = None, dry_run: bool = False,
             now: Timestamp | None = None, move_empty: bool = False,
             texts: Callable[["Memory", Document], list[TextPiece]] = unit_texts,
-            progress: Callable[[int, int], None] | None = None) -> DistillReport:
+            progress: Callable[[int, int], None] | None = None,
+            busy_timeout_s: float = 10.0) -> DistillReport:
     """Distil cold L2 units into graph.db and move each, whole, into stablemem/.
 
     Per unit: extract (outside the lock: an LLM may be slow), then under the writer lock one
     graph transaction and one rename. A unit with no triple stays in documents/ unless
-    ``move_empty``. A DistillError stops the run: nothing is written for that unit.
-    ``progress(done, total)`` is told as the cold units are worked through.
+    ``move_empty``. An error (a DistillError, a full disk, graph.db locked past
+    ``busy_timeout_s``) stops the run. Before any graph commit it is raised (nothing was
+    written); after one, the run succeeds with what it did and ``report.error`` says why it
+    stopped: a unit whose rows are committed but whose move failed is moved by the next run
+    (the commit is idempotent). ``progress(done, total)`` is told as the units are worked.
     """
     distiller = distiller or RuleDistiller()
     report = DistillReport(dry_run=dry_run, distiller=distiller.name)
@@ -156,37 +162,16 @@ def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
             if progress and n:
                 progress(n, len(cold))
             try:
-                doc = mem.document(unit_id)
-            except NotFound:
-                continue  # recalled by someone else since the listing
+                if not dry_run and graph is None:
+                    graph = Graph(mem, busy_timeout_s=busy_timeout_s)
+                _distill_unit(mem, graph, unit_id, distiller, texts, move_empty, report)
             except (FsmemError, OSError) as exc:
-                log.warning("distill: skipping unreadable unit %s: %s", unit_id, exc)
-                continue
-            if doc.layer != "documents":
-                continue
-            try:
-                unit = unit_facts(mem, doc, distiller, texts)
-            except DistillError as exc:
-                raise DistillError(f"unit {unit_id}: {exc} (nothing written for it; "
-                                   f"{len(report.distilled)} unit(s) distilled before it)") from exc
-            except (FsmemError, OSError):
-                if mem.layout.vanished(doc.path):
-                    continue   # recalled or distilled by another process while we read it
-                raise
-            entry = UnitReport(unit_id=unit_id, triples=[t for _, t in unit.facts],
-                               events=[p.event_id for p, _ in unit.facts])
-            report.triples += len(unit.facts)
-            if not unit.facts and not move_empty:
-                report.no_facts.append(unit_id)
-                report.units.append(entry)
-                continue
-            if not dry_run:
-                graph = graph or Graph(mem)
-                if not _commit_and_move(mem, graph, unit, report):
-                    continue
-                entry.moved = True
-                report.distilled.append(unit_id)
-            report.units.append(entry)
+                if not report.committed:
+                    raise   # nothing written in this run: the run failed
+                report.error = f"stopped at unit {unit_id}: {exc}"
+                log.warning("distill: %s (%d unit(s) distilled before it)", report.error,
+                            len(report.distilled))
+                break
     finally:
         if graph is not None:
             graph.close()
@@ -195,14 +180,65 @@ def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
     return report
 
 
+def _distill_unit(mem: "Memory", graph: Graph | None, unit_id: str, distiller: Distiller,
+                  texts: Callable[["Memory", Document], list[TextPiece]], move_empty: bool,
+                  report: DistillReport) -> None:
+    """Extract one cold unit and (unless a dry run: ``graph`` None) commit and move it."""
+    try:
+        doc = mem.document(unit_id)
+    except NotFound:
+        return  # recalled by someone else since the listing
+    except (FsmemError, OSError) as exc:
+        log.warning("distill: skipping unreadable unit %s: %s", unit_id, exc)
+        return
+    if doc.layer != "documents":
+        return
+    try:
+        unit = unit_facts(mem, doc, distiller, texts)
+    except DistillError as exc:
+        raise DistillError(f"unit {unit_id}: {exc} (nothing written for it; "
+                           f"{len(report.distilled)} unit(s) distilled before it)") from exc
+    except (FsmemError, OSError):
+        if mem.layout.vanished(doc.path):
+            return   # recalled or distilled by another process while we read it
+        raise
+    entry = UnitReport(unit_id=unit_id, triples=[t for _, t in unit.facts],
+                       events=[p.event_id for p, _ in unit.facts])
+    report.triples += len(unit.facts)
+    if not unit.facts and not move_empty:
+        report.no_facts.append(unit_id)
+        report.units.append(entry)
+        return
+    if graph is not None:
+        if not _commit_and_move(mem, graph, unit, report):
+            return
+        entry.moved = True
+        report.distilled.append(unit_id)
+    report.units.append(entry)
+
+
 def _commit_and_move(mem: "Memory", graph: Graph, unit: UnitFacts, report: DistillReport) -> bool:
+    """One graph transaction, then one rename. Once the rows are committed a failing move
+    does not fail the run: it raises only when the unit stayed in documents/ (the next run
+    moves it), and a rename that happened counts as moved."""
     with mem.store.locked():
         if not os.path.isdir(mem.store.unit_dir("documents", unit.unit_id)):
             return False  # moved by another process after we read it
         result = graph.commit_unit(unit)
-        mem.store.move(unit.unit_id, "documents", "stablemem")
-    report.blocks_added += result.blocks_added
-    report.edges_added += result.edges_added
+        report.committed += 1
+        report.blocks_added += result.blocks_added
+        report.edges_added += result.edges_added
+        try:
+            mem.store.move(unit.unit_id, "documents", "stablemem")
+        except (FsmemError, OSError) as exc:
+            if not os.path.isdir(mem.store.unit_dir("stablemem", unit.unit_id)):
+                raise StorageError(getattr(exc, "errno", None) or 0,
+                                   f"unit {unit.unit_id}: graph rows stored, but it could not "
+                                   f"move into stablemem/ (the next distill moves it): {exc}"
+                                   ) from exc
+            report.error = (f"unit {unit.unit_id}: moved into stablemem/, but its move may "
+                            f"not be durable yet: {exc}")
+            log.warning("distill: %s", report.error)
     return True
 
 
@@ -222,16 +258,31 @@ def recall_from_graph(mem: "Memory", names: Sequence[str] | str, depth: int = 2)
     with mem.store.locked():
         for unit_id, event_id in wanted.items():
             layer, unit_id = _locate(mem, unit_id, event_id)
-            if layer in ("stablemem", "documents") and unit_id not in moved:
-                src = mem.store.unit_dir(layer, unit_id)
-                fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
-                if mem.store.sync:
-                    fsops.fsync_dir(src)
-                mem.store.move(unit_id, layer, "context")
-                moved.append(unit_id)
+            if layer not in ("stablemem", "documents") or unit_id in moved:
+                continue
+            try:
+                _move_to_context(mem, layer, unit_id)
+            except (FsmemError, OSError) as exc:   # once one unit moved, the recall succeeds
+                if os.path.isdir(mem.store.unit_dir("context", unit_id)):
+                    moved.append(unit_id)          # renamed; a parent fsync failed after it
+                if not moved:
+                    raise
+                log.warning("%s: recall stopped after %d unit(s); %s stays in %s/: %s",
+                            mem.root, len(moved), unit_id, layer, exc)
+                break
+            moved.append(unit_id)
     if moved and mem.auto_prune:
-        mem.prune(query=" ".join(names))
+        from .maintenance import after_write
+        after_write(mem, lambda: mem.prune(query=" ".join(names)))
     return moved
+
+
+def _move_to_context(mem: "Memory", layer: str, unit_id: str) -> None:
+    src = mem.store.unit_dir(layer, unit_id)
+    fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
+    if mem.store.sync:
+        fsops.fsync_dir(src)
+    mem.store.move(unit_id, layer, "context")
 
 
 def _locate(mem: "Memory", unit_id: str, event_id: str) -> tuple[str, str]:
@@ -287,6 +338,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
              f"+{report.edges_added} edge(s)"]
     if report.no_facts:
         lines.append(f"{len(report.no_facts)} cold unit(s) gave no triple and stay in documents/")
+    if report.error:   # what was distilled is stored; the rest waits for the next run
+        lines.append(f"stopped early (run distill again for the rest): {report.error}")
     lines += [f"  {u.unit_id}: {t.subject} -[{t.relation}]-> {t.object}"
               for u in report.units if report.dry_run for t in u.triples]
     _emit(args, report, "\n".join(lines))

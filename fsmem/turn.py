@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import msgspec
 
-from .errors import FormatError
+from .errors import FormatError, FsmemError
 from .model import Event, TextEvent
 from .plugins import _POLICIES, ChannelDef, Plugins
 from .store import Store
@@ -243,8 +243,12 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     result = TurnResult(priority="L3" if opts.priority == "L4" else opts.priority)
     overlay = _overlay(mem.plugins, first.source, opts)
     result.event_ids.append(mem._append_draft(first, plugins=overlay))
-    for ev in events[1:]:
-        result.event_ids.append(mem._append_draft(ev))
+    try:
+        for ev in events[1:]:
+            result.event_ids.append(mem._append_draft(ev))
+    except BaseException:   # the turn fails with nothing stored: take the input back out
+        _take_back(mem, result.event_ids)
+        raise
     result.focus = _clean(mem.plugins, first, opts)
     context, recall = _policies(mem.plugins, first.source, opts)
     tool_prune, tool_recall = _tool_focus(mem.plugins, events)
@@ -266,8 +270,25 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
             if hit.unit_id not in seen:
                 seen.add(hit.unit_id)
                 result.hits.append(hit)
-    tick_pins(mem.store)
+    try:
+        tick_pins(mem.store)
+    except (OSError, FsmemError) as exc:   # the events are durable: the next write retries
+        log.warning("%s: pins not released after a durable turn (the next write "
+                    "releases them): %s", mem.root, exc)
     return result
+
+
+def _take_back(mem: "Memory", event_ids: list[str]) -> None:
+    """Remove the L1 units of events this failing turn stored (each event its own unit)."""
+    from .maintenance import stored_event
+    for event_id in event_ids:
+        try:
+            uid = stored_event(mem, event_id)
+            if uid:
+                mem.remove(uid, layer="context")
+        except (OSError, FsmemError) as exc:
+            log.error("%s: a failed turn could not take back event %s: %s", mem.root,
+                      event_id, exc)
 
 
 def hit_views(mem: "Memory", hits: Iterable[Hit]) -> list["HitView"]:

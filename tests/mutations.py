@@ -22,15 +22,15 @@ _ARCHIVE_LOOP = '''        for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
         records.append(rec)'''
 
-_RECALL_MOVE = '''                self.store.move(hit.unit_id, "documents", "context")'''
+_RECALL_MOVE = '''            self.store.move(unit_id, "documents", "context")'''
 
 
 def _after_recall(body: str) -> str:
     """Code run right after the recall rename, rewriting the recalled unit (a wrong recall)."""
-    pad = " " * 16
+    pad = " " * 12
     lines = ["import msgspec as _ms", "from .unit import read_manifest as _rm",
              "from .model import encode_pretty as _ep",
-             "_p = self.store.unit_dir('context', hit.unit_id)", "_m = _rm(_p)",
+             "_p = self.store.unit_dir('context', unit_id)", "_m = _rm(_p)",
              *body.strip().splitlines(),
              "open(_p + '/manifest.json', 'wb').write(_ep(_m))"]
     return _RECALL_MOVE + "\n" + "\n".join(pad + line for line in lines)
@@ -95,6 +95,7 @@ _m.events = _evs''')),
 
 POWERLOSS = ["tests/test_powerloss.py"]
 FLOW_CRASH = ["tests/test_flow_crash.py"]
+HARDENING = ["tests/test_hardening.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
@@ -188,6 +189,25 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     fsops.unlink(path)
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""",
         ["tests/test_legacy_crash.py"]),
+    # h16: recall, turn and distill after their durable point
+    "recall: the pin and the prune after the moves fail the recall": ("fsmem/flows.py", """\
+            after_write(self, lambda: self._pin(moved),
+                        lambda: self.prune(query=text) if self.auto_prune else None)""", """\
+            self._pin(moved)
+            if self.auto_prune:
+                self.prune(query=text)""", HARDENING),
+    "recall: a later hit's failure fails the recall": ("fsmem/flows.py", """\
+                if not moved and not uid:
+                    raise""", """\
+                raise""", HARDENING),
+    "distill: a failure after a graph commit fails the run": ("fsmem/stablemem.py", """\
+                if not report.committed:
+                    raise""", """\
+                raise""", HARDENING),
+    "turn: a response that cannot be stored leaves the input stored": ("fsmem/turn.py", """\
+        _take_back(mem, result.event_ids)
+        raise""", """\
+        raise""", HARDENING),
     "discard: delete in place instead of one rename out of sight": ("fsmem/store.py", """\
         fsops.rename(path, trash)
         if self.sync if sync is None else sync:""", """\

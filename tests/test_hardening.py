@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import sqlite3
 from pathlib import Path
 
@@ -339,3 +340,260 @@ def test_turn_succeeds_when_its_prune_fails(tmp_path: Path, caplog) -> None:
                           options=InjectOptions(context_policy="prune"))
     assert result.event_ids == ["e-turn"] and _copies(tmp_path / "s", "e-turn") == 1
     assert any("maintenance failed" in r.getMessage() for r in caplog.records)
+
+
+# -- recall and distill: once something is durable, the operation succeeds ----------------------
+def _layers_of_events(root: Path) -> dict[str, list[str]]:
+    """event id -> the layers holding it (one entry per copy)."""
+    where: dict[str, list[str]] = {}
+    for layer in ("context", "documents", "stablemem"):
+        for man in (root / layer).glob("*/manifest.json"):
+            for ev in json.loads(man.read_text())["events"]:
+                where.setdefault(ev["id"], []).append(layer)
+    return where
+
+
+def _recall_template(tmp_path: Path) -> tuple[Path, list[str]]:
+    """L1 at capacity, and two L2 documents about pears (the recall's hits)."""
+    template = _full_l1(tmp_path)
+    mem = _open(template)
+    docs = [mem.commit_events([Event(input=f"pears note {i}: ripe pears in the pear orchard",
+                                     id=f"e-pear-{i}")], summary=f"pears {i}")
+            for i in range(2)]
+    mem.close()
+    return template, docs
+
+
+def _recall_calls(template: Path, tmp_path: Path) -> list[str]:
+    work = tmp_path / "probe"
+    shutil.copytree(template, work)
+    mem = _open(work)
+    ops: list[str] = []
+    fsops.set_hook(ops.append)
+    try:
+        assert len(mem.recall("ripe pears", top_k=2)) == 2
+    finally:
+        fsops.set_hook(None)
+    mem.close()
+    shutil.rmtree(work)
+    return ops
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, pytest.param(errno.EIO, marks=pytest.mark.stress)])
+def test_recall_fails_with_nothing_moved_or_succeeds(tmp_path: Path, err: int) -> None:
+    """A fault at any mutating call of a recall (its moves, pins, and the prune into a full L1)
+    either fails the recall with nothing moved, or the recall returns what it moved; no event
+    is lost or doubled, and a failed prune is owed and repaired by the next write."""
+    template, docs = _recall_template(tmp_path)
+    ops = _recall_calls(template, tmp_path)
+    stress = os.environ.get("FSMEM_STRESS") == "1"
+    # every call with FSMEM_STRESS=1; by default the renames and fsyncs of the two moves
+    # (the first ten calls) and every third rename after them (pins, the prune)
+    later = [n for n in range(11, len(ops) + 1) if ops[n - 1] == "rename"]
+    points = list(range(1, len(ops) + 1)) if stress else (
+        [n for n in range(1, 11) if ops[n - 1] in ("rename", "fsync")] + later[::3])
+    before = _layers_of_events(template)
+    outcomes = {"failed": 0, "ok": 0, "owed": 0}
+    for n in points:
+        work = tmp_path / f"p{n}"
+        shutil.copytree(template, work)
+        mem = _open(work)
+        calls = 0
+
+        def hook(op: str) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == n:
+                raise OSError(err, f"{os.strerror(err)} (injected)")
+        fsops.set_hook(hook)
+        try:
+            moved = mem.recall("ripe pears", top_k=2)
+        except OSError:
+            moved = None
+        finally:
+            fsops.set_hook(None)
+        in_l1 = {p.name for p in (work / "context").iterdir()}
+        if moved is None:   # failed: nothing stored (no document moved into L1)
+            outcomes["failed"] += 1
+            assert not in_l1 & set(docs), (n, ops[n - 1])
+        else:
+            outcomes["ok"] += 1
+            assert moved and set(moved) <= set(docs), n
+            outcomes["owed"] += (work / ".fsmem" / "maintenance").exists()
+        where = _layers_of_events(work)
+        assert sorted(where) == sorted(before), n                 # nothing lost
+        assert all(len(v) == 1 for v in where.values()), n        # nothing doubled
+        mem.append(Event(input="next turn", id="e-next"))        # repairs an owed prune
+        assert _l1_events(work) <= CAP, n
+        assert not (work / ".fsmem" / "maintenance").exists(), n
+        assert mem.fsck() == [], n
+        mem.close()
+        shutil.rmtree(work)
+    assert outcomes["failed"] and outcomes["ok"] and outcomes["owed"], outcomes
+
+
+def test_recall_into_full_l1_whose_prune_cannot_lock_succeeds_and_owes_it(tmp_path: Path) -> None:
+    import fcntl
+    template, docs = _recall_template(tmp_path)
+    mem = _open(template)
+    mem.store.lock_timeout = 0.2
+    fd = os.open(mem.store.lock_path, os.O_RDWR)
+    orig = mem.prune
+
+    def busy_prune(query: str = "") -> None:   # another writer holds the lock meanwhile
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            return orig(query)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    mem.prune = busy_prune  # type: ignore[method-assign]
+    try:
+        moved = mem.recall("ripe pears", top_k=2)
+    finally:
+        os.close(fd)
+    assert sorted(moved) == sorted(docs)
+    assert {p.name for p in (template / "context").iterdir()} >= set(docs)
+    assert _l1_events(template) > CAP and (template / ".fsmem" / "maintenance").exists()
+    mem.close()
+    _open(template).close()                    # the owed prune is retried at the next open
+    assert _l1_events(template) <= CAP
+    assert not (template / ".fsmem" / "maintenance").exists()
+
+
+def _cold_units(root: Path, n: int) -> tuple[Memory, list[str]]:
+    mem = Memory.open(root, auto_prune=False)
+    units = [mem.commit_events([Event(source="qq", input=f"Alice{i} lives in Paris{i}.")],
+                               summary=f"fact {i}") for i in range(n)]
+    return mem, units
+
+
+def test_distill_that_fails_after_a_unit_is_distilled_succeeds_with_what_it_did(
+        tmp_path: Path) -> None:
+    """graph.db locked by another program (a lock timeout) after the first unit: the run
+    returns the unit it distilled and says why it stopped; the next run does the rest."""
+    from fsmem.stablemem import distill
+    root = tmp_path / "s"
+    mem, units = _cold_units(root, 3)
+    other: list[sqlite3.Connection] = []
+
+    def progress(done: int, total: int) -> None:
+        if done == 1 and not other:   # the first unit is stored: now HomeAgent writes
+            db = sqlite3.connect(root / "graph.db", isolation_level=None)
+            db.execute("BEGIN IMMEDIATE")
+            other.append(db)
+    try:
+        report = distill(mem, max_age_s=0, progress=progress, busy_timeout_s=0.2)
+    finally:
+        for db in other:
+            db.execute("ROLLBACK")
+            db.close()
+    assert len(report.distilled) == 1 and report.distilled[0] in units
+    assert "graph.db" in report.error and "locked" in report.error
+    assert sorted(mem.units("stablemem")) == report.distilled
+    again = distill(mem, max_age_s=0)
+    assert again.error == "" and sorted(report.distilled + again.distilled) == sorted(units)
+    assert mem.fsck() == []
+
+
+@pytest.mark.parametrize("op_n", [1, 2])   # the move's rename fails / its parent fsync fails
+def test_distill_whose_move_fails_after_the_graph_commit_succeeds_and_moves_next_run(
+        tmp_path: Path, op_n: int) -> None:
+    from fsmem.stablemem import Graph, distill
+    root = tmp_path / "s"
+    mem, (unit,) = _cold_units(root, 1)
+    seen: list[str] = []
+
+    def hook(op: str) -> None:   # EIO at the op_n-th rename/fsync after the graph commit
+        if op in ("rename", "fsync"):
+            seen.append(op)
+            if len(seen) == op_n:
+                raise OSError(errno.EIO, "Input/output error (injected)")
+    fsops.set_hook(hook)
+    try:
+        report = distill(mem, max_age_s=0)
+    finally:
+        fsops.set_hook(None)
+    with Graph(mem) as g:
+        assert g.has_document(unit)                       # the rows are stored ...
+    assert report.error and unit in report.error          # ... so the run succeeded
+    where = "stablemem" if op_n == 2 else "documents"     # the rename happened, or not
+    assert mem.units(where) == [unit]
+    assert report.distilled == ([unit] if op_n == 2 else [])
+    again = distill(mem, max_age_s=0)                      # the next run completes the move
+    assert mem.units("stablemem") == [unit] and again.error == ""
+    assert mem.fsck() == []
+
+
+def test_recall_from_graph_succeeds_when_its_prune_fails(tmp_path: Path) -> None:
+    from fsmem.stablemem import distill, recall_from_graph
+    root = tmp_path / "s"
+    mem, units = _cold_units(root, 2)
+    distill(mem, max_age_s=0)
+    mem.close()
+    mem = _open(root)
+    for i in range(CAP):
+        mem.append(Event(input=f"fill {i}", id=f"e-fill-{i}"))
+
+    def hook(op: str) -> None:   # the disk fills once the units are in L1 (during the prune)
+        if op == "open" and len(os.listdir(root / "context")) > CAP:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    fsops.set_hook(hook)
+    try:
+        moved = recall_from_graph(mem, ["Alice0", "Alice1"])
+    finally:
+        fsops.set_hook(None)
+    assert sorted(moved) == sorted(units)
+    assert (root / ".fsmem" / "maintenance").exists()
+    mem.append(Event(input="next", id="e-next"))
+    assert _l1_events(root) <= CAP and mem.fsck() == []
+
+
+def _in_frame(name: str) -> bool:
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_turn_succeeds_when_its_pins_cannot_be_released(tmp_path: Path) -> None:
+    template, docs = _recall_template(tmp_path)
+    mem = _open(template, auto_prune=False)
+    assert sorted(mem.recall("ripe pears", top_k=2)) == sorted(docs)   # pinned
+
+    def hook(op: str) -> None:   # the disk is full when the turn releases the pins
+        if _in_frame("tick_pins"):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    fsops.set_hook(hook)
+    try:
+        result = mem.turn(Event(input="thanks", id="e-thanks"))
+    finally:
+        fsops.set_hook(None)
+    assert result.event_ids == ["e-thanks"] and _copies(template, "e-thanks") == 1
+    assert (template / ".fsmem" / "pins.json").exists()     # released by the next write
+    mem.append(Event(input="later", id="e-later"))
+    mem.append(Event(input="later again", id="e-later-2"))
+    assert not (template / ".fsmem" / "pins.json").exists()
+
+
+def test_turn_whose_response_cannot_be_stored_fails_with_nothing_stored(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    mem = Memory.open(root, auto_prune=False)
+    mem.append(Event(input="before", id="e-before"))
+    before = sorted(p.name for p in (root / "context").iterdir())
+
+    def hook(op: str) -> None:   # the disk fills once the input's unit is published
+        if op in ("open", "write", "mkdir") and len(os.listdir(root / "context")) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    fsops.set_hook(hook)
+    try:
+        with pytest.raises(OSError):
+            mem.turn(Event(input="question", id="e-q"), Event(response="answer", id="e-a"))
+    finally:
+        fsops.set_hook(None)
+    assert sorted(p.name for p in (root / "context").iterdir()) == before
+    assert _copies(root, "e-q") == 0 and _copies(root, "e-a") == 0
+    mem.turn(Event(input="question", id="e-q"), Event(response="answer", id="e-a"))  # retry
+    assert _copies(root, "e-q") == 1 and _copies(root, "e-a") == 1
+    assert mem.fsck() == []

@@ -269,6 +269,43 @@ def test_big_text_is_stored_in_parts_whose_bytes_are_the_file(tmp_path, monkeypa
     assert Memory.open(root).fsck() == []
 
 
+def test_huge_text_of_distinct_terms_keeps_the_term_memos_bounded(tmp_path, monkeypatch):
+    """Item 5: a huge file of distinct tokens (numbers, ids) must not fill the per-term memo
+    tables part after part (they cap themselves only at a million entries each)."""
+    import fsmem.analyze
+    import fsmem.inbox
+    monkeypatch.setattr(fsmem.inbox, "TEXT_PART", 8192)
+    monkeypatch.setattr(fsmem.inbox, "TERM_MEMO_MAX", 300)
+    root, inbox = store(tmp_path)
+    data = "# ids\n\n" + "".join(f"record q{i}x{i * 7919} seen.\n\n" for i in range(3000))
+    (inbox / "ids.md").write_text(data)
+    seen: list[int] = []
+    real = Memory.commit_events
+
+    def commit_events(self, *args, **kwargs):  # the memo sizes while the next part is read
+        uid = real(self, *args, **kwargs)
+        sizes = [*fsmem.analyze.memo_sizes().values(),
+                 len(self.embedder._words), len(self.embedder._tokens)]
+        seen.append(max(sizes))
+        return uid
+    monkeypatch.setattr(Memory, "commit_events", commit_events)
+    assert [o.status for o in _once_inproc(root)] == ["ingested"]
+    assert len(seen) >= 8
+    per_part = 2 * 8192 // 20  # at most two new terms per ~20-byte record of one part
+    assert max(seen[1:]) <= 300 + 2 * per_part, seen  # trimmed between parts, not growing
+
+
+@pytest.mark.stress
+def test_ingesting_a_huge_text_file_stays_under_the_memory_bound():
+    """Item 5 end to end (minutes): the RSS benchmark at 100 MB, peak under its stated bound
+    and the stored parts' bytes the file's (FSMEM_RSS_MB sets the size)."""
+    mb = os.environ.get("FSMEM_RSS_MB", "100")
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_ingest_rss.py"),
+                          "--mb", mb], capture_output=True, text=True, cwd=str(REPO))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "bound 300 MB: PASS" in run.stdout
+
+
 _ENOSPC_DAEMON = textwrap.dedent("""
     import errno, os, sys
     import fsmem._fsops as fsops
