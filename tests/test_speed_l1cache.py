@@ -128,7 +128,9 @@ def test_timeline_from_the_cache_equals_a_readers(root):
         mem = Memory.open({str(root)!r}, durability="off", context_capacity=50)
         mem.append(Event(timestamp=Timestamp({T0} - 10**9, 0), source="bob", input="earlier"))
     """, check=True)
-    victim = sorted(os.listdir(os.path.join(root, "context")))[2]
+    # one of this process's units (not the other process's "earlier" one): unit ids sort by
+    # second, then by a random part, so a listing position is no choice
+    victim = next(e.unit_id for e in Reader.open(root).timeline() if e.input.startswith("turn 2"))
     shutil.rmtree(os.path.join(root, "context", victim))      # rm -r by hand
     got = mem.timeline()
     assert got == Reader.open(root).timeline()
