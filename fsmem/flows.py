@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Iterable, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from . import _fsops as fsops
 from .embed import Embedder, HashEmbedder
@@ -334,7 +335,7 @@ class Memory(Reader):
         manifest gets ``manifest_fields``. On any failure nothing is published and the staged
         directory is removed; filesystem errors surface as StorageError."""
         builder, manifest, texts = self._stage_unit(fill, unit_id, manifest_fields)
-        try:
+        with self._unpublished_on_failure(builder):
             with self.store.locked():
                 before = self._index_stamp(layer)
                 dst = self.store.publish(builder, layer)
@@ -346,12 +347,6 @@ class Memory(Reader):
                     seed_written(self, dst, written)
             if self._filler is not None:   # after publish: off the commit's critical path
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])
-        except BaseException as exc:
-            _remove_tree(builder.path)
-            if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
-                raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
-                                   f"{exc}") from exc
-            raise
         return builder.unit_id
 
     def _stage_unit(self, fill, unit_id: str | None, manifest_fields: dict
@@ -362,7 +357,7 @@ class Memory(Reader):
             builder = self.store.builder(unit_id)
         except OSError as exc:
             raise StorageError(exc.errno, f"{self.store.staging}: cannot stage a unit: {exc}") from exc
-        try:
+        with self._unpublished_on_failure(builder):
             records, texts = fill(builder)
             now = Timestamp.now()
             # A new unit counts its write as its first access (HomeAgent starts at 1).
@@ -374,13 +369,20 @@ class Memory(Reader):
             if self._filler is None:
                 manifest.vectors = self._embed_rows(builder, texts)
             builder.finish(manifest)
+        return builder, manifest, texts
+
+    @contextmanager
+    def _unpublished_on_failure(self, builder: UnitBuilder) -> Iterator[None]:
+        """On any failure inside, the staged unit is removed (nothing published) and a
+        filesystem error surfaces as StorageError."""
+        try:
+            yield
         except BaseException as exc:
             _remove_tree(builder.path)
             if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
                 raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
                                    f"{exc}") from exc
             raise
-        return builder, manifest, texts
 
     def append(self, event: Event | TextEvent | dict, *, event_id: str | None = None) -> str:
         """Add one event to L1 (durable on return); prunes (down to the watermark) if L1 is
