@@ -1,0 +1,402 @@
+"""The index's files: loading and saving its snapshots, and the checksums that guard them.
+
+``.fsmem/index/CURRENT`` names the current snapshot, a generation directory of ``.npy`` arrays
+and a ``meta.json`` with their checksums (written whole, then switched to by one rename; never
+fsynced: it is derived). ``SEEN`` records that a generation was in step with ``documents/`` at
+its mtime, so an open with nothing changed skips the listing. ``IndexFiles`` is the part of
+``fsmem.index.Index`` that reads and writes them; the arrays it fills are the index's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import blake3
+import msgspec
+import numpy as np
+
+from .analyze import ANALYZER_VERSION
+from .errors import FsmemError
+from .layout import open_regular, read_small
+
+__all__ = ["IndexFiles", "INDEX_VERSION"]
+
+log = logging.getLogger("fsmem.index")
+
+# 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
+# 4: a unit's identity includes its directory's inode and ctime
+INDEX_VERSION = 4 * 1000 + ANALYZER_VERSION
+_ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
+           "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
+_POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
+_META_CAP = 1 << 30              # meta.json: ~70 bytes per unit (the small-file cap is 16 MB)
+_HASH_THREADS_FROM = 16 << 20    # files bigger than this are hashed on all cores
+_GEN_GRACE_S = 60.0
+_SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
+
+
+class _Meta(msgspec.Struct):
+    version: int
+    embedder: str
+    dim: int
+    ids: list[str]
+    summaries: list[str]
+    legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
+    digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
+    ev_ids: list[str] = []        # per event row ("" for a summary or legacy row)
+    keys: list[str] = []          # conversation keys, indexed by ev_key
+
+
+class _Seen(msgspec.Struct, array_like=True):
+    """``.fsmem/index/SEEN``: generation ``gen`` was in step with documents/ (inode, mtime)
+    as listed at ``at`` (ns)."""
+    gen: str
+    ino: int
+    mtime: int
+    at: int
+
+
+@dataclass
+class _Postings:
+    """CSR postings by term: terms sorted, rows[ptr[i]:ptr[i+1]] hold term i."""
+
+    terms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    tfs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+
+class IndexFiles:
+    """Snapshot I/O of the index (a mixin of ``fsmem.index.Index``, which holds the arrays
+    and provides ``_clear``, ``_compact`` and ``rebuild``)."""
+
+    @property
+    def dense(self) -> np.ndarray:
+        """float32 [event rows, dim]; a mapped snapshot's is checksummed on first use."""
+        if self._dense_check is not None:
+            self._verify_dense()
+        return self._dense
+
+    @dense.setter
+    def dense(self, value: np.ndarray) -> None:
+        self._dense = value
+
+    def _verify_dense(self) -> None:
+        """BLAKE3 of the dense array file (opened at load: a later GC of its generation does
+        not matter); on a mismatch the index is rebuilt from the directories."""
+        import mmap
+        path, fd, digest = self._dense_check   # type: ignore[misc]
+        self._dense_check = None
+        try:
+            hasher = blake3.blake3()
+            if os.fstat(fd).st_size:
+                with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+                    hasher.update(mm)
+            ok = hasher.hexdigest() == digest
+        except (OSError, ValueError):
+            ok = False
+        finally:
+            os.close(fd)
+        if not ok:
+            log.warning("%s: checksum mismatch; rebuilding the index from the directories", path)
+            self.rebuild()
+
+    @property
+    def post(self) -> "_Postings":
+        """The postings; a mapped snapshot's four arrays are checksummed on first use (by a
+        search or a compaction), not at open: a fresh process that opens and counts, or
+        only adds, never pays for hashing them."""
+        if self._post_check is not None:
+            self._verify_post()
+        return self._post
+
+    @post.setter
+    def post(self, value: "_Postings") -> None:
+        self._post = value
+
+    @property
+    def row_of(self) -> dict[str, int]:
+        """unit id -> row of the arrays, built on first use (at 100k units the dict costs
+        tens of ms, which an open that only counts or appends does not need)."""
+        if self._row_of is None:
+            self._row_of = {u: i for i, u in enumerate(self.ids)}
+        return self._row_of
+
+    @row_of.setter
+    def row_of(self, value: dict[str, int] | None) -> None:
+        self._row_of = value
+
+    def _verify_post(self) -> None:
+        """BLAKE3 of each postings file (opened at load, like the dense one); on a mismatch
+        the index is rebuilt from the directories."""
+        checks, self._post_check = self._post_check or [], None
+        ok = True
+        for path, fd, digest in checks:
+            try:
+                ok = ok and _fd_digest(fd) == digest
+            except (OSError, ValueError):
+                ok = False
+            finally:
+                os.close(fd)
+            if not ok:
+                log.warning("%s: checksum mismatch; rebuilding the index from the directories",
+                            path)
+        if not ok:
+            self.rebuild()
+
+    def _close_post_check(self) -> None:
+        checks, self._post_check = getattr(self, "_post_check", None) or [], None
+        for _path, fd, _digest in checks:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        check = getattr(self, "_dense_check", None)
+        if check is not None:
+            os.close(check[1])
+        self._close_post_check()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def load(self) -> bool:
+        """Map the current snapshot; False (and an empty index) if it is missing or unusable.
+
+        Arrays are memory-mapped read-only (open costs the checksum pass, not a copy); each
+        file's BLAKE3 is checked against ``meta.json`` so a damaged snapshot is never used.
+        A generation replaced (and removed) while it was opened is retried."""
+        for _ in range(3):
+            try:
+                if not self._load():
+                    return False
+            except _Replaced:
+                continue
+            self._trust_seen()
+            return True
+        return False
+
+    def _trust_seen(self) -> None:
+        """Skip the first listing when ``SEEN`` says this generation was in step with
+        ``documents/`` at its current mtime, established (a listing that started) well after
+        that mtime: a change within the same timestamp tick would keep the mtime, so only an
+        mtime older than the listing by a margin proves nothing was missed."""
+        try:
+            seen = msgspec.json.decode(_read_seen(self.dir), type=_Seen)
+            st = os.stat(self.layout.layer_dir("documents"))
+        except (OSError, ValueError, msgspec.DecodeError):
+            return
+        if seen.gen == self._gen and (seen.ino, seen.mtime) == (st.st_ino, st.st_mtime_ns) \
+                and seen.at - seen.mtime >= _SEEN_MARGIN_NS:
+            self._dir_mtime, self._seen_at = seen.mtime, seen.at
+
+    def _write_seen(self) -> None:
+        """Record (derived, unsynced, atomic) that the saved generation is in step with
+        ``documents/`` as listed at ``_seen_at``; only when that proves it (see _trust_seen)."""
+        if not self._gen or self._seen_at - self._dir_mtime < _SEEN_MARGIN_NS:
+            return
+        try:
+            ino = os.stat(self.layout.layer_dir("documents")).st_ino
+            data = msgspec.json.encode(_Seen(self._gen, ino, self._dir_mtime, self._seen_at))
+            tmp = os.path.join(self.dir, f"SEEN.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, os.path.join(self.dir, "SEEN"))
+        except OSError as exc:
+            log.debug("%s: SEEN not written: %s", self.dir, exc)
+
+    def _record_seen(self) -> None:
+        from .errors import StoreLocked
+        try:
+            with self.mem.store.locked():
+                self._write_seen()
+        except (OSError, StoreLocked) as exc:
+            log.debug("%s: SEEN not written: %s", self.dir, exc)
+
+    def stamp(self) -> int:
+        """The mtime of ``documents/`` (what ``sync`` compares)."""
+        return os.stat(self.layout.layer_dir("documents")).st_mtime_ns
+
+    def own_change(self, before: int) -> None:
+        """This process, under the writer lock, changed ``documents/`` and told the index
+        (add_unit/remove): if the index was in step at ``before``, it still is."""
+        if before == self._dir_mtime:
+            self._dir_mtime, self._seen_at = self.stamp(), 0
+
+    def _load(self) -> bool:
+        self._clear()
+        gen_name = ""
+        try:
+            gen_name = read_small(os.path.join(self.dir, "CURRENT"), 4096).decode("ascii").strip()
+            gen = os.path.join(self.dir, gen_name)
+            meta = _read_meta(os.path.join(gen, "meta.json"))
+            if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
+                    or meta.dim != self.dim:
+                return False
+            arrays = {}
+            for name in _ARRAYS:
+                path = os.path.join(gen, f"{name}.npy")
+                if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
+                    raise ValueError(f"{path}: not a regular file")
+                if name == "dense" and self.mem.ranker == "bm25":
+                    # The largest array, unread by the default ranker: checked on first use.
+                    self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                                         meta.digests.get(name, ""))
+                elif name in _POSTINGS:   # checked on first use too (see ``post``)
+                    self._post_check = (self._post_check or []) + [
+                        (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                         meta.digests.get(name, ""))]
+                elif _file_digest(path) != meta.digests.get(name):
+                    raise ValueError(f"{path}: checksum mismatch")
+                arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            if gen_name and _current(self.dir) not in ("", gen_name):
+                raise _Replaced() from None
+            return False
+        except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError, FsmemError) as exc:
+            log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
+            return False
+        n, n_ev = len(meta.ids), len(meta.ev_ids)
+        if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
+                and arrays["created"].shape == (n, 3) and len(arrays["u_ptr"]) == n + 1
+                and int(arrays["u_ptr"][-1]) == n_ev and np.all(np.diff(arrays["u_ptr"]) > 0)
+                and all(len(arrays[a]) == n_ev for a in _ARRAYS if a.startswith("ev_"))
+                and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
+                and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
+            log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
+            return False
+        self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
+        self.row_of = None   # built on first use
+        self.inos, self.dense = arrays["inos"], arrays["dense"]
+        self.created, self.nevents = arrays["created"], arrays["nevents"]
+        self.alive = np.ones(n, bool)
+        self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],
+                              arrays["p_tfs"])
+        self.ev_ids, self.keys = meta.ev_ids, meta.keys
+        self.key_of = {k: i for i, k in enumerate(self.keys)}
+        for name in _ARRAYS:
+            if name.startswith("ev_") or name == "u_ptr":
+                setattr(self, name, arrays[name])
+        self.ev_unit = np.repeat(np.arange(n), np.diff(self.u_ptr))
+        self._gen = gen_name
+        return True
+
+    def save(self) -> bool:
+        """Write a compacted snapshot under the writer lock; True if it was saved.
+
+        The index is derived: a snapshot that cannot be written (a full disk, a busy lock)
+        is simply not saved, logged, and left behind whole (no partial generation stays);
+        the in-memory index goes on serving and a later save tries again."""
+        from .errors import StoreLocked
+        self._compact()
+        try:
+            with self.mem.store.locked():   # never two savers, never a saver and a GC
+                self._save_locked()
+        except (OSError, StoreLocked) as exc:
+            log.warning("%s: index not saved (it is derived; reads go on): %s", self.dir, exc)
+            return False
+        return True
+
+    def _save_locked(self) -> None:
+        """A new generation directory of ``.npy`` files plus ``meta.json`` (with each file's
+        BLAKE3), then ``CURRENT`` switched to it by one rename. Older generations are removed
+        after a grace period; a reader that mapped one keeps its (unlinked) files."""
+        gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
+        gen = os.path.join(self.dir, gen_name)
+        os.makedirs(gen)
+        try:
+            self._write_gen(gen, gen_name)
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+        self._gen = gen_name
+        self._write_seen()
+        # Older generations go after a grace period: a reader may be about to map one.
+        for old in os.listdir(self.dir):
+            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
+                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
+        self._unsaved = 0
+
+    def _write_gen(self, gen: str, gen_name: str) -> None:
+        arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
+        arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
+                       "p_rows": self.post.rows, "p_tfs": self.post.tfs})
+        digests = {}
+        for name, arr in arrays.items():
+            path = os.path.join(gen, f"{name}.npy")
+            np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+            digests[name] = _file_digest(path)
+        meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
+                     ids=self.ids, summaries=self.summaries, legacy=self.legacy, digests=digests,
+                     ev_ids=self.ev_ids, keys=self.keys)
+        with open(os.path.join(gen, "meta.json"), "wb") as fh:
+            fh.write(msgspec.json.encode(meta))
+        tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(gen_name)
+            os.replace(tmp, os.path.join(self.dir, "CURRENT"))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+
+class _Replaced(Exception):
+    """The generation named by CURRENT was replaced while it was being opened."""
+
+
+def _read_seen(index_dir: str) -> bytes:
+    return read_small(os.path.join(index_dir, "SEEN"), 4096)
+
+
+def _current(index_dir: str) -> str:
+    try:
+        return read_small(os.path.join(index_dir, "CURRENT"), 4096).decode("ascii").strip()
+    except (OSError, FsmemError, ValueError):
+        return ""
+
+
+def _age_s(gen_name: str) -> float:
+    stamp = gen_name.split("-")[1] if gen_name.count("-") >= 2 else ""
+    return time.time() - int(stamp) / 1e9 if stamp.isdigit() else float("inf")
+
+
+def _fd_digest(fd: int) -> str:
+    """BLAKE3 of an open file's bytes (mapped, hashed on all cores)."""
+    import mmap
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    if os.fstat(fd).st_size:
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+            hasher.update(mm)
+    return hasher.hexdigest()
+
+
+def _read_meta(path: str) -> "_Meta":
+    """meta.json decoded straight from a read-only mapping of it (opened safely: no symlink,
+    no FIFO, under 1 GiB): no read-and-join copy of its megabytes (~7 MB at 100k units)."""
+    import mmap
+    fd = open_regular(path, cap=_META_CAP)
+    try:
+        if not os.fstat(fd).st_size:
+            raise ValueError(f"{path}: empty")
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+            return msgspec.json.decode(mm, type=_Meta)
+    finally:
+        os.close(fd)
+
+
+def _file_digest(path: str) -> str:
+    """BLAKE3 of a file just written, read in 8 MiB chunks (a mapping of the whole file would
+    add its size to the saving process's resident memory); all cores only for a big file:
+    for small arrays the thread pool costs more than it saves."""
+    big = os.stat(path).st_size > _HASH_THREADS_FROM
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if big else 1)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(8 << 20):
+            hasher.update(chunk)
+    return hasher.hexdigest()
