@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import codecs
 import errno
-import fcntl
 import io
 import logging
 import os
 import re
 import shutil
 import stat
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -33,6 +30,7 @@ from .blocks import CHUNK, block_filename, hash_bytes
 from .errors import FormatError, FsmemError, NotFound, StoreLocked
 from .flows import Memory
 from .layout import read_small
+from .inbox_dirs import _display, _InboxDirs, ignored_name
 from .ingest import decode_json, event_from_record
 from .media import sniff_mime
 from .model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
@@ -51,9 +49,6 @@ EVENTS_CAP = 32 << 20   # an event file (.jsonl/.json) is parsed whole: at most 
 TERM_MEMO_MAX = 100_000  # terms a per-term memo table may keep between two stored parts
 LEDGER = "inbox.ledger"
 LEDGER_CAP = 1 << 30
-_GONE = ".gone-"   # .processing/.gone-<claim>: a released directory claim being removed
-_SIDE = ".name-"   # .processing/.name-<stamp>: the original of a shortened claim name
-_F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 _EVENT_EXT = {".jsonl", ".ndjson", ".json"}
 _TEXT_EXT = {".md", ".markdown", ".txt"}
 _MEDIA_EXT = {".png": "PNG image", ".jpg": "JPEG image", ".jpeg": "JPEG image",
@@ -61,7 +56,6 @@ _MEDIA_EXT = {".png": "PNG image", ".jpg": "JPEG image", ".jpeg": "JPEG image",
               ".mp3": "MP3 audio", ".ogg": "Ogg audio", ".oga": "Ogg audio",
               ".mp4": "MP4 video", ".m4a": "MP4 audio", ".pdf": "PDF document"}
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Rejected(FsmemError):
@@ -95,202 +89,8 @@ class Outcome:
     moved_to: str = ""
 
 
-def ignored_name(name: str) -> bool:
-    """Dot-files and temp names are never taken: they are still being written (Maildir)."""
-    return name.startswith(".") or name.endswith((".tmp", ".part", "~"))
-
-
-def _display(name: str) -> str:
-    """A dropped name as safe text: undecodable bytes replaced, control characters escaped."""
-    text = os.fsencode(name).decode("utf-8", "replace")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def _ext(name: str) -> str:
     return os.path.splitext(name)[1].lower()
-
-
-def _side(claim: str) -> str:
-    """The side file holding a shortened claim's original name (keyed by its unique stamp)."""
-    return _SIDE + claim.split("~", 1)[0]
-
-
-def _shorten(name: str, room: int) -> str:
-    """``name`` in at most ``room`` bytes: unchanged if it fits, else its start, a hash of
-    the whole name and its extension, so a shortened name is still taken for its type."""
-    raw = os.fsencode(name)
-    if len(raw) <= room:
-        return name
-    ext = os.fsencode(os.path.splitext(name)[1])
-    ext = ext if len(ext) <= 32 else b""
-    tag = b"~" + blake3.blake3(raw).hexdigest()[:16].encode()
-    return os.fsdecode(raw[:room - len(tag) - len(ext)] + tag + ext)
-
-
-def _fit(name: str, room: int) -> str:
-    """``name`` cut to ``room`` bytes (NAME_MAX counts bytes); surrogateescape keeps a cut
-    through a multi-byte character byte-exact."""
-    raw = os.fsencode(name)
-    return name if len(raw) <= room else os.fsdecode(raw[:room])
-
-
-# -- the inbox directories ------------------------------------------------------------------
-
-class _InboxDirs:
-    """``inbox/``, ``inbox/.processing/``, ``inbox/.rejected/``, held open by fd. A dropped
-    name is only ever one path component inside them (an entry name holds no '/', and dot
-    names are never taken), and never part of a path in the store."""
-
-    def __init__(self, root: str) -> None:
-        self.inbox = os.path.join(root, "inbox")
-        self.processing = os.path.join(self.inbox, ".processing")
-        self.rejected = os.path.join(self.inbox, ".rejected")
-        self.inbox_fd = _open_dir(self.inbox)
-        self.proc_fd = _open_dir(self.processing, create_in=self.inbox_fd)
-        self.rej_fd = _open_dir(self.rejected, create_in=self.inbox_fd)
-        self._no_side: set[str] = set()   # claims made here without a .name- file
-
-    def close(self) -> None:
-        for fd in (self.inbox_fd, self.proc_fd, self.rej_fd):
-            os.close(fd)
-
-    def names(self) -> list[str]:
-        return [n for n in os.listdir(self.inbox_fd) if not ignored_name(n)]
-
-    def claims(self) -> list[str]:
-        """Claims left in .processing; removals a crash interrupted are finished first."""
-        names = os.listdir(self.proc_fd)
-        for name in names:
-            if name.startswith(_GONE):
-                fsops.rmtree(os.path.join(self.processing, name))
-        return sorted(n for n in names if not n.startswith("."))
-
-    def claim(self, name: str) -> str:
-        """Take ``name`` out of the inbox by one rename. The claim name is ``<stamp>~<name>``;
-        a name too long for that keeps its extension and a hash of the whole name, and the
-        original is kept in ``.name-<claim>`` beside it (``original_name`` reads it back)."""
-        prefix = f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}~"
-        claim = prefix + _shorten(name, 255 - len(prefix))
-        if claim != prefix + name:
-            self._write_side(_side(claim), os.fsencode(name))
-        fsops.rename(name, claim, src_dir_fd=self.inbox_fd, dst_dir_fd=self.proc_fd)
-        if claim == prefix + name:
-            self._no_side.add(claim)
-        return claim
-
-    def original_name(self, claim: str) -> str:
-        """The dropped name a claim was made from (see ``claim``)."""
-        try:
-            fd = os.open(_side(claim), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | os.O_CLOEXEC, dir_fd=self.proc_fd)
-        except OSError:
-            return claim.split("~", 1)[-1]
-        try:
-            raw = os.read(fd, 4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-        finally:
-            os.close(fd)
-        return os.fsdecode(raw) if raw and b"/" not in raw else claim.split("~", 1)[-1]
-
-    def _write_side(self, side: str, data: bytes) -> None:
-        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=self.proc_fd)
-        try:
-            fsops.write_all(fd, data)
-        finally:
-            os.close(fd)
-
-    def _drop_side(self, claim: str) -> None:
-        if claim in self._no_side:   # claimed by this run with no side file: no unlink
-            self._no_side.discard(claim)
-            return
-        try:
-            os.unlink(_side(claim), dir_fd=self.proc_fd)
-        except FileNotFoundError:
-            pass
-
-    def release(self, claim: str) -> None:
-        """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
-        st = os.lstat(claim, dir_fd=self.proc_fd)
-        if stat.S_ISDIR(st.st_mode):
-            # hidden by one rename first: a crash inside the removal leaves a ``.gone-`` entry
-            # (removed on the next start), never a half-removed claim that resumes as garbage
-            gone = _GONE + claim
-            fsops.rename(claim, gone, src_dir_fd=self.proc_fd, dst_dir_fd=self.proc_fd)
-            fsops.rmtree(os.path.join(self.processing, gone))
-        else:
-            fsops.unlink(claim, dir_fd=self.proc_fd)
-        self._drop_side(claim)
-
-    def reject(self, claim: str, name: str, reason: str) -> str:
-        """Move a claim to ``.rejected/`` under its original name (made unique), then write
-        ``<name>.error.txt`` beside it (temp + rename); returns the name used."""
-        base = _fit(name, 255 - len(".error.txt") - 8)
-        target, n = base, 0
-        while _exists(target, self.rej_fd) or _exists(f"{target}.error.txt", self.rej_fd):
-            n += 1
-            target = f"{base}~{n}"
-        # the error file first: on a full disk nothing moves and the claim is retried,
-        # so an entry never sits in .rejected/ without its reason
-        text = (f"fsmem watch rejected this entry.\nname: {_display(name)}\n"
-                f"kept as: {_display(target)}\nreason: {reason}\n"
-                f"time: {Timestamp.now().isoformat()}\n")
-        tmp = f".tmp-{uuid.uuid4().hex}"
-        try:
-            fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644,
-                             dir_fd=self.rej_fd)
-            try:
-                fsops.write_all(fd, text.encode("utf-8"))
-            finally:
-                os.close(fd)
-            fsops.rename(tmp, f"{target}.error.txt", src_dir_fd=self.rej_fd,
-                      dst_dir_fd=self.rej_fd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=self.rej_fd)
-            except OSError:
-                pass
-            raise
-        try:
-            fsops.rename_noreplace(os.path.join(self.processing, claim),
-                                   os.path.join(self.rejected, target))
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOSYS):
-                raise
-            fsops.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
-        self._drop_side(claim)
-        return target
-
-
-def _open_dir(path: str, create_in: int | None = None) -> int:
-    if create_in is not None:
-        try:
-            os.mkdir(os.path.basename(path), 0o755, dir_fd=create_in)
-        except FileExistsError:
-            pass
-    try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise FormatError(f"{path}: not a directory fsmem can use ({exc.strerror}); "
-                          "a symlink is never followed") from exc
-
-
-def _exists(name: str, dir_fd: int) -> bool:
-    try:
-        os.lstat(name, dir_fd=dir_fd)
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def _writer_holds(fd: int) -> bool | None:
-    """True if some process has the file open for writing (a read lease is refused), False if
-    none has, None where leases are unavailable (not the owner, NFS, leases disabled)."""
-    try:
-        fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_RDLCK)
-    except OSError as exc:
-        return True if exc.errno in (errno.EAGAIN, errno.EBUSY) else None
-    fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
-    return False
 
 
 # -- the digest ledger ----------------------------------------------------------------------

@@ -32,8 +32,8 @@ import msgspec
 from . import _fsops as fsops
 from .errors import FsmemError, StoreLocked
 from .flows import Memory
-from .inbox import (DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _display, _InboxDirs,
-                    _Interrupted, _Ledger, _StoreScan, _writer_holds, ignored_name)
+from .inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
+from .inbox_dirs import _display, _InboxDirs, _writer_holds, ignored_name
 from .store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
