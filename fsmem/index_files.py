@@ -90,15 +90,10 @@ class IndexFiles:
     def _verify_dense(self) -> None:
         """BLAKE3 of the dense array file (opened at load: a later GC of its generation does
         not matter); on a mismatch the index is rebuilt from the directories."""
-        import mmap
         path, fd, digest = self._dense_check   # type: ignore[misc]
         self._dense_check = None
         try:
-            hasher = blake3.blake3()
-            if os.fstat(fd).st_size:
-                with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
-                    hasher.update(mm)
-            ok = hasher.hexdigest() == digest
+            ok = _fd_digest(fd) == digest
         except (OSError, ValueError):
             ok = False
         finally:
@@ -367,12 +362,15 @@ def _age_s(gen_name: str) -> float:
 
 
 def _fd_digest(fd: int) -> str:
-    """BLAKE3 of an open file's bytes (mapped, hashed on all cores)."""
-    import mmap
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    if os.fstat(fd).st_size:
-        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
-            hasher.update(mm)
+    """BLAKE3 of an open file's bytes, read in 8 MiB chunks from offset 0 (a mapping of the
+    whole file would add its size to the process's resident memory); all cores only for a
+    big file: for small arrays the thread pool costs more than it saves."""
+    size = os.fstat(fd).st_size
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if size > _HASH_THREADS_FROM else 1)
+    offset = 0
+    while chunk := os.pread(fd, 8 << 20, offset):
+        hasher.update(chunk)
+        offset += len(chunk)
     return hasher.hexdigest()
 
 
@@ -391,12 +389,9 @@ def _read_meta(path: str) -> "_Meta":
 
 
 def _file_digest(path: str) -> str:
-    """BLAKE3 of a file just written, read in 8 MiB chunks (a mapping of the whole file would
-    add its size to the saving process's resident memory); all cores only for a big file:
-    for small arrays the thread pool costs more than it saves."""
-    big = os.stat(path).st_size > _HASH_THREADS_FROM
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if big else 1)
-    with open(path, "rb") as fh:
-        while chunk := fh.read(8 << 20):
-            hasher.update(chunk)
-    return hasher.hexdigest()
+    """BLAKE3 of a file just written (see ``_fd_digest``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _fd_digest(fd)
+    finally:
+        os.close(fd)
