@@ -22,6 +22,14 @@ from fsmem.model import Event
 CAP = 4
 
 
+def _fail_call(n: int, err: int) -> None:
+    """Fail the ``n``-th mutating filesystem call from now with ``err`` (fsops counts them)."""
+    def hook(op: str) -> None:
+        if fsops.call_count() == n:
+            raise OSError(err, f"{os.strerror(err)} (injected)")
+    fsops.set_hook(hook)
+
+
 def _open(root: Path, **kw) -> Memory:
     return Memory.open(root, context_capacity=CAP, context_protected=1, **kw)
 
@@ -77,14 +85,7 @@ def test_append_succeeds_when_prune_fails_at_any_call(tmp_path: Path) -> None:
         work = tmp_path / f"p{n}"
         shutil.copytree(template, work)
         mem = _open(work)
-        calls = 0
-
-        def hook(op: str) -> None:
-            nonlocal calls
-            calls += 1
-            if calls == n:
-                raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        fsops.set_hook(hook)
+        _fail_call(n, errno.ENOSPC)
         try:
             mem.append(Event(input="the new event", id="e-new"))
             ok = True
@@ -225,14 +226,7 @@ def test_failed_prune_cleans_its_own_staging(tmp_path: Path) -> None:
     staging = template / ".fsmem" / "staging"
     failed = 0
     for n in range(1, 60):
-        calls = 0
-
-        def hook(op: str) -> None:
-            nonlocal calls
-            calls += 1
-            if calls == n:
-                raise OSError(errno.EIO, "injected")
-        fsops.set_hook(hook)
+        _fail_call(n, errno.EIO)
         try:
             mem.prune("apples")
         except OSError:
@@ -398,14 +392,7 @@ def test_recall_fails_with_nothing_moved_or_succeeds(tmp_path: Path, err: int) -
         work = tmp_path / f"p{n}"
         shutil.copytree(template, work)
         mem = _open(work)
-        calls = 0
-
-        def hook(op: str) -> None:
-            nonlocal calls
-            calls += 1
-            if calls == n:
-                raise OSError(err, f"{os.strerror(err)} (injected)")
-        fsops.set_hook(hook)
+        _fail_call(n, err)
         try:
             moved = mem.recall("ripe pears", top_k=2)
         except OSError:
