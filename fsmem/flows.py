@@ -449,10 +449,16 @@ class Memory(Reader):
                 try:
                     self.store.journal_apply(entry)
                 except (OSError, FsmemError) as exc:   # decided: complete it now; if that
-                    # fails too, the entry stays and the next writer's recovery completes it
+                    # fails too, the entry stays and the next lock's recovery completes it:
+                    # the burst is durable, so the call still succeeds
                     log.warning("%s: append burst %s: completing after %s", self.root,
                                 entry.id, exc)
-                    self.store.journal_apply(entry)
+                    try:
+                        self.store.journal_apply(entry)
+                    except (OSError, FsmemError) as again:
+                        log.error("%s: append burst %s is durable; applying it failed again "
+                                  "(%s): the next writer lock's recovery completes it",
+                                  self.root, entry.id, again)
         if self._filler is not None:
             for builder, texts in staged:
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])

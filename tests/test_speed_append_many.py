@@ -219,3 +219,37 @@ def test_cli_append_of_json_lines_is_one_burst(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["c-0", "c-1", "c-1", "c-2"]
     assert [e.input for e in Memory.open(root).timeline()] == ["line 0", "line 1", "line 2"]
+
+
+def test_a_decided_burst_whose_apply_fails_twice_still_succeeds(tmp_path, monkeypatch):
+    """Once the burst's journal entry is durable the call succeeds, even when applying it
+    fails both times: the entry stays, and the next writer lock's recovery completes it."""
+    from fsmem.store import Store
+    root = tmp_path / "mem"
+    mem = Memory.open(root, durability="full", auto_prune=False)
+    applying = {"calls": 0, "now": False}
+    real_apply = Store.journal_apply
+
+    def journal_apply(self, entry):   # the real apply; its renames fail in the first two
+        applying["calls"] += 1
+        applying["now"] = applying["calls"] <= 2
+        try:
+            return real_apply(self, entry)
+        finally:
+            applying["now"] = False
+
+    def hook(op: str) -> None:
+        if applying["now"] and op == "rename":
+            raise OSError(5, "injected EIO")
+    monkeypatch.setattr(Store, "journal_apply", journal_apply)
+    _fsops.set_hook(hook)
+    try:
+        ids = mem.append_many([_ev(i) for i in range(3)])
+    finally:
+        _fsops.set_hook(None)
+    assert len(ids) == 3 and applying["calls"] == 2
+    assert _l1_ids(mem) == sorted(ids)   # the next lock's recovery completed it
+    mem.close()
+    again = Memory.open(root, durability="full", auto_prune=False)
+    assert _l1_ids(again) == sorted(ids) and again.fsck() == []
+    again.close()
