@@ -311,8 +311,11 @@ class Store(Layout):
     # -- journal ------------------------------------------------------------------------
     def journal_commit(self, entry: JournalEntry) -> str:
         """Write a journal entry durably: from here on the change will be completed. Readers
-        are told (epoch) before the first visible step."""
+        are told (epoch) before the first visible step, the entry itself: the barrier is the
+        last call, so a failure never comes after the entry is durable (a caller that sees
+        one undoes the entry, and must not undo a decided change)."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
+        self.bump_epoch()
         if self.sync and self.sync_strategy == "syncfs":
             # One barrier: the staged units (built unsynced) and the entry itself.
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
@@ -323,7 +326,6 @@ class Store(Layout):
             if self.sync:
                 fsops.fsync_dir(self.staging)
             self.write_file_atomic(path, encode_pretty(entry), sync=True)
-        self.bump_epoch()
         return path
 
     def journal_apply(self, entry: JournalEntry) -> None:

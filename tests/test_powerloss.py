@@ -441,3 +441,53 @@ def test_model_loses_what_was_never_flushed(tmp_path):
     assert sorted(os.listdir(tmp_path / "s1")) == ["a"]
     assert (tmp_path / "s1" / "a").read_bytes() == b"data a"
     assert (tmp_path / "s2" / "b").read_bytes() == b"data b"
+
+
+
+@pytest.mark.parametrize("failing", ["the barrier", "the call after the barrier"])
+def test_a_failed_append_burst_is_never_half_stored(tmp_path, monkeypatch, failing):
+    """An append burst meets ENOSPC/EIO at its barrier (syncfs) or at the first call after it.
+    Whatever the call then reports, no crash state may hold a torn unit or an event twice, and
+    if it returned, the burst is whole. The danger: a failure answered by removing the staged
+    units while the journal entry that publishes them may still come back after a power loss
+    (its removal unflushed): recovery would then publish half-deleted units."""
+    import errno
+    monkeypatch.setenv("FSMEM_SYNC", "syncfs")
+    pre, live = _prepare(tmp_path, lambda p: Memory.open(p, auto_prune=False).close())
+    burst = [f"burst event {i}" for i in range(3)]
+    flushed = False
+
+    def hook(op: str) -> None:   # under syncfs, the only barrier call ("fsync") is syncfs
+        nonlocal flushed
+        if op == "fsync" and failing == "the barrier":
+            raise OSError(errno.EIO, "injected EIO at the barrier")
+        if op == "fsync":
+            flushed = True
+        elif flushed:
+            flushed = False
+            raise OSError(errno.ENOSPC, "injected ENOSPC after the barrier")
+
+    def run() -> None:
+        mem = Memory.open(live, auto_prune=False)
+        _fsops.set_hook(hook)
+        try:
+            mem.append_many([Event(source="qq", input=t, response="r") for t in burst])
+        except Exception:
+            return
+        finally:
+            _fsops.set_hook(None)
+        for text in burst:
+            ack(f"ack:{text}")
+    log = record(run)
+    # The end state with the staged files' removals kept and every other unflushed change lost
+    # (their directories' removals and the journal entry's among them), then sampled states.
+    n = len(log)
+    targeted = [("staged files' removals kept, rest lost", lambda j: log[j][0] == "unlink"
+                 and "/staging/" in log[j][1])]
+    for name, keep in targeted:
+        state = tmp_path / "targeted"
+        build_state(pre, live, log, n, keep, state)
+        seen, _where = events_by_layer(state)
+        assert all(c == 1 for c in seen.values()), f"{failing}, {name}: {seen}"
+        assert Memory.open(state, auto_prune=False).fsck() == [], f"{failing}, {name}"
+    assert check_states(tmp_path, pre, live, log, acked_inputs(set()), budget=12) >= 12
