@@ -16,6 +16,7 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence, overload
 
 import blake3
 import msgspec
@@ -25,16 +26,19 @@ from .analyze import ANALYZER_VERSION
 from .errors import FsmemError
 from .layout import open_regular, read_small
 
-__all__ = ["IndexFiles", "INDEX_VERSION"]
+__all__ = ["IndexFiles", "INDEX_VERSION", "StrTable"]
 
 log = logging.getLogger("fsmem.index")
 
 # 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
 # 4: a unit's identity includes its directory's inode and ctime
-INDEX_VERSION = 4 * 1000 + ANALYZER_VERSION
+# 5: unit ids, event ids and summaries in mapped string tables, not in meta.json
+INDEX_VERSION = 5 * 1000 + ANALYZER_VERSION
 _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 _POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
+_TABLES = ("ids", "ev_ids", "summaries")   # StrTables: ``<name>_ptr`` and ``<name>_utf8``
+_TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8"))
 _META_CAP = 1 << 30              # meta.json: ~70 bytes per unit (the small-file cap is 16 MB)
 _HASH_THREADS_FROM = 16 << 20    # files bigger than this are hashed on all cores
 _GEN_GRACE_S = 60.0
@@ -42,15 +46,71 @@ _SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
 
 
 class _Meta(msgspec.Struct):
+    """meta.json: small and of a size independent of the store's (the per-unit and per-row
+    strings live in mapped string tables), except ``legacy`` in a HomeAgent directory."""
     version: int
     embedder: str
     dim: int
-    ids: list[str]
-    summaries: list[str]
+    units: int                    # unit rows (ids, summaries); events: ``rows``
+    rows: int = 0                 # event rows (ev_ids: "" for a summary or legacy row)
     legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
     digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
-    ev_ids: list[str] = []        # per event row ("" for a summary or legacy row)
     keys: list[str] = []          # conversation keys, indexed by ev_key
+
+
+class StrTable(Sequence[str]):
+    """A read-only list of strings stored as one UTF-8 byte array and int64 offsets (both
+    memory-mapped from the snapshot): item i is decoded when asked, so an open does no work
+    per unit; ``tolist`` decodes all at once (a compaction)."""
+
+    __slots__ = ("ptr", "data")
+
+    def __init__(self, ptr: np.ndarray, data: np.ndarray) -> None:
+        self.ptr, self.data = ptr, data
+
+    @classmethod
+    def encode(cls, strings: Iterable[str]) -> "StrTable":
+        if isinstance(strings, StrTable):
+            return strings
+        parts = [s.encode("utf-8", "surrogatepass") for s in strings]
+        ptr = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=ptr[1:])
+        return cls(ptr, np.frombuffer(b"".join(parts), np.uint8))
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("StrTable index out of range")
+        lo, hi = int(self.ptr[i]), int(self.ptr[i + 1])
+        return bytes(self.data[lo:hi]).decode("utf-8", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def __add__(self, other: Iterable[str]) -> list[str]:
+        return self.tolist() + list(other)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (list, StrTable)) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[str]:
+        data, ptr = bytes(self.data), self.ptr.tolist()
+        return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip(ptr, ptr[1:])]
 
 
 class _Seen(msgspec.Struct, array_like=True):
@@ -127,9 +187,48 @@ class IndexFiles:
     def row_of(self, value: dict[str, int] | None) -> None:
         self._row_of = value
 
+    # Unit ids, event ids and summaries: a mapped snapshot's string tables are checksummed
+    # with the postings, on first use (an open that only counts never reads them).
+    @property
+    def ids(self) -> Sequence[str]:
+        if getattr(self, "_post_check", None) is not None:
+            self._verify_post()
+        return self._ids
+
+    @ids.setter
+    def ids(self, value: Sequence[str]) -> None:
+        self._ids = value
+
+    @property
+    def ev_ids(self) -> Sequence[str]:
+        if getattr(self, "_post_check", None) is not None:
+            self._verify_post()
+        return self._ev_ids
+
+    @ev_ids.setter
+    def ev_ids(self, value: Sequence[str]) -> None:
+        self._ev_ids = value
+
+    @property
+    def summaries(self) -> Sequence[str]:
+        if getattr(self, "_post_check", None) is not None:
+            self._verify_post()
+        return self._summaries
+
+    @summaries.setter
+    def summaries(self, value: Sequence[str]) -> None:
+        self._summaries = value
+
+    def _as_lists(self) -> None:
+        """Decode the mapped string tables into lists (before a compaction rewrites them)."""
+        for name in _TABLES:
+            value = getattr(self, name)
+            if isinstance(value, StrTable):
+                setattr(self, name, value.tolist())
+
     def _verify_post(self) -> None:
-        """BLAKE3 of each postings file (opened at load, like the dense one); on a mismatch
-        the index is rebuilt from the directories."""
+        """BLAKE3 of each postings and string-table file (opened at load, like the dense
+        one); on a mismatch the index is rebuilt from the directories."""
         checks, self._post_check = self._post_check or [], None
         ok = True
         for path, fd, digest in checks:
@@ -231,7 +330,7 @@ class IndexFiles:
                     or meta.dim != self.dim:
                 return False
             arrays = {}
-            for name in _ARRAYS:
+            for name in _ARRAYS + _TABLE_FILES:
                 path = os.path.join(gen, f"{name}.npy")
                 if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
                     raise ValueError(f"{path}: not a regular file")
@@ -239,7 +338,7 @@ class IndexFiles:
                     # The largest array, unread by the default ranker: checked on first use.
                     self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                                          meta.digests.get(name, ""))
-                elif name in _POSTINGS:   # checked on first use too (see ``post``)
+                elif name in _POSTINGS or name in _TABLE_FILES:   # on first use too
                     self._post_check = (self._post_check or []) + [
                         (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                          meta.digests.get(name, ""))]
@@ -253,8 +352,13 @@ class IndexFiles:
         except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError, FsmemError) as exc:
             log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
             return False
-        n, n_ev = len(meta.ids), len(meta.ev_ids)
+        n, n_ev = meta.units, meta.rows
+        tables = {t: StrTable(arrays[f"{t}_ptr"], arrays[f"{t}_utf8"]) for t in _TABLES}
         if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
+                and len(tables["ids"]) == len(tables["summaries"]) == n
+                and len(tables["ev_ids"]) == n_ev
+                and all(t.ptr.ndim == 1 and len(t.ptr) and int(t.ptr[-1]) == len(t.data)
+                        for t in tables.values())
                 and arrays["created"].shape == (n, 3) and len(arrays["u_ptr"]) == n + 1
                 and int(arrays["u_ptr"][-1]) == n_ev and np.all(np.diff(arrays["u_ptr"]) > 0)
                 and all(len(arrays[a]) == n_ev for a in _ARRAYS if a.startswith("ev_"))
@@ -262,14 +366,15 @@ class IndexFiles:
                 and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
             log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
             return False
-        self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
+        self.ids, self.summaries = tables["ids"], tables["summaries"]
+        self.legacy = meta.legacy
         self.row_of = None   # built on first use
         self.inos, self.dense = arrays["inos"], arrays["dense"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
         self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],
                               arrays["p_tfs"])
-        self.ev_ids, self.keys = meta.ev_ids, meta.keys
+        self.ev_ids, self.keys = tables["ev_ids"], meta.keys
         self.key_of = {k: i for i, k in enumerate(self.keys)}
         for name in _ARRAYS:
             if name.startswith("ev_") or name == "u_ptr":
@@ -318,14 +423,17 @@ class IndexFiles:
         arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
         arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
                        "p_rows": self.post.rows, "p_tfs": self.post.tfs})
+        for t in _TABLES:
+            table = StrTable.encode(getattr(self, t))
+            arrays[f"{t}_ptr"], arrays[f"{t}_utf8"] = table.ptr, table.data
         digests = {}
         for name, arr in arrays.items():
             path = os.path.join(gen, f"{name}.npy")
             np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
             digests[name] = _file_digest(path)
         meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
-                     ids=self.ids, summaries=self.summaries, legacy=self.legacy, digests=digests,
-                     ev_ids=self.ev_ids, keys=self.keys)
+                     units=len(self.ids), rows=len(self.ev_ids), legacy=self.legacy,
+                     digests=digests, keys=self.keys)
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
