@@ -51,7 +51,7 @@ class _Meta(msgspec.Struct):
     version: int
     embedder: str
     dim: int
-    units: int                    # unit rows (ids, summaries); events: ``rows``
+    units: int = 0                # unit rows (ids, summaries); events: ``rows``
     rows: int = 0                 # event rows (ev_ids: "" for a summary or legacy row)
     legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
     digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
@@ -122,6 +122,24 @@ class _Seen(msgspec.Struct, array_like=True):
     at: int
 
 
+class _Checked:
+    """An array attribute of ``IndexFiles`` that a mapped snapshot checksums on first read
+    (with the postings: ``IndexFiles._verify_post``); setting it stores it as it is."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if obj.__dict__.get("_post_check") is not None:
+            obj._verify_post()
+        return obj.__dict__[self.slot]
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass
 class _Postings:
     """CSR postings by term: terms sorted, rows[ptr[i]:ptr[i+1]] hold term i."""
@@ -187,37 +205,23 @@ class IndexFiles:
     def row_of(self, value: dict[str, int] | None) -> None:
         self._row_of = value
 
-    # Unit ids, event ids and summaries: a mapped snapshot's string tables are checksummed
-    # with the postings, on first use (an open that only counts never reads them).
-    @property
-    def ids(self) -> Sequence[str]:
-        if getattr(self, "_post_check", None) is not None:
-            self._verify_post()
-        return self._ids
-
-    @ids.setter
-    def ids(self, value: Sequence[str]) -> None:
-        self._ids = value
+    # Every array but the dense one, and the string tables, of a mapped snapshot: checksummed
+    # together with the postings on first use (an open that only counts reads none of them).
+    inos, created, nevents, u_ptr = _Checked(), _Checked(), _Checked(), _Checked()
+    ev_len, ev_time, ev_key, ev_kind = _Checked(), _Checked(), _Checked(), _Checked()
+    ev_prev, ev_next = _Checked(), _Checked()
+    ids, ev_ids, summaries = _Checked(), _Checked(), _Checked()
 
     @property
-    def ev_ids(self) -> Sequence[str]:
-        if getattr(self, "_post_check", None) is not None:
-            self._verify_post()
-        return self._ev_ids
+    def ev_unit(self) -> np.ndarray:
+        """The unit row of each event row (from ``u_ptr``, worked out on first use)."""
+        if self._ev_unit is None:
+            self._ev_unit = np.repeat(np.arange(len(self.u_ptr) - 1), np.diff(self.u_ptr))
+        return self._ev_unit
 
-    @ev_ids.setter
-    def ev_ids(self, value: Sequence[str]) -> None:
-        self._ev_ids = value
-
-    @property
-    def summaries(self) -> Sequence[str]:
-        if getattr(self, "_post_check", None) is not None:
-            self._verify_post()
-        return self._summaries
-
-    @summaries.setter
-    def summaries(self, value: Sequence[str]) -> None:
-        self._summaries = value
+    @ev_unit.setter
+    def ev_unit(self, value: np.ndarray | None) -> None:
+        self._ev_unit = value
 
     def _as_lists(self) -> None:
         """Decode the mapped string tables into lists (before a compaction rewrites them)."""
@@ -233,14 +237,18 @@ class IndexFiles:
         ok = True
         for path, fd, digest in checks:
             try:
-                ok = ok and _fd_digest(fd) == digest
+                good = ok and _fd_digest(fd) == digest
             except (OSError, ValueError):
-                ok = False
+                good = False
             finally:
                 os.close(fd)
-            if not ok:
+            if ok and not good:
                 log.warning("%s: checksum mismatch; rebuilding the index from the directories",
                             path)
+            ok = good
+        if ok and not np.all(np.diff(self.__dict__["_u_ptr"]) > 0):   # a unit without rows
+            log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
+            ok = False
         if not ok:
             self.rebuild()
 
@@ -334,16 +342,15 @@ class IndexFiles:
                 path = os.path.join(gen, f"{name}.npy")
                 if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
                     raise ValueError(f"{path}: not a regular file")
-                if name == "dense" and self.mem.ranker == "bm25":
-                    # The largest array, unread by the default ranker: checked on first use.
+                if name == "dense":
+                    # The largest array (154 MB at 100k units of 384-d vectors; unread by
+                    # the bm25 ranker): checked on first use, by any ranker.
                     self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                                          meta.digests.get(name, ""))
-                elif name in _POSTINGS or name in _TABLE_FILES:   # on first use too
+                else:   # all the others on first use too (see ``post`` and ``_Checked``)
                     self._post_check = (self._post_check or []) + [
                         (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                          meta.digests.get(name, ""))]
-                elif _file_digest(path) != meta.digests.get(name):
-                    raise ValueError(f"{path}: checksum mismatch")
                 arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             if gen_name and _current(self.dir) not in ("", gen_name):
@@ -360,7 +367,7 @@ class IndexFiles:
                 and all(t.ptr.ndim == 1 and len(t.ptr) and int(t.ptr[-1]) == len(t.data)
                         for t in tables.values())
                 and arrays["created"].shape == (n, 3) and len(arrays["u_ptr"]) == n + 1
-                and int(arrays["u_ptr"][-1]) == n_ev and np.all(np.diff(arrays["u_ptr"]) > 0)
+                and int(arrays["u_ptr"][0]) == 0 and int(arrays["u_ptr"][-1]) == n_ev
                 and all(len(arrays[a]) == n_ev for a in _ARRAYS if a.startswith("ev_"))
                 and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
                 and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
@@ -379,7 +386,7 @@ class IndexFiles:
         for name in _ARRAYS:
             if name.startswith("ev_") or name == "u_ptr":
                 setattr(self, name, arrays[name])
-        self.ev_unit = np.repeat(np.arange(n), np.diff(self.u_ptr))
+        self.ev_unit = None   # from u_ptr on first use
         self._gen = gen_name
         return True
 
