@@ -123,7 +123,7 @@ with open(os.path.join(gen, "meta.json"), "rb") as fh:
 arrays = [np.load(os.path.join(gen, f), mmap_mode="r") for f in sorted(os.listdir(gen))
           if f.endswith(".npy")]
 s = time.perf_counter() - t
-print(json.dumps({"s": s, "n": len(meta["ids"])}))
+print(json.dumps({"s": s, "n": meta["units"]}))
 """
 
 

@@ -16,7 +16,7 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence, overload
+from typing import Iterable, Iterator, Mapping, Sequence, overload
 
 import blake3
 import msgspec
@@ -38,7 +38,8 @@ _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", 
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 _POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
 _TABLES = ("ids", "ev_ids", "summaries")   # StrTables: ``<name>_ptr`` and ``<name>_utf8``
-_TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8"))
+_TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8")) \
+    + ("ids_order",)   # the unit rows in id order: a lookup by id is a binary search
 _META_CAP = 1 << 30              # meta.json: ~70 bytes per unit (the small-file cap is 16 MB)
 _HASH_THREADS_FROM = 16 << 20    # files bigger than this are hashed on all cores
 _GEN_GRACE_S = 60.0
@@ -61,12 +62,35 @@ class _Meta(msgspec.Struct):
 class StrTable(Sequence[str]):
     """A read-only list of strings stored as one UTF-8 byte array and int64 offsets (both
     memory-mapped from the snapshot): item i is decoded when asked, so an open does no work
-    per unit; ``tolist`` decodes all at once (a compaction)."""
+    per unit; ``tolist`` decodes all at once (a compaction). ``order`` (optional): the item
+    numbers in string order, for ``find``."""
 
-    __slots__ = ("ptr", "data")
+    __slots__ = ("ptr", "data", "order")
 
-    def __init__(self, ptr: np.ndarray, data: np.ndarray) -> None:
-        self.ptr, self.data = ptr, data
+    def __init__(self, ptr: np.ndarray, data: np.ndarray,
+                 order: np.ndarray | None = None) -> None:
+        self.ptr, self.data, self.order = ptr, data, order
+
+    def find(self, s: str) -> int | None:
+        """The item number holding ``s`` (by binary search over ``order``), or None."""
+        order = self.order
+        assert order is not None
+        lo, hi = 0, len(order)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self[int(order[mid])] < s:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(order) and self[int(order[lo])] == s:
+            return int(order[lo])
+        return None
+
+    def sorted_order(self) -> np.ndarray:
+        """The item numbers in string (code point) order, as ``find`` needs them."""
+        items = self.tolist()
+        return np.argsort(np.array(items, dtype=str), kind="stable").astype(np.int64) \
+            if items else np.zeros(0, np.int64)
 
     @classmethod
     def encode(cls, strings: Iterable[str]) -> "StrTable":
@@ -120,6 +144,43 @@ class _Seen(msgspec.Struct, array_like=True):
     ino: int
     mtime: int
     at: int
+
+
+class _RowLookup(Mapping[str, int]):
+    """unit id -> row over a mapped ids table (``StrTable.find``): no per-unit work until a
+    caller walks all of it (``items``, ``__iter__``: then one dict, kept)."""
+
+    def __init__(self, ids: StrTable) -> None:
+        self._ids, self._all = ids, None
+
+    def get(self, key: str, default=None):   # type: ignore[override]
+        if self._all is not None:
+            return self._all.get(key, default)
+        row = self._ids.find(key) if isinstance(key, str) else None
+        return default if row is None else row
+
+    def __getitem__(self, key: str) -> int:
+        row = self.get(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key) is not None   # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def _dict(self) -> dict[str, int]:
+        if self._all is None:
+            self._all = {u: i for i, u in enumerate(self._ids.tolist())}
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def items(self):   # type: ignore[override]
+        return self._dict().items()
 
 
 class _Checked:
@@ -194,11 +255,14 @@ class IndexFiles:
         self._post = value
 
     @property
-    def row_of(self) -> dict[str, int]:
-        """unit id -> row of the arrays, built on first use (at 100k units the dict costs
-        tens of ms, which an open that only counts or appends does not need)."""
+    def row_of(self) -> "dict[str, int] | _RowLookup":
+        """unit id -> row of the arrays: over a mapped snapshot, a binary search of its ids
+        table (a dict of 100k ids costs ~100 ms to build, paid by a fresh process's first
+        query or commit); otherwise a dict built on first use."""
         if self._row_of is None:
-            self._row_of = {u: i for i, u in enumerate(self.ids)}
+            ids = self.ids
+            self._row_of = _RowLookup(ids) if isinstance(ids, StrTable) \
+                and ids.order is not None else {u: i for i, u in enumerate(ids)}
         return self._row_of
 
     @row_of.setter
@@ -361,9 +425,10 @@ class IndexFiles:
             return False
         n, n_ev = meta.units, meta.rows
         tables = {t: StrTable(arrays[f"{t}_ptr"], arrays[f"{t}_utf8"]) for t in _TABLES}
+        tables["ids"].order = arrays["ids_order"]
         if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
                 and len(tables["ids"]) == len(tables["summaries"]) == n
-                and len(tables["ev_ids"]) == n_ev
+                and len(tables["ev_ids"]) == n_ev and len(arrays["ids_order"]) == n
                 and all(t.ptr.ndim == 1 and len(t.ptr) and int(t.ptr[-1]) == len(t.data)
                         for t in tables.values())
                 and arrays["created"].shape == (n, 3) and len(arrays["u_ptr"]) == n + 1
@@ -433,6 +498,9 @@ class IndexFiles:
         for t in _TABLES:
             table = StrTable.encode(getattr(self, t))
             arrays[f"{t}_ptr"], arrays[f"{t}_utf8"] = table.ptr, table.data
+            if t == "ids":
+                arrays["ids_order"] = table.order if table.order is not None \
+                    else table.sorted_order()
         digests = {}
         for name, arr in arrays.items():
             path = os.path.join(gen, f"{name}.npy")

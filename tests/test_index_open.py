@@ -160,6 +160,11 @@ def test_string_tables_are_mapped_and_decoded_on_demand(root):
     assert mem.index.summaries[mem.index.ids.index(ids[4])] == "e4"
     meta = os.path.join(root, ".fsmem", "index", mem.index._gen, "meta.json")
     assert ids[0] not in open(meta, encoding="utf-8").read()
+    row_of = mem.index.row_of   # a binary search of the mapped table, not a dict
+    assert not isinstance(row_of, dict)
+    assert [row_of.get(u) for u in ids] == [mem.index.ids.index(u) for u in ids]
+    assert row_of.get("u-nosuchunit") is None and "u-nosuchunit" not in row_of
+    assert dict(row_of.items()) == {u: i for i, u in enumerate(mem.index.ids)}
     hit = mem.query("entry 4 mill", 1)[0]
     assert (hit.unit_id, hit.summary) == (ids[4], "e4")
     uid = mem.commit("a note on the water wheel", summary="wheel")
