@@ -1,9 +1,10 @@
 """Read-side rows of ``python -m benchmarks``: query, BM25, open (warm and cold), render,
 CLI start-up.
 
-Stores of 1k/10k/100k L2 units are built once per run (or kept in ``--cache``) with durability
-off, then indexed; fresh-process rows spawn one child per measurement, fsmem's and the
-anchor's alternately, and time inside the child after its imports.
+Stores of 1k/10k/100k L2 units are built once per run (or kept in ``--cache``) by
+benchmarks/_store100k.py (durability off, indexed as committed, one index save);
+fresh-process rows spawn one child per measurement, fsmem's and the anchor's alternately, and
+time inside the child after its imports.
 """
 
 from __future__ import annotations
@@ -29,13 +30,10 @@ __all__ = ["build_store", "store_of", "query_rows", "open_rows", "cold_open_rows
 
 
 def build_store(root: str, n: int) -> None:
-    """n L2 units of ~120 characters (one event each), durability off, then one index save."""
-    rng = random.Random(11)
-    mem = Memory.open(root, durability="off", auto_prune=False)
-    for i in range(n):
-        mem.commit(text(rng, 120) + f" item{i}")
-    mem.reindex()
-    mem.close()
+    """n L2 units of ~120 characters (one event each), durability off, the index loaded
+    before the commits and saved once (benchmarks/_store100k.py: 100k in ~9 min here)."""
+    from _store100k import build
+    build(root, n)
 
 
 def store_of(wd: Workdir, n: int) -> str:
@@ -125,7 +123,7 @@ with open(os.path.join(gen, "meta.json"), "rb") as fh:
 arrays = [np.load(os.path.join(gen, f), mmap_mode="r") for f in sorted(os.listdir(gen))
           if f.endswith(".npy")]
 s = time.perf_counter() - t
-print(json.dumps({"s": s, "n": len(meta["ids"])}))
+print(json.dumps({"s": s, "n": meta["units"]}))
 """
 
 

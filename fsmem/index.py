@@ -386,6 +386,7 @@ class Index(IndexFiles):
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
             return
+        self._as_lists()   # mapped string tables (fsmem.index_files.StrTable) decoded once
         new = list(self.pending.values())
         ev_keep = np.repeat(self.alive, np.diff(self.u_ptr))
         n_ev_kept = int(ev_keep.sum())

@@ -16,6 +16,7 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Sequence, overload
 
 import blake3
 import msgspec
@@ -25,16 +26,20 @@ from .analyze import ANALYZER_VERSION
 from .errors import FsmemError
 from .layout import open_regular, read_small
 
-__all__ = ["IndexFiles", "INDEX_VERSION"]
+__all__ = ["IndexFiles", "INDEX_VERSION", "StrTable"]
 
 log = logging.getLogger("fsmem.index")
 
 # 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
 # 4: a unit's identity includes its directory's inode and ctime
-INDEX_VERSION = 4 * 1000 + ANALYZER_VERSION
+# 5: unit ids, event ids and summaries in mapped string tables, not in meta.json
+INDEX_VERSION = 5 * 1000 + ANALYZER_VERSION
 _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 _POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
+_TABLES = ("ids", "ev_ids", "summaries")   # StrTables: ``<name>_ptr`` and ``<name>_utf8``
+_TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8")) \
+    + ("ids_order",)   # the unit rows in id order: a lookup by id is a binary search
 _META_CAP = 1 << 30              # meta.json: ~70 bytes per unit (the small-file cap is 16 MB)
 _HASH_THREADS_FROM = 16 << 20    # files bigger than this are hashed on all cores
 _GEN_GRACE_S = 60.0
@@ -42,15 +47,94 @@ _SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
 
 
 class _Meta(msgspec.Struct):
+    """meta.json: small and of a size independent of the store's (the per-unit and per-row
+    strings live in mapped string tables), except ``legacy`` in a HomeAgent directory."""
     version: int
     embedder: str
     dim: int
-    ids: list[str]
-    summaries: list[str]
+    units: int = 0                # unit rows (ids, summaries); events: ``rows``
+    rows: int = 0                 # event rows (ev_ids: "" for a summary or legacy row)
     legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
     digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
-    ev_ids: list[str] = []        # per event row ("" for a summary or legacy row)
     keys: list[str] = []          # conversation keys, indexed by ev_key
+
+
+class StrTable(Sequence[str]):
+    """A read-only list of strings stored as one UTF-8 byte array and int64 offsets (both
+    memory-mapped from the snapshot): item i is decoded when asked, so an open does no work
+    per unit; ``tolist`` decodes all at once (a compaction). ``order`` (optional): the item
+    numbers in string order, for ``find``."""
+
+    __slots__ = ("ptr", "data", "order")
+
+    def __init__(self, ptr: np.ndarray, data: np.ndarray,
+                 order: np.ndarray | None = None) -> None:
+        self.ptr, self.data, self.order = ptr, data, order
+
+    def find(self, s: str) -> int | None:
+        """The item number holding ``s`` (by binary search over ``order``), or None."""
+        order = self.order
+        assert order is not None
+        lo, hi = 0, len(order)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self[int(order[mid])] < s:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(order) and self[int(order[lo])] == s:
+            return int(order[lo])
+        return None
+
+    def sorted_order(self) -> np.ndarray:
+        """The item numbers in string (code point) order, as ``find`` needs them."""
+        items = self.tolist()
+        return np.argsort(np.array(items, dtype=str), kind="stable").astype(np.int64) \
+            if items else np.zeros(0, np.int64)
+
+    @classmethod
+    def encode(cls, strings: Iterable[str]) -> "StrTable":
+        if isinstance(strings, StrTable):
+            return strings
+        parts = [s.encode("utf-8", "surrogatepass") for s in strings]
+        ptr = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=ptr[1:])
+        return cls(ptr, np.frombuffer(b"".join(parts), np.uint8))
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("StrTable index out of range")
+        lo, hi = int(self.ptr[i]), int(self.ptr[i + 1])
+        return bytes(self.data[lo:hi]).decode("utf-8", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def __add__(self, other: Iterable[str]) -> list[str]:
+        return self.tolist() + list(other)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (list, StrTable)) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[str]:
+        data, ptr = bytes(self.data), self.ptr.tolist()
+        return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip(ptr, ptr[1:])]
 
 
 class _Seen(msgspec.Struct, array_like=True):
@@ -60,6 +144,61 @@ class _Seen(msgspec.Struct, array_like=True):
     ino: int
     mtime: int
     at: int
+
+
+class _RowLookup(Mapping[str, int]):
+    """unit id -> row over a mapped ids table (``StrTable.find``): no per-unit work until a
+    caller walks all of it (``items``, ``__iter__``: then one dict, kept)."""
+
+    def __init__(self, ids: StrTable) -> None:
+        self._ids, self._all = ids, None
+
+    def get(self, key: str, default=None):   # type: ignore[override]
+        if self._all is not None:
+            return self._all.get(key, default)
+        row = self._ids.find(key) if isinstance(key, str) else None
+        return default if row is None else row
+
+    def __getitem__(self, key: str) -> int:
+        row = self.get(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key) is not None   # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def _dict(self) -> dict[str, int]:
+        if self._all is None:
+            self._all = {u: i for i, u in enumerate(self._ids.tolist())}
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def items(self):   # type: ignore[override]
+        return self._dict().items()
+
+
+class _Checked:
+    """An array attribute of ``IndexFiles`` that a mapped snapshot checksums on first read
+    (with the postings: ``IndexFiles._verify_post``); setting it stores it as it is."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if obj.__dict__.get("_post_check") is not None:
+            obj._verify_post()
+        return obj.__dict__[self.slot]
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.slot] = value
 
 
 @dataclass
@@ -116,32 +255,64 @@ class IndexFiles:
         self._post = value
 
     @property
-    def row_of(self) -> dict[str, int]:
-        """unit id -> row of the arrays, built on first use (at 100k units the dict costs
-        tens of ms, which an open that only counts or appends does not need)."""
+    def row_of(self) -> "dict[str, int] | _RowLookup":
+        """unit id -> row of the arrays: over a mapped snapshot, a binary search of its ids
+        table (a dict of 100k ids costs ~100 ms to build, paid by a fresh process's first
+        query or commit); otherwise a dict built on first use."""
         if self._row_of is None:
-            self._row_of = {u: i for i, u in enumerate(self.ids)}
+            ids = self.ids
+            self._row_of = _RowLookup(ids) if isinstance(ids, StrTable) \
+                and ids.order is not None else {u: i for i, u in enumerate(ids)}
         return self._row_of
 
     @row_of.setter
     def row_of(self, value: dict[str, int] | None) -> None:
         self._row_of = value
 
+    # Every array but the dense one, and the string tables, of a mapped snapshot: checksummed
+    # together with the postings on first use (an open that only counts reads none of them).
+    inos, created, nevents, u_ptr = _Checked(), _Checked(), _Checked(), _Checked()
+    ev_len, ev_time, ev_key, ev_kind = _Checked(), _Checked(), _Checked(), _Checked()
+    ev_prev, ev_next = _Checked(), _Checked()
+    ids, ev_ids, summaries = _Checked(), _Checked(), _Checked()
+
+    @property
+    def ev_unit(self) -> np.ndarray:
+        """The unit row of each event row (from ``u_ptr``, worked out on first use)."""
+        if self._ev_unit is None:
+            self._ev_unit = np.repeat(np.arange(len(self.u_ptr) - 1), np.diff(self.u_ptr))
+        return self._ev_unit
+
+    @ev_unit.setter
+    def ev_unit(self, value: np.ndarray | None) -> None:
+        self._ev_unit = value
+
+    def _as_lists(self) -> None:
+        """Decode the mapped string tables into lists (before a compaction rewrites them)."""
+        for name in _TABLES:
+            value = getattr(self, name)
+            if isinstance(value, StrTable):
+                setattr(self, name, value.tolist())
+
     def _verify_post(self) -> None:
-        """BLAKE3 of each postings file (opened at load, like the dense one); on a mismatch
-        the index is rebuilt from the directories."""
+        """BLAKE3 of each postings and string-table file (opened at load, like the dense
+        one); on a mismatch the index is rebuilt from the directories."""
         checks, self._post_check = self._post_check or [], None
         ok = True
         for path, fd, digest in checks:
             try:
-                ok = ok and _fd_digest(fd) == digest
+                good = ok and _fd_digest(fd) == digest
             except (OSError, ValueError):
-                ok = False
+                good = False
             finally:
                 os.close(fd)
-            if not ok:
+            if ok and not good:
                 log.warning("%s: checksum mismatch; rebuilding the index from the directories",
                             path)
+            ok = good
+        if ok and not np.all(np.diff(self.__dict__["_u_ptr"]) > 0):   # a unit without rows
+            log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
+            ok = False
         if not ok:
             self.rebuild()
 
@@ -231,20 +402,19 @@ class IndexFiles:
                     or meta.dim != self.dim:
                 return False
             arrays = {}
-            for name in _ARRAYS:
+            for name in _ARRAYS + _TABLE_FILES:
                 path = os.path.join(gen, f"{name}.npy")
                 if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
                     raise ValueError(f"{path}: not a regular file")
-                if name == "dense" and self.mem.ranker == "bm25":
-                    # The largest array, unread by the default ranker: checked on first use.
+                if name == "dense":
+                    # The largest array (154 MB at 100k units of 384-d vectors; unread by
+                    # the bm25 ranker): checked on first use, by any ranker.
                     self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                                          meta.digests.get(name, ""))
-                elif name in _POSTINGS:   # checked on first use too (see ``post``)
+                else:   # all the others on first use too (see ``post`` and ``_Checked``)
                     self._post_check = (self._post_check or []) + [
                         (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                          meta.digests.get(name, ""))]
-                elif _file_digest(path) != meta.digests.get(name):
-                    raise ValueError(f"{path}: checksum mismatch")
                 arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             if gen_name and _current(self.dir) not in ("", gen_name):
@@ -253,28 +423,35 @@ class IndexFiles:
         except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError, FsmemError) as exc:
             log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
             return False
-        n, n_ev = len(meta.ids), len(meta.ev_ids)
+        n, n_ev = meta.units, meta.rows
+        tables = {t: StrTable(arrays[f"{t}_ptr"], arrays[f"{t}_utf8"]) for t in _TABLES}
+        tables["ids"].order = arrays["ids_order"]
         if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
+                and len(tables["ids"]) == len(tables["summaries"]) == n
+                and len(tables["ev_ids"]) == n_ev and len(arrays["ids_order"]) == n
+                and all(t.ptr.ndim == 1 and len(t.ptr) and int(t.ptr[-1]) == len(t.data)
+                        for t in tables.values())
                 and arrays["created"].shape == (n, 3) and len(arrays["u_ptr"]) == n + 1
-                and int(arrays["u_ptr"][-1]) == n_ev and np.all(np.diff(arrays["u_ptr"]) > 0)
+                and int(arrays["u_ptr"][0]) == 0 and int(arrays["u_ptr"][-1]) == n_ev
                 and all(len(arrays[a]) == n_ev for a in _ARRAYS if a.startswith("ev_"))
                 and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
                 and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
             log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
             return False
-        self.ids, self.summaries, self.legacy = meta.ids, meta.summaries, meta.legacy
+        self.ids, self.summaries = tables["ids"], tables["summaries"]
+        self.legacy = meta.legacy
         self.row_of = None   # built on first use
         self.inos, self.dense = arrays["inos"], arrays["dense"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
         self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],
                               arrays["p_tfs"])
-        self.ev_ids, self.keys = meta.ev_ids, meta.keys
+        self.ev_ids, self.keys = tables["ev_ids"], meta.keys
         self.key_of = {k: i for i, k in enumerate(self.keys)}
         for name in _ARRAYS:
             if name.startswith("ev_") or name == "u_ptr":
                 setattr(self, name, arrays[name])
-        self.ev_unit = np.repeat(np.arange(n), np.diff(self.u_ptr))
+        self.ev_unit = None   # from u_ptr on first use
         self._gen = gen_name
         return True
 
@@ -318,14 +495,20 @@ class IndexFiles:
         arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
         arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
                        "p_rows": self.post.rows, "p_tfs": self.post.tfs})
+        for t in _TABLES:
+            table = StrTable.encode(getattr(self, t))
+            arrays[f"{t}_ptr"], arrays[f"{t}_utf8"] = table.ptr, table.data
+            if t == "ids":
+                arrays["ids_order"] = table.order if table.order is not None \
+                    else table.sorted_order()
         digests = {}
         for name, arr in arrays.items():
             path = os.path.join(gen, f"{name}.npy")
             np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
             digests[name] = _file_digest(path)
         meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
-                     ids=self.ids, summaries=self.summaries, legacy=self.legacy, digests=digests,
-                     ev_ids=self.ev_ids, keys=self.keys)
+                     units=len(self.ids), rows=len(self.ev_ids), legacy=self.legacy,
+                     digests=digests, keys=self.keys)
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")

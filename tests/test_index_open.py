@@ -124,3 +124,82 @@ def test_damaged_postings_are_found_on_first_search(root, caplog):
         assert [clean.index.search(q, 5, "bm25") for q in ("orchard", "ferry mill",
                                                             "entry 7")] == expect
     assert "checksum" not in caplog.text
+
+
+def test_mv_out_and_in_is_found_at_open(root, tmp_path, monkeypatch):
+    """``mv`` keeps a unit directory's inode and files (only its ctime changes): a unit moved
+    out of documents/ and another moved in are both seen at the next open, as one listing."""
+    ids = _store(root)
+    other = tmp_path / "other"
+    mem2 = Memory.open(other, durability="off", auto_prune=False)
+    new = mem2.commit("the signal box by the level crossing", summary="box")
+    mem2.close()
+    os.rename(root / "documents" / ids[1], tmp_path / ids[1])        # mv out
+    os.rename(other / "documents" / new, root / "documents" / new)    # mv in
+    listings = _Listings(monkeypatch)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert len(mem.index) == 30 and listings.n == 1
+    assert [h.unit_id for h in mem.query("signal box level crossing", 3)] == [new]
+    assert ids[1] not in [h.unit_id for h in mem.query("entry 1 ferry", 30)]
+    mem.close()
+    os.rename(tmp_path / ids[1], root / "documents" / ids[1])        # and back
+    again = Memory.open(root, durability="off", auto_prune=False)
+    assert len(again.index) == 31
+    assert ids[1] in [h.unit_id for h in again.query("entry 1 ferry", 31)]
+
+
+def test_string_tables_are_mapped_and_decoded_on_demand(root):
+    """A saved index keeps unit ids, event ids and summaries in mapped string tables, not in
+    meta.json: the open decodes none of them; a search and a lookup read only what they need,
+    and a commit after the open folds them back into lists."""
+    from fsmem.index_files import StrTable
+    ids = _store(root)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert isinstance(mem.index.ids, StrTable) and isinstance(mem.index.ev_ids, StrTable)
+    assert sorted(mem.index.ids) == sorted(ids)
+    assert mem.index.summaries[mem.index.ids.index(ids[4])] == "e4"
+    meta = os.path.join(root, ".fsmem", "index", mem.index._gen, "meta.json")
+    assert ids[0] not in open(meta, encoding="utf-8").read()
+    row_of = mem.index.row_of   # a binary search of the mapped table, not a dict
+    assert not isinstance(row_of, dict)
+    assert [row_of.get(u) for u in ids] == [mem.index.ids.index(u) for u in ids]
+    assert row_of.get("u-nosuchunit") is None and "u-nosuchunit" not in row_of
+    assert dict(row_of.items()) == {u: i for i, u in enumerate(mem.index.ids)}
+    hit = mem.query("entry 4 mill", 1)[0]
+    assert (hit.unit_id, hit.summary) == (ids[4], "e4")
+    uid = mem.commit("a note on the water wheel", summary="wheel")
+    mem.close()
+    fresh = Memory.open(root, durability="off", auto_prune=False)
+    assert sorted(fresh.index.ids) == sorted(ids + [uid]) and len(fresh.index) == 31
+    assert [h.summary for h in fresh.query("water wheel", 1)] == ["wheel"]
+
+
+def test_damaged_table_or_small_array_is_found_on_first_use(root, caplog):
+    """Unit ids, event times, identities: one byte changed in place (same size, so only a
+    checksum sees it) in any of them is not hashed at open, but found by the first search,
+    which rebuilds the index and answers as an undamaged one does."""
+    _store(root)
+    want = Memory.open(root, durability="off", auto_prune=False)
+    want.reindex()
+    queries = ("orchard", "ferry mill", "entry 7")
+    expect = [[(h.unit_id, h.summary) for h in want.query(q, 5)] for q in queries]
+    want.close()
+    gen = os.path.join(root, ".fsmem", "index",
+                       open(os.path.join(root, ".fsmem", "index", "CURRENT")).read().strip())
+    for name in ("ids_utf8", "summaries_utf8", "ev_time", "inos", "u_ptr"):
+        path = os.path.join(gen, f"{name}.npy")
+        with open(path, "rb") as fh:
+            clean = fh.read()
+        at = 128 + (len(clean) - 128) // 2   # inside the data, after the .npy header
+        with open(path, "r+b") as fh:
+            fh.seek(at)
+            fh.write(bytes([clean[at] ^ 0x01]))
+        mem = Memory.open(root, durability="off", auto_prune=False)
+        assert len(mem.index) == 30 and mem.index._post_check is not None, name
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="fsmem.index"):
+            got = [[(h.unit_id, h.summary) for h in mem.query(q, 5)] for q in queries]
+        assert "checksum mismatch" in caplog.text, name
+        assert got == expect, name
+        mem.close()   # the rebuilt index is saved: the next damage starts from a sound one
+        gen = os.path.join(root, ".fsmem", "index", mem.index._gen)
