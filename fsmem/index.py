@@ -25,7 +25,7 @@ import blake3
 import numpy as np
 
 from . import ranking
-from .analyze import date_text, term_hashes
+from .analyze import cjk_unigram_mask, date_text, term_hashes
 from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
 from .timestamps import Timestamp
@@ -44,6 +44,7 @@ DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md
 # lexical coverage (ranking.dense_weight; an embedder may name its own ``fusion_weights``
 # (lo, hi) range, or a fixed ``fusion_weight``); a ``weight=`` given to search overrides.
 DEFAULT_WEIGHT: float | None = None
+SCRIPT_REACH = os.environ.get("H17X_REACH", "1") == "1"   # TEMP for tuning
 K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
 _PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
@@ -139,6 +140,7 @@ class Index(IndexFiles):
         self._gen = ""
         self._pend_cache: "_PendingRows | None" = None
         self._ev_alive_cache: tuple | None = None   # see _event_alive
+        self._share_cache: tuple | None = None      # see _reach
         self.missing: set[str] = set()   # units whose cached vectors were not all there
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
@@ -472,8 +474,9 @@ class Index(IndexFiles):
             if weight is None:
                 weight = self._fusion_weight(raw)
             dense = self.dense_rows(text, pend)
+            reach = self._reach(text, pend) if ranker == "fusion" and SCRIPT_REACH else None
             ev = dense if ranker == "dense" else \
-                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive)
+                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
             if ranking.SMOOTH_FUSED or ranker == "dense":
                 ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
@@ -501,6 +504,18 @@ class Index(IndexFiles):
         best = float(raw.max()) if raw is not None and len(raw) else 0.0
         return ranking.dense_weight(ranking.coverage(best, self._idf_mass),
                                     getattr(emb, "fusion_weights", None))
+
+    def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray:
+        """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``."""
+        q = term_hashes([text])
+        q_share = float(ranking.cjk_share(np.float32(cjk_unigram_mask(q).sum()),
+                                          np.float32(len(q))))
+        c = self._share_cache
+        if c is None or c[0] is not self.post or c[1] != len(self.ev_len):
+            c = self._share_cache = (self.post, len(self.ev_len),
+                                     _row_cjk_share(self.post, self.ev_len))
+        rows = np.concatenate([c[2], _row_cjk_share(pend.post, pend.lens)]) if pend.n else c[2]
+        return ranking.reach(q_share, rows)
 
     def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
                  pend: "_PendingRows", limit: int = 5) -> list[str]:
@@ -698,6 +713,18 @@ def _term_postings(post: _Postings, q_terms: np.ndarray
 
 
 fuse = ranking.fuse
+
+
+def _row_cjk_share(post: _Postings, lens: np.ndarray) -> np.ndarray:
+    """``ranking.cjk_share`` of every row of ``post`` (of lengths ``lens``): the counts of
+    its CJK character terms, summed from the postings of those terms (one pass; cached by
+    ``Index._reach`` until the postings change)."""
+    if not len(lens):
+        return np.zeros(0, np.float32)
+    on = np.repeat(cjk_unigram_mask(np.asarray(post.terms)), np.diff(np.asarray(post.ptr)))
+    uni = np.bincount(np.asarray(post.rows)[on], weights=np.asarray(post.tfs)[on],
+                      minlength=len(lens))[:len(lens)]
+    return ranking.cjk_share(uni, np.asarray(lens, np.float64))
 
 
 def _ident(st: os.stat_result, dir_st: os.stat_result | None = None) -> int:

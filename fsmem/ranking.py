@@ -17,7 +17,8 @@ import numpy as np
 
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
            "KIND_TURN", "DENSE_WEIGHTS", "conversation_key", "event_kind", "link_neighbours",
-           "bm25_add_term", "smooth", "unit_max", "minmax", "coverage", "dense_weight", "fuse"]
+           "bm25_add_term", "smooth", "unit_max", "minmax", "coverage", "dense_weight", "fuse",
+           "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
@@ -134,11 +135,32 @@ def dense_weight(cov: float, weights: tuple[float, float] | None = None) -> floa
     return hi - (hi - lo) * min(max(cov, 0.0), 1.0)
 
 
+def cjk_share(unigrams: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per row (or query), the share of its lexical terms that are CJK, from its count of CJK
+    character terms and its count of all terms: a character gives a unigram and about one
+    bigram, so min(1, 2 x unigrams / terms)."""
+    return np.minimum(2 * unigrams / np.maximum(lengths, 1), 1).astype(np.float32)
+
+
+def reach(query_share: float, row_share: np.ndarray) -> np.ndarray:
+    """How far the lexical signal can see a row for this query, in [0, 1]: the chance that a
+    query term's script (CJK or not) is one the row is written in. An English query cannot
+    match the words of a Chinese note, whatever they mean; its zero there is no evidence."""
+    q = np.float32(min(max(query_share, 0.0), 1.0))
+    return (q * row_share + (1 - q) * (1 - row_share)).astype(np.float32)
+
+
 def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
-         live: np.ndarray | None = None, rrf_k: int = 60) -> np.ndarray:
+         live: np.ndarray | None = None, rrf_k: int = 60,
+         reach: np.ndarray | None = None) -> np.ndarray:
     """Combine the two signals: ``fusion`` = weighted sum of min-max scaled scores (a real
     embedder's similarities sit in a narrow band, so dividing by the maximum would flatten
-    them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores."""
+    them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
+
+    ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
+    as the lexical signal can see that row, the dense score standing in for the rest: the
+    row's dense weight is 1 - (1 - weight) x reach (a row in the query's script keeps
+    ``weight``; a row in the other script is ranked by the embedder alone)."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
@@ -150,4 +172,7 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     # no part in the dense min and max, and add nothing.
     has = dense != 0 if live is None else live & (dense != 0)
     d = np.where(has, minmax(dense, has), np.float32(0))
-    return ((1 - weight) * minmax(lexical, live) + weight * d).astype(np.float32)
+    w: np.ndarray | float = weight
+    if reach is not None:
+        w = np.where(has, 1 - (1 - weight) * reach, np.float32(weight))
+    return ((1 - w) * minmax(lexical, live) + w * d).astype(np.float32)
