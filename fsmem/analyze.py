@@ -14,7 +14,6 @@ words plus the canonical terms, so "what did we do on 7 May" finds the turns of 
 
 from __future__ import annotations
 
-import os
 import re
 import unicodedata
 from datetime import datetime, timedelta, timezone
@@ -23,16 +22,11 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import romanize
-
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
            "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_mask"]
 
-_PINYIN = romanize.enabled()
-# part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 2   # part of the index version: a change here rebuilds saved indexes
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
-# 3: 2 + toneless pinyin terms of CJK runs (``fsmem.romanize``; only with the pinyin extra)
-ANALYZER_VERSION = 3 if _PINYIN else 2
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
 STOP_WORDS = frozenset("""
@@ -63,7 +57,6 @@ _MONTH_OF["sept"] = 9
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _ORDINAL_RE = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
 _CACHE_MAX = 1_000_000
-_HAN_RUN_RE = re.compile(rf"[{_CJK}]+")
 
 
 def _load_stemmer() -> Callable[[str], str]:
@@ -145,8 +138,6 @@ def analyze(text: str) -> list[str]:
             out.extend(cjk)
             if len(cjk) > 1:
                 out.extend(map(str.__add__, cjk[:-1], cjk[1:]))
-            if _PINYIN:
-                out.extend(_pinyin_terms(cjk))
         elif iso:
             y, m, d = (int(p) for p in iso.split("-"))
             out += [str(y), str(m), str(d)] + _day_terms(y, m, d)
@@ -164,19 +155,6 @@ def analyze(text: str) -> list[str]:
     if words:
         out += _dates(words)
     return out
-
-
-def _pinyin_terms(run: str) -> list[str]:
-    """The pinyin terms of one CJK run (``fsmem.romanize``), stemmed as a Latin word is, so
-    that the word "Niangao" in a query and the run "年糕" in a note give one term."""
-    return [_stem(t) for t in romanize.pair_terms(run) if t not in STOP_WORDS]
-
-
-def _pinyin_hashes(norm: str, out: list[int]) -> None:
-    """Append the hashes of the pinyin terms of every CJK run of a normalised text."""
-    for run in _HAN_RUN_RE.findall(norm):
-        if len(run) > 1 or os.environ.get("H17X_SINGLES"):
-            out.extend(map(_hash, _pinyin_terms(run)))
 
 
 def date_text(ns: int, offset: int) -> str:
@@ -314,8 +292,6 @@ def term_hashes(texts: Sequence[str]) -> np.ndarray:
         norm = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
         norms.append(norm)
         _text_hashes(norm, other)
-        if _PINYIN:
-            _pinyin_hashes(norm, other)
     cjk = _cjk_hashes("\n".join(norms))
     return np.concatenate([cjk, np.array(other, dtype=np.uint64)])
 

@@ -44,7 +44,6 @@ DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md
 # lexical coverage (ranking.dense_weight; an embedder may name its own ``fusion_weights``
 # (lo, hi) range, or a fixed ``fusion_weight``); a ``weight=`` given to search overrides.
 DEFAULT_WEIGHT: float | None = None
-SCRIPT_REACH = os.environ.get("H17X_REACH", "1") == "1"   # TEMP for tuning
 K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
 _PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
@@ -474,7 +473,7 @@ class Index(IndexFiles):
             if weight is None:
                 weight = self._fusion_weight(raw)
             dense = self.dense_rows(text, pend)
-            reach = self._reach(text, pend) if ranker == "fusion" and SCRIPT_REACH else None
+            reach = self._reach(text, pend) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
             if ranking.SMOOTH_FUSED or ranker == "dense":

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
-           "KIND_TURN", "DENSE_WEIGHTS", "conversation_key", "event_kind", "link_neighbours",
-           "bm25_add_term", "smooth", "unit_max", "minmax", "coverage", "dense_weight", "fuse",
-           "cjk_share", "reach"]
+           "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
+           "link_neighbours", "bm25_add_term", "smooth", "unit_max", "minmax", "coverage",
+           "dense_weight", "fuse", "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
@@ -32,6 +32,12 @@ MATCH_RATIO = 0.5         # events_matched: events scoring at least this share o
 # the embedder. A fixed weight cannot be right for both: 0.85 (chosen on paraphrase-heavy
 # fixtures) lost to lexical on keyword questions (docs/DECISIONS.md "Fusion").
 DENSE_WEIGHTS = (0.3, 0.9)
+# Script reach (``reach``): where the lexical signal cannot see a row (an English query, a
+# Chinese note), the row's lexical part is stood in for by its scaled dense score d raised to
+# this power: a close match counts nearly in full, a middling one little (e5's cross-language
+# similarities of unrelated notes sit mid-band). 1 (d itself) pushed such notes past English
+# ones on paraphrase questions; 2.5 was chosen from 1-4 (docs/DECISIONS.md "Search").
+REACH_POWER = 2.5
 
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
 _DEFAULT_CHAT = ("user", "agent", "assistant")
@@ -158,9 +164,9 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
 
     ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
-    as the lexical signal can see that row, the dense score standing in for the rest: the
-    row's dense weight is 1 - (1 - weight) x reach (a row in the query's script keeps
-    ``weight``; a row in the other script is ranked by the embedder alone)."""
+    as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
+    standing in for the rest: a row in the query's script is fused as before, one wholly in
+    the other script by the embedder alone."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
@@ -172,7 +178,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     # no part in the dense min and max, and add nothing.
     has = dense != 0 if live is None else live & (dense != 0)
     d = np.where(has, minmax(dense, has), np.float32(0))
-    w: np.ndarray | float = weight
+    lex = minmax(lexical, live)
     if reach is not None:
-        w = np.where(has, 1 - (1 - weight) * reach, np.float32(weight))
-    return ((1 - w) * minmax(lexical, live) + w * d).astype(np.float32)
+        r = np.where(has, reach, np.float32(1))
+        lex = r * lex + (1 - r) * d ** np.float32(REACH_POWER)
+    return ((1 - weight) * lex + weight * d).astype(np.float32)
