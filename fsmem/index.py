@@ -629,7 +629,7 @@ class _PendingRows:
     post: _Postings               # local row numbers
     prev: np.ndarray              # global row numbers, -1: none
     next: np.ndarray
-    extra: tuple[np.ndarray, np.ndarray]   # (compacted row, pending global row) neighbours
+    extra: tuple[np.ndarray, np.ndarray]   # (earlier, later) rows: compacted/pending neighbours
 
     @classmethod
     def build(cls, idx: Index) -> "_PendingRows":
@@ -684,13 +684,13 @@ class _PendingRows:
         glob_ext = np.append(glob, -1)
         prev, nxt = glob_ext[p], glob_ext[q]
         m = len(cand)
-        # Edges between a compacted row and a pending one, seen from the pending side.
+        # Edges between a compacted row and a pending one, as (earlier row, later row).
         pend_prev, pend_next = prev[m:], nxt[m:]
         own = n_base + np.arange(len(keys))
         is_b = (pend_prev >= 0) & (pend_prev < n_base)
         is_a = (pend_next >= 0) & (pend_next < n_base)
-        extra = (np.concatenate([pend_prev[is_b], pend_next[is_a]]),
-                 np.concatenate([own[is_b], own[is_a]]))
+        extra = (np.concatenate([pend_prev[is_b], own[is_a]]),
+                 np.concatenate([own[is_b], pend_next[is_a]]))
         return pend_prev, pend_next, extra
 
 

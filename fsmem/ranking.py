@@ -16,12 +16,15 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
+           "SMOOTH_NEXT",
            "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
            "link_neighbours", "bm25_add_term", "smooth", "unit_max", "minmax", "coverage",
            "dense_weight", "fuse", "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
-SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
+SMOOTH = 0.5              # a turn's score + SMOOTH x its previous turn's score
+SMOOTH_NEXT = 0.3         # + SMOOTH x SMOOTH_NEXT x its next turn's (a reply draws on the turn
+                          # it answers more than on the one after it; docs/DECISIONS.md)
 WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
 SMOOTH_FUSED = True       # with an embedder, smooth the fused score (measured better than
                           # smoothing the lexical score before fusion)
@@ -91,18 +94,19 @@ def bm25_add_term(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf: np.
 def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
            extra: tuple[np.ndarray, np.ndarray] | None = None,
            weight: float | None = None) -> np.ndarray:
-    """score + weight x max(previous, next neighbour's score); ``extra`` adds (i, j) edges
-    (both directions) found at query time for rows not yet compacted."""
+    """score + weight x the previous row's score + weight x SMOOTH_NEXT x the next row's;
+    ``extra`` adds (earlier, later) edges found at query time for rows not yet compacted
+    (where a row then has two of one side, the better counts)."""
     weight = SMOOTH if weight is None else weight
     if weight == 0 or not len(scores):
         return scores
     ext = np.append(scores, np.float32(0))   # row -1 reads the appended 0
-    nb = np.maximum(ext[prev], ext[nxt])
+    before, after = ext[prev], ext[nxt]
     if extra is not None and len(extra[0]):
         i, j = extra
-        np.maximum.at(nb, i, scores[j])
-        np.maximum.at(nb, j, scores[i])
-    return scores + np.float32(weight) * nb
+        np.maximum.at(before, j, scores[i])
+        np.maximum.at(after, i, scores[j])
+    return scores + np.float32(weight) * (before + np.float32(SMOOTH_NEXT) * after)
 
 
 def unit_max(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
