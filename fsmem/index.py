@@ -477,7 +477,8 @@ class Index(IndexFiles):
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
             if ranking.SMOOTH_FUSED or ranker == "dense":
-                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth,
+                                    directed=ranker == "fusion")
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:
