@@ -25,7 +25,7 @@ import blake3
 import numpy as np
 
 from . import ranking
-from .analyze import cjk_unigram_mask, date_text, term_hashes
+from .analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, term_hashes
 from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
 from .timestamps import Timestamp
@@ -505,8 +505,9 @@ class Index(IndexFiles):
         return ranking.dense_weight(ranking.coverage(best, self._idf_mass),
                                     getattr(emb, "fusion_weights", None))
 
-    def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray:
-        """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``."""
+    def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray | None:
+        """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``; None
+        when the lexical signal reaches every row (one script throughout)."""
         q = term_hashes([text])
         q_share = float(ranking.cjk_share(np.float32(cjk_unigram_mask(q).sum()),
                                           np.float32(len(q))))
@@ -515,6 +516,9 @@ class Index(IndexFiles):
             c = self._share_cache = (self.post, len(self.ev_len),
                                      _row_cjk_share(self.post, self.ev_len))
         rows = np.concatenate([c[2], _row_cjk_share(pend.post, pend.lens)]) if pend.n else c[2]
+        if not len(rows) or (q_share == 0 and rows.max() == 0) \
+                or (q_share == 1 and rows.min() == 1):
+            return None   # every row in the query's script: nothing to hand to the embedder
         return ranking.reach(q_share, rows)
 
     def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
@@ -717,13 +721,22 @@ fuse = ranking.fuse
 
 def _row_cjk_share(post: _Postings, lens: np.ndarray) -> np.ndarray:
     """``ranking.cjk_share`` of every row of ``post`` (of lengths ``lens``): the counts of
-    its CJK character terms, summed from the postings of those terms (one pass; cached by
-    ``Index._reach`` until the postings change)."""
-    if not len(lens):
-        return np.zeros(0, np.float32)
-    on = np.repeat(cjk_unigram_mask(np.asarray(post.terms)), np.diff(np.asarray(post.ptr)))
-    uni = np.bincount(np.asarray(post.rows)[on], weights=np.asarray(post.tfs)[on],
-                      minlength=len(lens))[:len(lens)]
+    its CJK character terms, summed from the postings of those terms only (the sorted
+    character table is looked up in the sorted terms; cached by ``Index._reach`` until the
+    postings change)."""
+    n = len(lens)
+    terms, ptr = np.asarray(post.terms), np.asarray(post.ptr)
+    if not n or not len(terms):
+        return np.zeros(n, np.float32)
+    table = cjk_unigram_hashes()
+    pos = np.searchsorted(terms, table)
+    ok = pos < len(terms)
+    ok[ok] = terms[pos[ok]] == table[ok]
+    k = pos[ok]   # the terms that are CJK characters (ascending, distinct)
+    lo, cnt = ptr[k], ptr[k + 1] - ptr[k]
+    at = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    uni = np.bincount(np.asarray(post.rows)[at], weights=np.asarray(post.tfs)[at],
+                      minlength=n)[:n]
     return ranking.cjk_share(uni, np.asarray(lens, np.float64))
 
 

@@ -188,7 +188,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     has = dense != 0 if live is None else live & (dense != 0)
     d = np.where(has, minmax(dense, has), np.float32(0))
     lex = minmax(lexical, live)
-    if reach is not None:
-        r = np.where(has, reach, np.float32(1))
-        lex = r * lex + (1 - r) * d ** np.float32(REACH_POWER)
+    if reach is not None:   # only the rows out of full reach change
+        sel = np.flatnonzero(has & (reach < 1))
+        r = reach[sel]
+        lex[sel] = r * lex[sel] + (1 - r) * d[sel] ** np.float32(REACH_POWER)
     return ((1 - weight) * lex + weight * d).astype(np.float32)
