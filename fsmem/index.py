@@ -477,8 +477,7 @@ class Index(IndexFiles):
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
             if ranking.SMOOTH_FUSED or ranker == "dense":
-                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth,
-                                    directed=ranker == "fusion")
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:
@@ -634,7 +633,7 @@ class _PendingRows:
     post: _Postings               # local row numbers
     prev: np.ndarray              # global row numbers, -1: none
     next: np.ndarray
-    extra: tuple[np.ndarray, np.ndarray]   # (earlier, later) rows: compacted/pending neighbours
+    extra: tuple[np.ndarray, np.ndarray]   # (compacted row, pending global row) neighbours
 
     @classmethod
     def build(cls, idx: Index) -> "_PendingRows":
@@ -689,13 +688,13 @@ class _PendingRows:
         glob_ext = np.append(glob, -1)
         prev, nxt = glob_ext[p], glob_ext[q]
         m = len(cand)
-        # Edges between a compacted row and a pending one, as (earlier row, later row).
+        # Edges between a compacted row and a pending one, seen from the pending side.
         pend_prev, pend_next = prev[m:], nxt[m:]
         own = n_base + np.arange(len(keys))
         is_b = (pend_prev >= 0) & (pend_prev < n_base)
         is_a = (pend_next >= 0) & (pend_next < n_base)
-        extra = (np.concatenate([pend_prev[is_b], own[is_a]]),
-                 np.concatenate([own[is_b], pend_next[is_a]]))
+        extra = (np.concatenate([pend_prev[is_b], pend_next[is_a]]),
+                 np.concatenate([own[is_b], own[is_a]]))
         return pend_prev, pend_next, extra
 
 

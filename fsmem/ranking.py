@@ -16,16 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
-           "SMOOTH_NEXT",
            "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
            "link_neighbours", "bm25_add_term", "smooth", "unit_max", "minmax", "coverage",
            "dense_weight", "fuse", "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
-SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's; fused scores are
-SMOOTH_NEXT = 0.3         # smoothed directed: + SMOOTH x the previous turn's + SMOOTH x
-                          # SMOOTH_NEXT x the next one's (a reply draws on the turn it answers
-                          # more than on the one after it; docs/DECISIONS.md "Search")
+SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
 WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
 SMOOTH_FUSED = True       # with an embedder, smooth the fused score (measured better than
                           # smoothing the lexical score before fusion)
@@ -94,24 +90,19 @@ def bm25_add_term(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf: np.
 
 def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
            extra: tuple[np.ndarray, np.ndarray] | None = None,
-           weight: float | None = None, directed: bool = False) -> np.ndarray:
-    """score + weight x max(previous, next row's score); ``directed``: score + weight x the
-    previous row's + weight x SMOOTH_NEXT x the next row's (used on fused scores, where it
-    measured better; on lexical scores the symmetric max did). ``extra`` adds (earlier,
-    later) edges found at query time for rows not yet compacted (where a row then has two
-    neighbours on one side, the better counts)."""
+           weight: float | None = None) -> np.ndarray:
+    """score + weight x max(previous, next neighbour's score); ``extra`` adds (i, j) edges
+    (both directions) found at query time for rows not yet compacted."""
     weight = SMOOTH if weight is None else weight
     if weight == 0 or not len(scores):
         return scores
     ext = np.append(scores, np.float32(0))   # row -1 reads the appended 0
-    before, after = ext[prev], ext[nxt]
+    nb = np.maximum(ext[prev], ext[nxt])
     if extra is not None and len(extra[0]):
         i, j = extra
-        np.maximum.at(before, j, scores[i])
-        np.maximum.at(after, i, scores[j])
-    if not directed:
-        return scores + np.float32(weight) * np.maximum(before, after)
-    return scores + np.float32(weight) * (before + np.float32(SMOOTH_NEXT) * after)
+        np.maximum.at(nb, i, scores[j])
+        np.maximum.at(nb, j, scores[i])
+    return scores + np.float32(weight) * nb
 
 
 def unit_max(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -173,32 +173,6 @@ def test_the_light_embedder_finds_a_translation_through_fusion(tmp_path):
     assert [h.unit_id for h in hits] == [target]
 
 
-@pytest.mark.parametrize("pending", ["", "before", "reply"])
-def test_a_reply_draws_more_on_the_turn_it_answers_than_on_the_one_before(tmp_path, pending):
-    """Fused scores are smoothed directed: a turn takes SMOOTH x its previous turn's score and
-    less of its next one's, so the reply to a matching question ranks above the turn that
-    preceded the question (with the symmetric max, kept for lexical scores, they tie).
-    Compacted and pending rows alike (their edges found at query time keep their
-    direction)."""
-    mem = Memory.open(tmp_path / "m", auto_prune=False, ranker="fusion")
-    turns = [_turn(0, "Morning! Coffee is ready", 0),
-             _turn(1, "Which tent should I buy for the Alps trip?", 1),
-             _turn(2, "Take the Hilleberg, it survives storms", 2)]
-    units = []
-    for t in turns:
-        if pending and t.id == {"before": "t00", "reply": "t02"}[pending]:
-            continue
-        units.append(mem.commit_events([t], source="chat"))
-    mem.index.save()
-    if pending == "before":
-        units.insert(0, mem.commit_events([turns[0]], source="chat"))
-    elif pending == "reply":
-        units.append(mem.commit_events([turns[2]], source="chat"))
-    hits = mem.query("tent for the Alps", top_k=3)
-    assert _ids(hits) == [units[1], units[2], units[0]]
-    assert hits[1].score > hits[2].score
-
-
 def test_script_reach_of_rows_from_their_postings(tmp_path):
     """Each row's share of CJK terms comes from the postings (compacted) or the pending
     entries, the same either way; an English query reaches English rows fully, Chinese ones
