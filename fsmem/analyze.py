@@ -23,7 +23,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
-           "hash_terms", "memo_sizes", "trim_memos"]
+           "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
+           "cjk_unigram_mask"]
 
 ANALYZER_VERSION = 2   # part of the index version: a change here rebuilds saved indexes
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
@@ -294,6 +295,29 @@ def term_hashes(texts: Sequence[str]) -> np.ndarray:
         _text_hashes(norm, other)
     cjk = _cjk_hashes("\n".join(norms))
     return np.concatenate([cjk, np.array(other, dtype=np.uint64)])
+
+
+_uni_sorted: np.ndarray | None = None
+
+
+def cjk_unigram_hashes() -> np.ndarray:
+    """The hashes of every CJK character (unigram) term, sorted: every code point of the CJK
+    ranges (about 100k), computed once. A row's or a query's share of CJK terms tells which
+    script its lexical evidence is in (``fsmem.ranking.reach``)."""
+    global _uni_sorted
+    if _uni_sorted is None:
+        cps = np.concatenate([np.arange(lo, hi + 1, dtype=np.uint64) for lo, hi in _CJK_RANGES])
+        _uni_sorted = np.sort(_mix_array(cps | np.uint64(_UNI)))
+    return _uni_sorted
+
+
+def cjk_unigram_mask(hashes: np.ndarray) -> np.ndarray:
+    """Which of ``hashes`` (a few: a query's) are CJK character terms."""
+    table = cjk_unigram_hashes()
+    if not len(hashes):
+        return np.zeros(0, bool)
+    pos = np.minimum(np.searchsorted(table, hashes), len(table) - 1)
+    return table[pos] == hashes
 
 
 def memo_sizes() -> dict[str, int]:

@@ -25,7 +25,7 @@ import blake3
 import numpy as np
 
 from . import ranking
-from .analyze import date_text, term_hashes
+from .analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, term_hashes
 from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
 from .timestamps import Timestamp
@@ -139,6 +139,7 @@ class Index(IndexFiles):
         self._gen = ""
         self._pend_cache: "_PendingRows | None" = None
         self._ev_alive_cache: tuple | None = None   # see _event_alive
+        self._share_cache: tuple | None = None      # see _reach
         self.missing: set[str] = set()   # units whose cached vectors were not all there
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
@@ -473,8 +474,9 @@ class Index(IndexFiles):
             if weight is None:
                 weight = self._fusion_weight(raw)
             dense = self.dense_rows(text, pend)
+            reach = self._reach(text, pend) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
-                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive)
+                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
             if ranking.SMOOTH_FUSED or ranker == "dense":
                 ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
@@ -502,6 +504,22 @@ class Index(IndexFiles):
         best = float(raw.max()) if raw is not None and len(raw) else 0.0
         return ranking.dense_weight(ranking.coverage(best, self._idf_mass),
                                     getattr(emb, "fusion_weights", None))
+
+    def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray | None:
+        """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``; None
+        when the lexical signal reaches every row (one script throughout)."""
+        q = term_hashes([text])
+        q_share = float(ranking.cjk_share(np.float32(cjk_unigram_mask(q).sum()),
+                                          np.float32(len(q))))
+        c = self._share_cache
+        if c is None or c[0] is not self.post or c[1] != len(self.ev_len):
+            c = self._share_cache = (self.post, len(self.ev_len),
+                                     _row_cjk_share(self.post, self.ev_len))
+        rows = np.concatenate([c[2], _row_cjk_share(pend.post, pend.lens)]) if pend.n else c[2]
+        if not len(rows) or (q_share == 0 and rows.max() == 0) \
+                or (q_share == 1 and rows.min() == 1):
+            return None   # every row in the query's script: nothing to hand to the embedder
+        return ranking.reach(q_share, rows)
 
     def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
                  pend: "_PendingRows", limit: int = 5) -> list[str]:
@@ -699,6 +717,27 @@ def _term_postings(post: _Postings, q_terms: np.ndarray
 
 
 fuse = ranking.fuse
+
+
+def _row_cjk_share(post: _Postings, lens: np.ndarray) -> np.ndarray:
+    """``ranking.cjk_share`` of every row of ``post`` (of lengths ``lens``): the counts of
+    its CJK character terms, summed from the postings of those terms only (the sorted
+    character table is looked up in the sorted terms; cached by ``Index._reach`` until the
+    postings change)."""
+    n = len(lens)
+    terms, ptr = np.asarray(post.terms), np.asarray(post.ptr)
+    if not n or not len(terms):
+        return np.zeros(n, np.float32)
+    table = cjk_unigram_hashes()
+    pos = np.searchsorted(terms, table)
+    ok = pos < len(terms)
+    ok[ok] = terms[pos[ok]] == table[ok]
+    k = pos[ok]   # the terms that are CJK characters (ascending, distinct)
+    lo, cnt = ptr[k], ptr[k + 1] - ptr[k]
+    at = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    uni = np.bincount(np.asarray(post.rows)[at], weights=np.asarray(post.tfs)[at],
+                      minlength=n)[:n]
+    return ranking.cjk_share(uni, np.asarray(lens, np.float64))
 
 
 def _ident(st: os.stat_result, dir_st: os.stat_result | None = None) -> int:

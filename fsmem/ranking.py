@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
-           "KIND_TURN", "DENSE_WEIGHTS", "conversation_key", "event_kind", "link_neighbours",
-           "bm25_add_term", "smooth", "unit_max", "minmax", "coverage", "dense_weight", "fuse"]
+           "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
+           "link_neighbours", "bm25_add_term", "smooth", "unit_max", "minmax", "coverage",
+           "dense_weight", "fuse", "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
@@ -31,6 +32,12 @@ MATCH_RATIO = 0.5         # events_matched: events scoring at least this share o
 # the embedder. A fixed weight cannot be right for both: 0.85 (chosen on paraphrase-heavy
 # fixtures) lost to lexical on keyword questions (docs/DECISIONS.md "Fusion").
 DENSE_WEIGHTS = (0.3, 0.9)
+# Script reach (``reach``): where the lexical signal cannot see a row (an English query, a
+# Chinese note), the row's lexical part is stood in for by its scaled dense score d raised to
+# this power: a close match counts nearly in full, a middling one little (e5's cross-language
+# similarities of unrelated notes sit mid-band). 1 (d itself) pushed such notes past English
+# ones on paraphrase questions; 2.5 was chosen from 1-4 (docs/DECISIONS.md "Search").
+REACH_POWER = 2.5
 
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
 _DEFAULT_CHAT = ("user", "agent", "assistant")
@@ -134,11 +141,32 @@ def dense_weight(cov: float, weights: tuple[float, float] | None = None) -> floa
     return hi - (hi - lo) * min(max(cov, 0.0), 1.0)
 
 
+def cjk_share(unigrams: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per row (or query), the share of its lexical terms that are CJK, from its count of CJK
+    character terms and its count of all terms: a character gives a unigram and about one
+    bigram, so min(1, 2 x unigrams / terms)."""
+    return np.minimum(2 * unigrams / np.maximum(lengths, 1), 1).astype(np.float32)
+
+
+def reach(query_share: float, row_share: np.ndarray) -> np.ndarray:
+    """How far the lexical signal can see a row for this query, in [0, 1]: the chance that a
+    query term's script (CJK or not) is one the row is written in. An English query cannot
+    match the words of a Chinese note, whatever they mean; its zero there is no evidence."""
+    q = np.float32(min(max(query_share, 0.0), 1.0))
+    return (q * row_share + (1 - q) * (1 - row_share)).astype(np.float32)
+
+
 def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
-         live: np.ndarray | None = None, rrf_k: int = 60) -> np.ndarray:
+         live: np.ndarray | None = None, rrf_k: int = 60,
+         reach: np.ndarray | None = None) -> np.ndarray:
     """Combine the two signals: ``fusion`` = weighted sum of min-max scaled scores (a real
     embedder's similarities sit in a narrow band, so dividing by the maximum would flatten
-    them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores."""
+    them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
+
+    ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
+    as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
+    standing in for the rest: a row in the query's script is fused as before, one wholly in
+    the other script by the embedder alone."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
@@ -150,4 +178,9 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     # no part in the dense min and max, and add nothing.
     has = dense != 0 if live is None else live & (dense != 0)
     d = np.where(has, minmax(dense, has), np.float32(0))
-    return ((1 - weight) * minmax(lexical, live) + weight * d).astype(np.float32)
+    lex = minmax(lexical, live)
+    if reach is not None:   # only the rows out of full reach change
+        sel = np.flatnonzero(has & (reach < 1))
+        r = reach[sel]
+        lex[sel] = r * lex[sel] + (1 - r) * d[sel] ** np.float32(REACH_POWER)
+    return ((1 - weight) * lex + weight * d).astype(np.float32)

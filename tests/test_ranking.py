@@ -171,3 +171,45 @@ def test_the_light_embedder_finds_a_translation_through_fusion(tmp_path):
     mem.flush_vectors()   # vectors are deferred with a real embedder (fsmem.vector_cache)
     hits = mem.query("猫现在吃什么牌子的猫粮？", top_k=1)
     assert [h.unit_id for h in hits] == [target]
+
+
+def test_script_reach_of_rows_from_their_postings(tmp_path):
+    """Each row's share of CJK terms comes from the postings (compacted) or the pending
+    entries, the same either way; an English query reaches English rows fully, Chinese ones
+    hardly, and a Chinese query the reverse."""
+    import numpy as np
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    units = [mem.commit("The boiler was serviced by Henrik on Tuesday"),
+             mem.commit("年糕上周称了一下是五公斤，兽医让控制零食"),
+             mem.commit("Kevin from the data team is leaving next month; 每人凑两百")]
+    idx = mem.index
+    queries = ("boiler service", "年糕多重")
+    before = [idx._reach(q, idx._pending_rows()) for q in queries]
+    idx.save()
+    assert not idx.pending
+    rows = [int(idx.u_ptr[idx.row_of[u]]) for u in units]
+    after = [idx._reach(q, idx._pending_rows())[rows] for q in queries]
+    assert all(np.allclose(np.sort(b), np.sort(a)) for b, a in zip(before, after))
+    en, zh = after
+    assert en[0] == 1 and en[1] < 0.2 and 0.3 < en[2] < 0.7
+    assert zh[0] == 0 and zh[1] > 0.8 and 0.3 < zh[2] < 0.7
+
+
+def test_fusion_ranks_a_row_out_of_lexical_reach_by_the_embedder():
+    """ranking.fuse with reach: a row the lexical signal cannot see (reach 0) is scored by
+    its dense score alone (to REACH_POWER), so a close dense match in the other script beats
+    a same-script row with a weak lexical match; with reach 1 everywhere nothing changes."""
+    import numpy as np
+    from fsmem import ranking
+    lexical = np.array([0.0, 8.0, 10.0, 0.0], np.float32)
+    dense = np.array([0.90, 0.70, 0.60, 0.50], np.float32)
+    plain = ranking.fuse(lexical, dense, "fusion", weight=0.6)
+    same = ranking.fuse(lexical, dense, "fusion", weight=0.6, reach=np.ones(4, np.float32))
+    assert np.allclose(plain, same)
+    reach = np.array([0.0, 1.0, 1.0, 0.0], np.float32)
+    fused = ranking.fuse(lexical, dense, "fusion", weight=0.6, reach=reach)
+    assert plain[0] < plain[1] and fused[0] > fused[1]
+    assert np.isclose(fused[0], 1.0) and np.isclose(fused[3], 0.0)
+    assert np.allclose(fused[1:3], plain[1:3])
+    assert np.allclose(ranking.reach(0.0, np.array([0.0, 1.0, 0.25], np.float32)),
+                       [1.0, 0.0, 0.75])
