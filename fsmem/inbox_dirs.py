@@ -140,17 +140,20 @@ class _InboxDirs:
         except FileNotFoundError:
             pass
 
-    def release(self, claim: str) -> None:
-        """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
-        st = os.lstat(claim, dir_fd=self.proc_fd)
-        if stat.S_ISDIR(st.st_mode):
+    def release(self, claim: str, *, is_dir: bool | None = None) -> None:
+        """Remove a claim whose content is stored (a file, or an adopted unit directory);
+        ``is_dir``: what the ingest found it to be (only this process touches .processing),
+        else it is looked at."""
+        if is_dir is None:
+            is_dir = stat.S_ISDIR(os.lstat(claim, dir_fd=self.proc_fd).st_mode)
+        if not is_dir:
+            fsops.unlink(claim, dir_fd=self.proc_fd)
+        else:
             # hidden by one rename first: a crash inside the removal leaves a ``.gone-`` entry
             # (removed on the next start), never a half-removed claim that resumes as garbage
             gone = _GONE + claim
             fsops.rename(claim, gone, src_dir_fd=self.proc_fd, dst_dir_fd=self.proc_fd)
             fsops.rmtree(os.path.join(self.processing, gone))
-        else:
-            fsops.unlink(claim, dir_fd=self.proc_fd)
         self._drop_side(claim)
 
     def reject(self, claim: str, name: str, reason: str) -> str:
