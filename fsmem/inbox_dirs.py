@@ -9,6 +9,7 @@ Every name is one path component relative to a directory fd, never followed as a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -16,11 +17,12 @@ import re
 import stat
 import time
 import uuid
+from typing import Any
 
 import blake3
 
 from . import _fsops as fsops
-from .errors import FormatError
+from .errors import FormatError, StoreLocked
 from .timestamps import Timestamp
 
 __all__ = ["ignored_name"]
@@ -226,3 +228,37 @@ def _writer_holds(fd: int) -> bool | None:
         return True if exc.errno in (errno.EAGAIN, errno.EBUSY) else None
     fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
     return False
+
+
+class _LockSlice:
+    """The store's writer lock held across several files, at most ``slice_s`` at a time
+    (``expired``; see ``fsmem.watch.Watcher._handle``)."""
+
+    def __init__(self, store: Any, slice_s: float) -> None:
+        self.store = store
+        self.slice_s = slice_s
+        self.stack: contextlib.ExitStack | None = None
+        self.since = 0.0
+
+    def hold(self) -> None:
+        if self.stack is None:
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(self.store.locked())
+            except StoreLocked:
+                return   # each file then asks for the lock itself (and is deferred)
+            self.stack, self.since = stack, time.monotonic()
+
+    def expired(self) -> bool:
+        return self.stack is not None and time.monotonic() - self.since > self.slice_s
+
+    def release(self) -> None:
+        stack, self.stack = self.stack, None
+        if stack is not None:
+            stack.close()
+
+
+def _close(fd: int | None) -> None:
+    """Close ``fd`` if it is one; returns None (for ``return _close(fd)``)."""
+    if fd is not None:
+        os.close(fd)

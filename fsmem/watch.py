@@ -13,7 +13,6 @@ without a duplicate.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import fcntl
 import logging
@@ -34,7 +33,8 @@ from . import _fsops as fsops
 from .errors import FsmemError, StoreLocked
 from .flows import Memory
 from .inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
-from .inbox_dirs import _display, _InboxDirs, _writer_holds, ignored_name
+from .inbox_dirs import (_close, _display, _InboxDirs, _LockSlice, _writer_holds,
+                         ignored_name)
 from .store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
@@ -101,7 +101,7 @@ class Watcher:
         self._batch: list[tuple[str, Outcome]] = []
         self._batch_t = 0.0
         self._stored_since_save = 0
-        self._slice = _LockSlice(mem.store)
+        self._slice = _LockSlice(mem.store, LOCK_SLICE_S)
         self.durable = mem.store.sync
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -343,7 +343,7 @@ class Watcher:
         most LOCK_SLICE_S (group commit: one lock and one recovery pass per slice, not per
         file); it is let go for housekeeping and each batch's syncfs, so another writer
         waits at most about one slice."""
-        self._slice = _LockSlice(self.mem.store)
+        self._slice = _LockSlice(self.mem.store, LOCK_SLICE_S)
         try:
             for name in names:
                 if self._stopping:
@@ -631,38 +631,6 @@ class Watcher:
 _UNSEEN = object()
 
 
-class _LockSlice:
-    """The store's writer lock held across several files (see ``Watcher._handle``)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.stack: contextlib.ExitStack | None = None
-        self.since = 0.0
-
-    def hold(self) -> None:
-        if self.stack is None:
-            stack = contextlib.ExitStack()
-            try:
-                stack.enter_context(self.store.locked())
-            except StoreLocked:
-                return   # each file then asks for the lock itself (and is deferred)
-            self.stack, self.since = stack, time.monotonic()
-
-    def expired(self) -> bool:
-        return self.stack is not None and time.monotonic() - self.since > LOCK_SLICE_S
-
-    def release(self) -> None:
-        stack, self.stack = self.stack, None
-        if stack is not None:
-            stack.close()
-
-
-def _close(fd: int | None) -> None:
-    """Close ``fd`` if it is one; returns None (for ``return _close(fd)``)."""
-    if fd is not None:
-        os.close(fd)
-
-
 def _stat_key(st: os.stat_result, name: str, dir_fd: int) -> tuple:
     key: tuple = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                   st.st_nlink)
@@ -746,10 +714,9 @@ def _json_record(out: Outcome) -> dict[str, Any]:
 def cmd_watch(args: argparse.Namespace) -> int:
     """The ``watch`` verb: prints one line per entry (JSON lines with --json)."""
     def report(out: Outcome) -> None:
-        if args.json:
-            print(msgspec.json.encode(_json_record(out)).decode(), flush=True)
-        else:
-            print(_line(out), flush=True)
+        text = msgspec.json.encode(_json_record(out)).decode() if args.json else _line(out)
+        sys.stdout.write(text + "\n")   # one write per line, not two
+        sys.stdout.flush()
 
     def reconciled(stats: dict) -> None:
         if args.json:
