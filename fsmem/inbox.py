@@ -408,7 +408,7 @@ class Ingestor:
             uid = self.mem.commit_events([event], summary=summary, source="inbox",
                                          meta={**meta, "inbox_part": str(n)} if n else meta)
             self.published.append(("documents", uid))
-        if whole is None and hasher.hexdigest() != digest:  # changed since scanned: never half-true
+        if whole is None and hasher.hexdigest() != digest:  # changed since scanned: withdrawn
             for _, uid in self.published:
                 self.mem.remove(uid)
             self.published.clear()
