@@ -19,7 +19,7 @@ import re
 import shutil
 import stat
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import blake3
 import msgspec
@@ -55,6 +55,7 @@ _MEDIA_EXT = {".png": "PNG image", ".jpg": "JPEG image", ".jpeg": "JPEG image",
               ".gif": "GIF image", ".webp": "WebP image", ".wav": "WAV audio",
               ".mp3": "MP3 audio", ".ogg": "Ogg audio", ".oga": "Ogg audio",
               ".mp4": "MP4 video", ".m4a": "MP4 audio", ".pdf": "PDF document"}
+_HEAD = 65536           # the first read of a file (its type); a smaller file is read once
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
 
 
@@ -127,14 +128,17 @@ class _StoreScan:
 
 class _Ledger:
     """``.fsmem/inbox.ledger``: one ``<digest> <unit id>`` line per ingested file, appended
-    after the unit is published. Derived: rebuilt from the manifests when missing; a digest
-    whose unit is gone is checked against the manifests before it counts."""
+    after the unit is published (lines gathered, written by ``flush`` before the batch's
+    syncfs: one write per batch, not per file). Derived: rebuilt from the manifests when
+    missing; a digest whose unit is gone is checked against the manifests before it counts."""
 
     def __init__(self, mem: Memory) -> None:
         self.mem = mem
         self.path = os.path.join(mem.store.meta, LEDGER)
         self.map: dict[str, str] = {}
-        self._fd: int | None = None   # the kept append descriptor (see ``add``)
+        self._fd: int | None = None   # the kept append descriptor (see ``flush``)
+        self._lines: list[str] = []   # added, not yet written
+        self._broken = False          # a write failed: the file was removed, nothing more
 
     def load(self) -> None:
         try:
@@ -156,22 +160,37 @@ class _Ledger:
                     self.map[parts[0]] = parts[1]
 
     def rebuild(self, scan: _StoreScan) -> None:
+        self._lines.clear()   # their units are in the scan
         self.close()   # the file is replaced: the next add opens the new one
         self.map = dict(scan.digests)
         data = "".join(f"{d} {u}\n" for d, u in sorted(self.map.items())).encode()
         self.mem.store.write_file_atomic(self.path, data, sync=False)
 
     def add(self, digest: str, unit_id: str) -> None:
-        """Append one line through a descriptor kept open between files (one open per run,
-        not per file; ``rebuild`` replaces the file and closes it). The ledger is derived: a
-        ledger removed under a running watcher is rebuilt from the manifests next start."""
+        """Record one line (written by the next ``flush``; the map answers at once)."""
         self.map[digest] = unit_id
-        fd = self._append_fd()
+        self._lines.append(f"{digest} {unit_id}\n")
+
+    def flush(self) -> None:
+        """Append the recorded lines with one write, through a descriptor kept open between
+        batches (``rebuild`` replaces the file and closes it). The ledger is derived: a
+        ledger removed under a running watcher is rebuilt from the manifests next start,
+        and so is one whose write failed (removed here, not written again this run: a
+        ledger missing lines would miss duplicates)."""
+        lines, self._lines = self._lines, []
+        if not lines or self._broken:
+            return
         try:
-            fsops.write_all(fd, f"{digest} {unit_id}\n".encode())
-        except BaseException:
-            self.close()   # a failed write: the next add starts from a fresh open
-            raise
+            fsops.write_all(self._append_fd(), "".join(lines).encode())
+        except OSError as exc:
+            log.warning("%s: not written (%s); removed, rebuilt at the next start",
+                        self.path, exc)
+            self.close()
+            self._broken = True
+            try:
+                fsops.unlink(self.path)
+            except OSError:
+                pass
 
     def _append_fd(self) -> int:
         if self._fd is None:
@@ -184,7 +203,10 @@ class _Ledger:
         return self._fd
 
     def close(self) -> None:
-        """Close the kept append descriptor (the watcher's exit)."""
+        """Close the kept append descriptor (the watcher's exit: what is recorded is
+        written first)."""
+        if self._lines:
+            self.flush()
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
@@ -211,10 +233,13 @@ class Ingestor:
         self.scan: _StoreScan | None = None  # set while resuming claims left by a crash
         self.published: list[tuple[str, str]] = []  # (layer, unit id) of the last entry
 
-    def ingest(self, claim: str, name: str, *, resume: bool = False) -> Outcome:
+    def ingest(self, claim: str, name: str, *, resume: bool = False,
+               fd: int | None = None) -> Outcome:
         """Store, reject or report as duplicate. A rejected or duplicate claim moves to
         .rejected/; an ingested one stays for the caller to release once the units are
-        durable. A transient error (StoreLocked, ENOSPC, EIO...) is raised."""
+        durable. A transient error (StoreLocked, ENOSPC, EIO...) is raised. ``fd``: the
+        claimed file already open by the caller (who closes it); used only while the claim
+        still names that file."""
         self.published = []
         out = Outcome(status="ingested", name=name)
         try:
@@ -223,7 +248,7 @@ class Ingestor:
                 out.kind = "unit"
                 self._adopt(claim, name, out, resume)
             elif stat.S_ISREG(st.st_mode):
-                self._file(claim, name, out, resume)
+                self._file(claim, name, out, resume, fd, (st.st_dev, st.st_ino))
             else:
                 out.kind = "special"
                 raise Rejected(_special_reason(st.st_mode))
@@ -253,59 +278,77 @@ class Ingestor:
         return out
 
     # -- regular files ----------------------------------------------------------------------
-    def _file(self, claim: str, name: str, out: Outcome, resume: bool) -> None:
-        try:
-            fd = os.open(claim, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=self.dirs.proc_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise Rejected("a symbolic link (never followed)") from exc
-            raise
-        try:
+    def _file(self, claim: str, name: str, out: Outcome, resume: bool, fd: int | None,
+              ident: tuple[int, int]) -> None:
+        """A claimed regular file, read from ``fd`` if that is still the file the claim
+        names (``ident``: its st_dev, st_ino), else opened here."""
+        if fd is not None:
             st = os.fstat(fd)
-            out.size = st.st_size
-            if not stat.S_ISREG(st.st_mode):
-                raise Rejected(_special_reason(st.st_mode))
-            if st.st_nlink != 1:
-                raise Rejected(f"has {st.st_nlink} hard links; only a file with one name "
-                               "is taken (its other names could change it)")
-            if st.st_size > self.size_cap:
-                raise Rejected(f"{st.st_size} bytes is over the size cap of "
-                               f"{self.size_cap} bytes")
-            if st.st_size == 0:
-                raise Rejected("empty file: nothing to store")
-            head = os.pread(fd, 65536, 0)
-            mime = sniff_mime(head[:64])
-            ext = _ext(name)
-            if mime:
-                out.kind = "media"
-                self._media(fd, name, mime, head, out, resume)
-            elif ext in _MEDIA_EXT:
-                raise Rejected(f"named like a {_MEDIA_EXT[ext]}, but its content is not one "
-                               "(media is recognised by content)")
-            elif ext in _EVENT_EXT:
-                out.kind = "events"
-                if st.st_size > EVENTS_CAP:
-                    raise Rejected(f"{st.st_size} bytes is over the cap of {EVENTS_CAP} bytes "
-                                   "for an event file (it is parsed whole); split it")
-                data = _read_all(fd, EVENTS_CAP)
-                out.digest = hash_bytes(data)
-                if not resume:  # resume skips part by part
-                    self._check_seen(out.digest, resume)
-                self._events(_utf8(data), name, out.digest, resume)
-            elif ext in _TEXT_EXT:
-                out.kind = "text"
-                out.digest, out.size, title = _scan_text(fd, self.size_cap)
-                if not (resume and out.size > TEXT_PART):  # resume skips part by part
-                    self._check_seen(out.digest, resume)
-                self._text_parts(fd, name, out.digest, title or _display(name), resume)
-            else:
-                raise Rejected(f"unsupported type ({ext or 'no extension'}, content not "
-                               "recognised): takes .jsonl/.json events, .md/.txt text, and "
-                               "png, jpeg, gif, webp, wav, mp3, ogg, mp4, pdf media")
+            if (st.st_dev, st.st_ino) != ident:
+                fd = None   # replaced between the caller's open and its claim
+        own = None
+        if fd is None:
+            try:
+                own = fd = os.open(claim, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                                   | os.O_CLOEXEC, dir_fd=self.dirs.proc_fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise Rejected("a symbolic link (never followed)") from exc
+                raise
+            st = os.fstat(fd)
+        try:
+            self._file_fd(fd, st, name, out, resume)
         finally:
-            os.close(fd)
+            if own is not None:
+                os.close(own)
         self.ledger.add(out.digest, self.published[0][1])
+
+    def _file_fd(self, fd: int, st: os.stat_result, name: str, out: Outcome,
+                 resume: bool) -> None:
+        """The checks and the store of one open regular file (see ``_file``)."""
+        out.size = st.st_size
+        if not stat.S_ISREG(st.st_mode):
+            raise Rejected(_special_reason(st.st_mode))
+        if st.st_nlink != 1:
+            raise Rejected(f"has {st.st_nlink} hard links; only a file with one name "
+                           "is taken (its other names could change it)")
+        if st.st_size > self.size_cap:
+            raise Rejected(f"{st.st_size} bytes is over the size cap of "
+                           f"{self.size_cap} bytes")
+        if st.st_size == 0:
+            raise Rejected("empty file: nothing to store")
+        head = os.pread(fd, _HEAD, 0)
+        whole = head if len(head) == st.st_size < _HEAD else None   # all of it, read once
+        mime = sniff_mime(head[:64])
+        ext = _ext(name)
+        if mime:
+            out.kind = "media"
+            self._media(fd, name, mime, head, out, resume)
+        elif ext in _MEDIA_EXT:
+            raise Rejected(f"named like a {_MEDIA_EXT[ext]}, but its content is not one "
+                           "(media is recognised by content)")
+        elif ext in _EVENT_EXT:
+            out.kind = "events"
+            if st.st_size > EVENTS_CAP:
+                raise Rejected(f"{st.st_size} bytes is over the cap of {EVENTS_CAP} bytes "
+                               "for an event file (it is parsed whole); split it")
+            data = whole if whole is not None else _read_all(fd, EVENTS_CAP)
+            out.digest = hash_bytes(data)
+            if not resume:  # resume skips part by part
+                self._check_seen(out.digest, resume)
+            self._events(_utf8(data), name, out.digest, resume)
+        elif ext in _TEXT_EXT:
+            out.kind = "text"
+            whole = whole if whole is not None and len(whole) <= TEXT_PART else None
+            out.digest, out.size, title = _scan_text(fd, self.size_cap, whole)
+            if not (resume and out.size > TEXT_PART):  # resume skips part by part
+                self._check_seen(out.digest, resume)
+            self._text_parts(fd, name, out.digest, title or _display(name), resume,
+                             whole)
+        else:
+            raise Rejected(f"unsupported type ({ext or 'no extension'}, content not "
+                           "recognised): takes .jsonl/.json events, .md/.txt text, and "
+                           "png, jpeg, gif, webp, wav, mp3, ogg, mp4, pdf media")
 
     def _check_seen(self, digest: str, resume: bool) -> None:
         """Raise _Duplicate if a file with these bytes was ingested before."""
@@ -340,16 +383,21 @@ class Ingestor:
             self.published.clear()
             raise Rejected("the file changed while it was being stored")
 
-    def _text_parts(self, fd: int, name: str, digest: str, title: str, resume: bool) -> None:
+    def _text_parts(self, fd: int, name: str, digest: str, title: str, resume: bool,
+                    whole: bytes | None = None) -> None:
         """A text file as units of at most TEXT_PART bytes each, read window by window (the
         file is never in memory whole). One part: one unit, event ``e-i<digest>-0``, as
         always. More: part n is event ``e-i<digest>-n`` in a unit of its own, cut at a blank
         line (else a line end, else a character boundary); the parts' bytes together are
-        the file. A restart skips the parts already stored (their event ids)."""
+        the file. A restart skips the parts already stored (their event ids). ``whole``:
+        the file's bytes already read and hashed (a small file: one part, no second read)."""
         stored = self.scan.event_ids if (resume and self.scan) else {}
         meta = _meta(digest, name)
         hasher = blake3.blake3()
-        for n, part in enumerate(_text_windows(fd, TEXT_PART, hasher)):
+        parts = [whole] if whole is not None else _text_windows(fd, TEXT_PART, hasher)
+        for n, part in enumerate(parts):
+            if n:
+                trim_term_memos(self.mem)   # between parts (the caller trims after the last)
             ev_id = f"e-i{digest[:32]}-{n}"
             if ev_id in stored:
                 continue
@@ -360,8 +408,7 @@ class Ingestor:
             uid = self.mem.commit_events([event], summary=summary, source="inbox",
                                          meta={**meta, "inbox_part": str(n)} if n else meta)
             self.published.append(("documents", uid))
-            trim_term_memos(self.mem)
-        if hasher.hexdigest() != digest:  # changed since it was scanned: never half-true
+        if whole is None and hasher.hexdigest() != digest:  # changed since scanned: withdrawn
             for _, uid in self.published:
                 self.mem.remove(uid)
             self.published.clear()
@@ -619,14 +666,19 @@ def _hash_fd(fd: int, cap: int) -> tuple[str, int]:
     return hasher.hexdigest(), size
 
 
-def _scan_text(fd: int, cap: int) -> tuple[str, int, str]:
+def _scan_text(fd: int, cap: int, whole: bytes | None = None) -> tuple[str, int, str]:
     """One bounded pass over a text file: its BLAKE3, size and title, checking that it is
-    UTF-8 without NUL bytes (so a rejection comes before anything is stored)."""
+    UTF-8 without NUL bytes (so a rejection comes before anything is stored). ``whole``:
+    the file's bytes, already read (then ``fd`` is not read)."""
     hasher, size = blake3.blake3(), 0
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
     head = ""
-    os.lseek(fd, 0, os.SEEK_SET)
-    while chunk := os.read(fd, CHUNK):
+    if whole is None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks: Iterable[bytes] = iter(lambda: os.read(fd, CHUNK), b"")
+    else:
+        chunks = [whole]
+    for chunk in chunks:
         if size + len(chunk) > cap:
             raise Rejected(f"over the size cap of {cap} bytes")
         if b"\x00" in chunk:

@@ -9,6 +9,7 @@ Every name is one path component relative to a directory fd, never followed as a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -16,11 +17,12 @@ import re
 import stat
 import time
 import uuid
+from typing import Any
 
 import blake3
 
 from . import _fsops as fsops
-from .errors import FormatError
+from .errors import FormatError, StoreLocked
 from .timestamps import Timestamp
 
 __all__ = ["ignored_name"]
@@ -140,17 +142,20 @@ class _InboxDirs:
         except FileNotFoundError:
             pass
 
-    def release(self, claim: str) -> None:
-        """Remove a claim whose content is stored (a file, or an adopted unit directory)."""
-        st = os.lstat(claim, dir_fd=self.proc_fd)
-        if stat.S_ISDIR(st.st_mode):
+    def release(self, claim: str, *, is_dir: bool | None = None) -> None:
+        """Remove a claim whose content is stored (a file, or an adopted unit directory);
+        ``is_dir``: what the ingest found it to be (only this process touches .processing),
+        else it is looked at."""
+        if is_dir is None:
+            is_dir = stat.S_ISDIR(os.lstat(claim, dir_fd=self.proc_fd).st_mode)
+        if not is_dir:
+            fsops.unlink(claim, dir_fd=self.proc_fd)
+        else:
             # hidden by one rename first: a crash inside the removal leaves a ``.gone-`` entry
             # (removed on the next start), never a half-removed claim that resumes as garbage
             gone = _GONE + claim
             fsops.rename(claim, gone, src_dir_fd=self.proc_fd, dst_dir_fd=self.proc_fd)
             fsops.rmtree(os.path.join(self.processing, gone))
-        else:
-            fsops.unlink(claim, dir_fd=self.proc_fd)
         self._drop_side(claim)
 
     def reject(self, claim: str, name: str, reason: str) -> str:
@@ -223,3 +228,37 @@ def _writer_holds(fd: int) -> bool | None:
         return True if exc.errno in (errno.EAGAIN, errno.EBUSY) else None
     fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
     return False
+
+
+class _LockSlice:
+    """The store's writer lock held across several files, at most ``slice_s`` at a time
+    (``expired``; see ``fsmem.watch.Watcher._handle``)."""
+
+    def __init__(self, store: Any, slice_s: float) -> None:
+        self.store = store
+        self.slice_s = slice_s
+        self.stack: contextlib.ExitStack | None = None
+        self.since = 0.0
+
+    def hold(self) -> None:
+        if self.stack is None:
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(self.store.locked())
+            except StoreLocked:
+                return   # each file then asks for the lock itself (and is deferred)
+            self.stack, self.since = stack, time.monotonic()
+
+    def expired(self) -> bool:
+        return self.stack is not None and time.monotonic() - self.since > self.slice_s
+
+    def release(self) -> None:
+        stack, self.stack = self.stack, None
+        if stack is not None:
+            stack.close()
+
+
+def _close(fd: int | None) -> None:
+    """Close ``fd`` if it is one; returns None (for ``return _close(fd)``)."""
+    if fd is not None:
+        os.close(fd)

@@ -33,7 +33,8 @@ from . import _fsops as fsops
 from .errors import FsmemError, StoreLocked
 from .flows import Memory
 from .inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
-from .inbox_dirs import _display, _InboxDirs, _writer_holds, ignored_name
+from .inbox_dirs import (_close, _display, _InboxDirs, _LockSlice, _writer_holds,
+                         ignored_name)
 from .store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
@@ -53,6 +54,7 @@ BATCH = 256               # at most this many files made durable by one syncfs..
 _CTIME_SLACK_NS = 2_000_000_000   # inode ctimes come from a coarse clock: a margin
 _CTIME_MARGIN_NS = 50_000_000     # ...and a file's age from its ctime is trusted less this
 BATCH_AGE_S = 1.0         # ...or those stored in this long (group commit)
+LOCK_SLICE_S = 0.1        # the writer lock is held across files at most this long at a time
 RETRY_BASE_S = 2.0        # a deferred claim is retried after 2, 4, 8... seconds...
 RETRY_MAX_S = 60.0        # ...at most this long apart (a full disk is waited out, forever)
 _WAIT_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
@@ -99,6 +101,7 @@ class Watcher:
         self._batch: list[tuple[str, Outcome]] = []
         self._batch_t = 0.0
         self._stored_since_save = 0
+        self._slice = _LockSlice(mem.store, LOCK_SLICE_S)
         self.durable = mem.store.sync
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -336,35 +339,77 @@ class Watcher:
         return min(settle, age_ns / 1e9) if age_ns > 0 else 0.0
 
     def _handle(self, names: list[str]) -> None:
-        for name in names:
-            if self._stopping:
-                return
-            c = self._candidates.get(name)
-            claim = self._claim(name, c) if c else None
-            if claim is not None:
-                self._process(claim, name, resume=False)
-            if time.monotonic() - self._housekept > 0.2:
-                self._housekeep(self._once)
-
-    def _claim(self, name: str, c: _Candidate) -> str | None:
-        """Re-check, then rename into .processing; None if the entry is not ready after all."""
+        """Claim and ingest ``names``. The writer lock is held across files in slices of at
+        most LOCK_SLICE_S (group commit: one lock and one recovery pass per slice, not per
+        file); it is let go for housekeeping and each batch's syncfs, so another writer
+        waits at most about one slice."""
+        self._slice = _LockSlice(self.mem.store, LOCK_SLICE_S)
         try:
-            st = os.lstat(name, dir_fd=self.dirs.inbox_fd)
-        except FileNotFoundError:
+            for name in names:
+                if self._stopping:
+                    return
+                c = self._candidates.get(name)
+                if c is not None:
+                    self._slice.hold()
+                    claimed = self._claim(name, c)
+                    if claimed is not None:
+                        self._process(claimed[0], name, resume=False, fd=claimed[1])
+                if time.monotonic() - self._housekept > 0.2:
+                    self._slice.release()
+                    self._housekeep(self._once)
+                elif self._slice.expired():
+                    self._slice.release()
+        finally:
+            self._slice.release()
+
+    def _claim(self, name: str, c: _Candidate) -> tuple[str, int | None] | None:
+        """Re-check, then rename into .processing: (claim, descriptor of the claimed file or
+        None), or None if the entry is not ready after all. A regular file is opened once
+        (never following a link): its stat, the writer check and the ingest use that one
+        descriptor."""
+        fd, st = self._look(name, c)
+        if st is None:
             self._candidates.pop(name, None)
             return None
-        if _stat_key(st, name, self.dirs.inbox_fd) != c.key or self._held(name, st) \
-                or (c.aged and not self._lease_ok):   # no leases after all: wait it out
-            c.key, c.next_check = None, time.monotonic() + SETTLE_S
-            return None
-        self._candidates.pop(name, None)
         try:
-            return self.dirs.claim(name)
-        except FileNotFoundError:
-            return None
+            key = _stat_key(st, name, self.dirs.inbox_fd)
+            if key != c.key or self._held(name, st, fd) \
+                    or (c.aged and not self._lease_ok):   # no leases after all: wait it out
+                c.key, c.next_check = None, time.monotonic() + SETTLE_S
+                return _close(fd)
+            self._candidates.pop(name, None)
+            try:
+                return self.dirs.claim(name), fd
+            except FileNotFoundError:
+                return _close(fd)
+        except BaseException:
+            _close(fd)
+            raise
 
-    def _held(self, name: str, st: os.stat_result) -> bool:
-        """True if a writer still has the file (or a file of the directory) open."""
+    def _look(self, name: str, c: _Candidate) -> tuple[int | None, os.stat_result | None]:
+        """(descriptor, fstat) of a regular file last seen as one, else (None, lstat);
+        (None, None) when the name is gone."""
+        if c.key is not None and stat.S_ISREG(c.key[0]):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=self.dirs.inbox_fd)
+            except OSError:
+                fd = None   # gone, or no longer a regular file: the lstat below says
+            if fd is not None:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode):
+                    return fd, st
+                os.close(fd)
+        try:
+            return None, os.lstat(name, dir_fd=self.dirs.inbox_fd)
+        except FileNotFoundError:
+            return None, None
+
+    def _held(self, name: str, st: os.stat_result, fd: int | None = None) -> bool:
+        """True if a writer still has the file (or a file of the directory) open; ``fd``:
+        the file already open."""
+        if fd is not None:
+            return self._lease_says(_writer_holds(fd))
         if stat.S_ISREG(st.st_mode):
             return self._probe(name, self.dirs.inbox_fd)
         if not stat.S_ISDIR(st.st_mode):
@@ -391,18 +436,24 @@ class Watcher:
             held = _writer_holds(fd)
         finally:
             os.close(fd)
+        return self._lease_says(held)
+
+    def _lease_says(self, held: bool | None) -> bool:
         if held is None and self._lease_ok:
             log.info("file leases unavailable here; relying on a longer stability wait")
             self._lease_ok = False
         return bool(held)
 
-    def _process(self, claim: str, name: str, *, resume: bool) -> None:
+    def _process(self, claim: str, name: str, *, resume: bool, fd: int | None = None) -> None:
+        """Ingest one claim (``fd``: the claimed file, already open; closed here)."""
         try:
-            out = self.ingestor.ingest(claim, name, resume=resume)
+            out = self.ingestor.ingest(claim, name, resume=resume, fd=fd)
         except (StoreLocked, OSError) as exc:
             out = self._defer(claim, name, exc)
         else:
             self._retry.pop(claim, None)
+        finally:
+            _close(fd)
         now = time.monotonic()
         for layer, uid in self.ingestor.published:
             self._own[uid] = (layer, now)
@@ -447,6 +498,8 @@ class Watcher:
         batch, self._batch = self._batch, []
         if not batch:
             return
+        self._slice.release()       # the syncfs may take long: other writers go on meanwhile
+        self.ingestor.ledger.flush()   # its lines, made durable by the same syncfs
         if self.durable:
             try:
                 fsops.syncfs(self.mem.store.staging)
@@ -455,7 +508,7 @@ class Watcher:
                 return
             self._mark(sync=False)   # what was published before now is durable
         for claim, out in batch:
-            self.dirs.release(claim)
+            self.dirs.release(claim, is_dir=out.kind in ("unit", "records"))
             self._tell(out)
 
     # A power loss between a publish rename and its batch's syncfs can keep a unit's name and
@@ -661,10 +714,9 @@ def _json_record(out: Outcome) -> dict[str, Any]:
 def cmd_watch(args: argparse.Namespace) -> int:
     """The ``watch`` verb: prints one line per entry (JSON lines with --json)."""
     def report(out: Outcome) -> None:
-        if args.json:
-            print(msgspec.json.encode(_json_record(out)).decode(), flush=True)
-        else:
-            print(_line(out), flush=True)
+        text = msgspec.json.encode(_json_record(out)).decode() if args.json else _line(out)
+        sys.stdout.write(text + "\n")   # one write per line, not two
+        sys.stdout.flush()
 
     def reconciled(stats: dict) -> None:
         if args.json:

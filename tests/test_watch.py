@@ -625,3 +625,58 @@ def test_only_a_file_unchanged_for_the_settle_time_is_ready_at_first_look(tmp_pa
         finally:
             watcher.dirs.close()
     mem.close()
+
+
+# -- group commit: no per-file lock, one open per file ----------------------------------------
+
+def test_a_claim_swapped_after_the_open_is_ingested_as_claimed_not_as_opened(tmp_path):
+    """The watcher opens a file before its claim rename and hands that descriptor to the
+    ingest; if the name was replaced in between, what the claim holds is what is stored."""
+    from fsmem.inbox import Ingestor, _Ledger
+    from fsmem.inbox_dirs import _InboxDirs
+    root, inbox = store(tmp_path)
+    (inbox / "a.txt").write_text("opened before the swap\n")
+    fd = os.open(inbox / "a.txt", os.O_RDONLY)
+    os.replace(inbox / "a.txt", tmp_path / "old.txt")
+    (inbox / "a.txt").write_text("swapped in under the same name\n")
+    mem = Memory.open(root)
+    dirs = _InboxDirs(str(root))
+    ledger = _Ledger(mem)
+    ledger.load()
+    try:
+        claim = dirs.claim("a.txt")
+        out = Ingestor(mem, dirs, ledger, 1 << 20).ingest(claim, "a.txt", fd=fd)
+    finally:
+        os.close(fd)
+        ledger.close()
+        dirs.close()
+        mem.close()
+    assert out.status == "ingested", out
+    assert out.digest == blake3.blake3(b"swapped in under the same name\n").hexdigest()
+    (where,) = manifests(root)
+    stored = [p.read_bytes() for p in (root / where).glob("*.txt")]
+    assert stored == [b"swapped in under the same name\n"]
+
+
+def test_once_takes_the_writer_lock_per_slice_not_per_file_and_writes_the_ledger(tmp_path):
+    from fsmem.store import Store
+    from fsmem.watch import Watcher
+    root, inbox = store(tmp_path)
+    for i in range(60):
+        (inbox / f"n{i:03d}.txt").write_text(f"note {i} about the boiler\n")
+    taken = []
+    acquire = Store._acquire
+
+    def counting(self):  # the real lock is taken; only counted
+        taken.append(1)
+        return acquire(self)
+    Store._acquire = counting
+    try:
+        counts = Watcher(Memory.open(root)).run(once=True)
+    finally:
+        Store._acquire = acquire
+    assert counts["ingested"] == 60
+    assert len(taken) < 30   # per file it was 60 and more
+    lines = (root / ".fsmem" / "inbox.ledger").read_text().splitlines()
+    assert len(lines) == 60 and all(len(line.split()) == 2 for line in lines)
+    assert not list((inbox / ".processing").iterdir())
