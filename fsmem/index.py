@@ -28,6 +28,7 @@ from . import ranking
 from .analyze import date_text, term_hashes
 from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
+from .lazy_vectors import embed_index, embed_rows, missing_text_rows, on_demand
 from .timestamps import Timestamp
 from .unit import Written, block_path, read_manifest, read_vectors
 
@@ -140,6 +141,9 @@ class Index(IndexFiles):
         self._pend_cache: "_PendingRows | None" = None
         self._ev_alive_cache: tuple | None = None   # see _event_alive
         self.missing: set[str] = set()   # units whose cached vectors were not all there
+        # Units indexed without vectors that are computed on first use (fsmem.lazy_vectors).
+        self.unembedded: set[str] = set()
+        self.dense_scanned = False   # every such unit of the arrays found (and embedded)
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
         """Bring the index in step with ``documents/``: cheap when the directory's mtime is
@@ -256,16 +260,17 @@ class Index(IndexFiles):
         return self.legacy.get(unit_id, "")
 
     def add_unit(self, unit_id: str, ino: int | None = None, *,
-                 written: "Written | None" = None) -> bool:
+                 written: "Written | None" = None, embed: bool = False) -> bool:
         """Index one unit of ``documents/`` from its directory; False if it is unreadable.
-        ``written``: what this process just wrote there (nothing is read back)."""
+        ``written``: what this process just wrote there (nothing is read back); ``embed``:
+        rows without a stored vector are embedded now (fsmem.lazy_vectors)."""
         path = self.layout.unit_dir("documents", unit_id)
         try:
             if ino is None:
                 ino = unit_ident(path)
                 if ino is None:
                     raise FileNotFoundError(f"{path}: no manifest")
-            entry = self.entry_for(path, unit_id, ino, written=written)
+            entry = self.entry_for(path, unit_id, ino, written=written, embed=embed)
         except (FsmemError, OSError, ValueError) as exc:
             log.warning("index: skipping %s: %s", path, exc)
             return False
@@ -273,7 +278,7 @@ class Index(IndexFiles):
         return True
 
     def entry_for(self, path: str, unit_id: str, ino: int, *,
-                  written: "Written | None" = None) -> IndexEntry:
+                  written: "Written | None" = None, embed: bool = False) -> IndexEntry:
         """Dense vector from the unit's stored vectors (never re-embedded); BM25 terms from
         its compute-layer text (cleaners applied, no_memory left out) and media names.
         ``written`` (a unit this process just wrote): its manifest, vectors and texts in
@@ -287,6 +292,7 @@ class Index(IndexFiles):
             stored = dict(zip(keys, mat))
         text_of = written.texts if written is not None else None
         self._cached_vectors(path, unit_id, manifest, stored)
+        self._lazy_vectors(path, unit_id, manifest, stored, embed)
         for key, row in stored.items():
             ev_id = key.split(":", 1)[0]
             by_event[ev_id] = by_event.get(ev_id, 0) + row
@@ -334,6 +340,17 @@ class Index(IndexFiles):
             self.missing.add(unit_id)
         else:
             self.missing.discard(unit_id)
+
+    def _lazy_vectors(self, path: str, unit_id: str, manifest, rows: dict, embed: bool) -> None:
+        """Rows stored nowhere whose vectors are computed on first use (fsmem.lazy_vectors):
+        embedded now when ``embed``, else the unit is noted in ``unembedded``."""
+        if not on_demand(self.mem) or not missing_text_rows(manifest, rows):
+            self.unembedded.discard(unit_id)
+        elif embed:
+            embed_rows(self.mem, path, manifest, rows)
+            self.unembedded.discard(unit_id)
+        else:
+            self.unembedded.add(unit_id)
 
     def refresh_vectors(self) -> int:
         """Re-index the units that lacked cached vectors (call when the cache has grown);
@@ -454,6 +471,7 @@ class Index(IndexFiles):
             return []
         if ranker != "bm25":
             self.dense   # checked (and rebuilt if damaged) before anything is taken from it
+            embed_index(self)   # vectors a bm25 writer did not store (fsmem.lazy_vectors)
         if ranker != "dense":
             self.post    # the same
         pend = self._pending_rows()
@@ -543,6 +561,7 @@ class Index(IndexFiles):
     def dense_scores(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the cosine of its best event row."""
         self.dense   # checked before anything is taken from it
+        embed_index(self)
         pend = self._pending_rows()
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         return ranking.unit_max(self.dense_rows(text, pend), starts)

@@ -22,6 +22,7 @@ from . import _fsops as fsops
 from .model import FORMAT_VERSION, EventRecord, Manifest
 from .l1cache import load_context
 from .layout import JournalEntry
+from .lazy_vectors import embed_rows, on_demand
 from .store import new_unit_id
 from .timestamps import Timestamp
 
@@ -131,6 +132,9 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
         docs = [event_terms(mem, u, r) for u, r in pairs]
         scores = dict(zip((r.id for _, r in pairs), bm25_scores(docs, query)))
         return lambda unit, rec: float(scores.get(rec.id, 0.0))
+    if on_demand(mem):   # units stored without vectors (fsmem.lazy_vectors)
+        for unit in units:
+            embed_rows(mem, unit.path, unit.manifest, unit.rows)
     qv = mem.embedder.embed([query])[0]
 
     def cosine(unit: "_Loaded", rec: EventRecord) -> float:
