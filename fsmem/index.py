@@ -868,13 +868,17 @@ def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.nda
     if not docs or not query.strip():
         return scores
     q_terms = np.unique(term_hashes([query]))
+    if not len(q_terms):
+        return scores
+    # every document's terms at once (terms are unique within a document): no per-doc loop
+    terms = np.concatenate([t for t, _ in docs])
+    tfs = np.concatenate([f for _, f in docs]).astype(np.float32, copy=False)
+    doc = np.repeat(np.arange(len(docs)), [len(t) for t, _ in docs])
+    j = np.minimum(np.searchsorted(q_terms, terms), len(q_terms) - 1)
+    hit = q_terms[j] == terms
     tf = np.zeros((len(docs), len(q_terms)), np.float32)
-    for i, (terms, tfs) in enumerate(docs):
-        j = np.searchsorted(terms, q_terms)
-        hit = j < len(terms)
-        hit[hit] = terms[j[hit]] == q_terms[hit]
-        tf[i, hit] = tfs[j[hit]]
-    dl = np.array([t.sum() for _, t in docs], np.float32)
+    tf[doc[hit], j[hit]] = tfs[hit]
+    dl = np.bincount(doc, weights=tfs, minlength=len(docs)).astype(np.float32)
     avgdl = max(float(dl.mean()), 1e-9)
     df = (tf > 0).sum(axis=0)
     idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))
