@@ -171,7 +171,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
                                   if r.id in evict])
         before = mem._index_stamp("documents")
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
-        logged = mem.access.stats()
+        logged = None   # the access log, read only if a unit keeps some events
         staged, l2_ids = [], []
         try:
             for group in groups:
@@ -184,6 +184,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
                 entry.remove.append(("context", u.unit_id))
                 rest = [(u, r) for r in u.manifest.events if r.id not in evict]
                 if rest:   # the remainder keeps the unit's access history
+                    logged = mem.access.stats() if logged is None else logged
                     history = mem.access_of(u.manifest, logged.get(u.unit_id))
                     rid = _stage(mem, rest, entry, "context", archive=False, base=u.manifest,
                                  history=history)
