@@ -18,12 +18,14 @@ import re
 import unicodedata
 from datetime import datetime, timedelta, timezone
 from hashlib import blake2b
-from typing import Callable, Iterable, Sequence
+from itertools import chain
+from operator import itemgetter
+from typing import Callable, Iterable, Sequence, overload
 
 import numpy as np
 
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
-           "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
+           "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask"]
 
 ANALYZER_VERSION = 2   # part of the index version: a change here rebuilds saved indexes
@@ -173,6 +175,7 @@ _UNI, _BI = 1 << 42, 2 << 42     # tags: code points are < 2**21, so keys never 
 _SEED = 0x9E3779B97F4A7C15
 _WORD_RE = re.compile(_ISO_WORD)   # ``_TOKEN_RE`` without CJK runs (hashed by numpy)
 _tokens: dict[str, "tuple[list[int], list[str], bool]"] = {}
+_date_memo: dict[str, list[int]] = {}   # short text holding a month -> its date term hashes
 
 
 def _is_cjk(ch: str) -> bool:
@@ -228,19 +231,31 @@ def _cjk_table() -> np.ndarray:
 _IS_CJK = _cjk_table()
 
 
-def _cjk_hashes(norm: str) -> np.ndarray:
+@overload
+def _cjk_hashes(norm: str) -> np.ndarray: ...
+@overload
+def _cjk_hashes(norm: str, lengths: list[int]) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _cjk_hashes(norm: str, lengths: list[int] | None = None):
     """The hashes of every CJK unigram and bigram of a normalised text, without a Python
     call per term: the text's code points as an array, bigrams where two CJK code points
-    are adjacent (exactly the runs of ``analyze``)."""
+    are adjacent (exactly the runs of ``analyze``). With ``lengths`` (the text is rows of
+    these lengths, each ending in a non-CJK character) also the row of each hash."""
     cps = np.frombuffer(norm.encode("utf-32-le"), dtype=np.uint32)
     mask = _IS_CJK[np.minimum(cps, len(_IS_CJK) - 1)]
     if not mask.any():
-        return np.zeros(0, np.uint64)
+        empty = np.zeros(0, np.uint64)
+        return empty if lengths is None else (empty, np.zeros(0, np.int64))
     wide = cps.astype(np.uint64)
     uni = wide[mask] | np.uint64(_UNI)
     pair = mask[:-1] & mask[1:]
     bi = (wide[:-1][pair] << np.uint64(21)) | wide[1:][pair] | np.uint64(_BI)
-    return _mix_array(np.concatenate([uni, bi]))
+    hashes = _mix_array(np.concatenate([uni, bi]))
+    if lengths is None:
+        return hashes
+    row = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    return hashes, np.concatenate([row[mask], row[:-1][pair]])
 
 
 def _token(token: str) -> "tuple[list[int], list[str], bool]":
@@ -272,26 +287,40 @@ def _token(token: str) -> "tuple[list[int], list[str], bool]":
 
 
 def _text_hashes(norm: str, out: list[int]) -> None:
-    """Append the hashes of the non-CJK terms of one normalised text to ``out``."""
-    get = _tokens.get
+    """Append the hashes of the non-CJK terms of one normalised text to ``out`` (the token
+    memo looked up by ``map``, the hashes chained: no Python-level loop per token)."""
     tokens = norm.split()
-    month = False
-    for token in tokens:
-        hit = get(token) or _token(token)
-        out.extend(hit[0])
-        month = month or hit[2]
-    if month:   # rare: the words of the whole text give the dates' context
-        out.extend(map(_hash, _dates([w for t in tokens for w in _token(t)[1]])))
+    hits = list(map(_tokens.get, tokens))
+    if None in hits:
+        hits = [hit or _token(token) for hit, token in zip(hits, tokens)]
+    out.extend(chain.from_iterable(map(itemgetter(0), hits)))
+    if any(map(itemgetter(2), hits)):   # rare: the words of the whole text give the dates
+        out.extend(_date_hashes(norm, tokens))
+
+
+def _date_hashes(norm: str, tokens: list[str]) -> list[int]:
+    """The hashes of the written dates of a text holding a month name; memoised for short
+    texts (every event's ``date_text`` is one)."""
+    got = _date_memo.get(norm)
+    if got is None:
+        got = list(map(_hash, _dates([w for t in tokens for w in _token(t)[1]])))
+        if len(norm) <= 64:
+            if len(_date_memo) > 4096:
+                _date_memo.clear()
+            _date_memo[norm] = got
+    return got
+
+
+def _normal(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
 
 
 def term_hashes(texts: Sequence[str]) -> np.ndarray:
     """The hashed BM25 terms of every text, concatenated: the multiset of
     ``hash_terms(analyze(text))`` (in another order), several times faster."""
     other: list[int] = []
-    norms = []
-    for text in texts:
-        norm = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
-        norms.append(norm)
+    norms = list(map(_normal, texts))
+    for norm in norms:
         _text_hashes(norm, other)
     cjk = _cjk_hashes("\n".join(norms))
     return np.concatenate([cjk, np.array(other, dtype=np.uint64)])
@@ -320,6 +349,26 @@ def cjk_unigram_mask(hashes: np.ndarray) -> np.ndarray:
     return table[pos] == hashes
 
 
+def term_hashes_rows(rows: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """``term_hashes`` of several rows of texts in one pass: (hashes, row of each hash), the
+    hashes of row i being the multiset ``term_hashes(rows[i])``. One numpy pass over the CJK
+    text of every row instead of one per row (an index entry's events are its rows)."""
+    other: list[int] = []
+    n_other: list[int] = []
+    joined: list[str] = []
+    for texts in rows:
+        start = len(other)
+        norms = list(map(_normal, texts))
+        for norm in norms:
+            _text_hashes(norm, other)
+        n_other.append(len(other) - start)
+        joined.append("\n".join(norms) + "\n")   # the newline: no bigram spans two rows
+    cjk, cjk_rows = _cjk_hashes("".join(joined), [len(j) for j in joined])
+    row_ids = np.arange(len(rows), dtype=np.int64)
+    return (np.concatenate([cjk, np.array(other, dtype=np.uint64)]),
+            np.concatenate([cjk_rows, np.repeat(row_ids, n_other)]))
+
+
 def memo_sizes() -> dict[str, int]:
     """Entries in each per-term memo table (stems, term hashes, token hashes)."""
     return {"stems": len(_stems), "hashes": len(_hashes), "tokens": len(_tokens)}
@@ -329,6 +378,6 @@ def trim_memos(limit: int) -> None:
     """Empty each memo table holding more than ``limit`` entries. They are speed memos only
     (emptying one costs re-hashing); a long ingest of distinct tokens calls this between
     parts so memory stays flat (fsmem.inbox.trim_term_memos)."""
-    for table in (_stems, _hashes, _tokens):
+    for table in (_stems, _hashes, _tokens, _date_memo):
         if len(table) > limit:
             table.clear()

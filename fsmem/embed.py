@@ -84,6 +84,7 @@ class HashEmbedder:
     """
 
     thread_safe = True   # pure numpy, no state: the vector filler may call it concurrently
+    on_demand = True     # cheap and deterministic: vectors need not be stored (lazy_vectors)
 
     def __init__(self, dim: int = 512) -> None:
         if dim < 16:

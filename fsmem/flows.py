@@ -17,6 +17,7 @@ from .embed import Embedder, HashEmbedder
 from .errors import FormatError, FsmemError, NotFound, StorageError
 from .index import DEFAULT_RANKER
 from .layout import JournalEntry
+from .lazy_vectors import stores_vectors
 from .model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
                     TextEvent, ToolResult, check_name)
 from .plugins import ChannelDef, Plugins, ToolDef
@@ -40,6 +41,7 @@ class Memory(Reader):
 
     writable = True
     _filler = None   # fsmem.vector_cache.VectorFiller when vectors are deferred
+    vectors_mode = "auto"   # Memory.open's ``vectors`` (fsmem.lazy_vectors.stores_vectors)
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,
@@ -70,7 +72,8 @@ class Memory(Reader):
         (the host's token budget for L1) sets prune's low watermark. ``vectors``: "inline"
         (embedded into each unit at commit), "deferred" (embedded after the commit returns,
         into the derived vector cache, fsmem.vector_cache) or "auto" (deferred for a real
-        embedder, inline for the hashed default)."""
+        embedder; for the hashed default, inline under a ranker that reads vectors, else
+        none stored: computed on first use, fsmem.lazy_vectors)."""
         if vectors not in ("auto", "inline", "deferred"):
             raise ValueError(f"vectors must be auto, inline or deferred, got {vectors!r}")
         if readonly:
@@ -91,6 +94,7 @@ class Memory(Reader):
                   plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
                   auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
                   context_tokens=context_tokens)
+        mem.vectors_mode = vectors
         if filler_embedder is not None:
             from .vector_cache import VectorCache, VectorFiller
             mem._filler = VectorFiller(VectorCache(store.meta, filler_embedder.fingerprint,
@@ -366,7 +370,7 @@ class Memory(Reader):
             manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id,
                                 events=records, embedder=self.embedder.fingerprint, **fields)
             texts = [(k, t) for k, t in texts if t.strip()]
-            if self._filler is None:
+            if self._filler is None and stores_vectors(self):
                 manifest.vectors = self._embed_rows(builder, texts)
             builder.finish(manifest)
         return builder, manifest, texts

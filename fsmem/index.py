@@ -25,9 +25,10 @@ import blake3
 import numpy as np
 
 from . import ranking
-from .analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, term_hashes
+from .analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, term_hashes, term_hashes_rows
 from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
+from .lazy_vectors import embed_index, embed_rows, missing_text_rows, on_demand
 from .timestamps import Timestamp
 from .unit import Written, block_path, read_manifest, read_vectors
 
@@ -141,6 +142,9 @@ class Index(IndexFiles):
         self._ev_alive_cache: tuple | None = None   # see _event_alive
         self._share_cache: tuple | None = None      # see _reach
         self.missing: set[str] = set()   # units whose cached vectors were not all there
+        # Units indexed without vectors that are computed on first use (fsmem.lazy_vectors).
+        self.unembedded: set[str] = set()
+        self.dense_scanned = False   # every such unit of the arrays found (and embedded)
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
         """Bring the index in step with ``documents/``: cheap when the directory's mtime is
@@ -257,16 +261,17 @@ class Index(IndexFiles):
         return self.legacy.get(unit_id, "")
 
     def add_unit(self, unit_id: str, ino: int | None = None, *,
-                 written: "Written | None" = None) -> bool:
+                 written: "Written | None" = None, embed: bool = False) -> bool:
         """Index one unit of ``documents/`` from its directory; False if it is unreadable.
-        ``written``: what this process just wrote there (nothing is read back)."""
+        ``written``: what this process just wrote there (nothing is read back); ``embed``:
+        rows without a stored vector are embedded now (fsmem.lazy_vectors)."""
         path = self.layout.unit_dir("documents", unit_id)
         try:
             if ino is None:
                 ino = unit_ident(path)
                 if ino is None:
                     raise FileNotFoundError(f"{path}: no manifest")
-            entry = self.entry_for(path, unit_id, ino, written=written)
+            entry = self.entry_for(path, unit_id, ino, written=written, embed=embed)
         except (FsmemError, OSError, ValueError) as exc:
             log.warning("index: skipping %s: %s", path, exc)
             return False
@@ -274,7 +279,7 @@ class Index(IndexFiles):
         return True
 
     def entry_for(self, path: str, unit_id: str, ino: int, *,
-                  written: "Written | None" = None) -> IndexEntry:
+                  written: "Written | None" = None, embed: bool = False) -> IndexEntry:
         """Dense vector from the unit's stored vectors (never re-embedded); BM25 terms from
         its compute-layer text (cleaners applied, no_memory left out) and media names.
         ``written`` (a unit this process just wrote): its manifest, vectors and texts in
@@ -288,12 +293,12 @@ class Index(IndexFiles):
             stored = dict(zip(keys, mat))
         text_of = written.texts if written is not None else None
         self._cached_vectors(path, unit_id, manifest, stored)
+        self._lazy_vectors(path, unit_id, manifest, stored, embed)
         for key, row in stored.items():
             ev_id = key.split(":", 1)[0]
             by_event[ev_id] = by_event.get(ev_id, 0) + row
         rows = _Rows([], np.zeros(1, np.int64), np.zeros(0, np.int64), [],
                      np.zeros(0, np.int8))
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
         pieces = [("", manifest.created_at.ns, "", ranking.KIND_PSEUDO, [manifest.summary])] \
             if manifest.summary or not manifest.events else []
         # A session (meta) groups turns; events archived from L1 were one timeline, the
@@ -305,11 +310,10 @@ class Index(IndexFiles):
                     ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev, text_of)
                     + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
                    for ev in manifest.events]
-        for ev_id, t_ns, key, kind, texts in pieces:
-            parts.append(term_counts(texts))
+        terms, tfs, rows.ptr = term_rows([p[4] for p in pieces])
+        for ev_id, _t, key, _k, _x in pieces:
             rows.ids.append(ev_id)
             rows.keys.append(key)
-        rows.ptr = np.cumsum([0] + [len(t) for t, _ in parts]).astype(np.int64)
         rows.time = np.array([clamp_ns(p[1]) for p in pieces], np.int64)
         rows.kind = np.array([p[3] for p in pieces], np.int8)
         vec = np.zeros((len(rows.ids), self.dim), np.float32)
@@ -318,9 +322,7 @@ class Index(IndexFiles):
             n = float(np.linalg.norm(v)) if v is not None else 0.0
             if n > 0:
                 vec[i] = v / n
-        return IndexEntry(unit_id=unit_id, ino=ino, vector=vec,
-                          terms=np.concatenate([t for t, _ in parts]),
-                          tfs=np.concatenate([f for _, f in parts]),
+        return IndexEntry(unit_id=unit_id, ino=ino, vector=vec, terms=terms, tfs=tfs,
                           summary=manifest.summary, created_ns=manifest.created_at.ns,
                           created_off=manifest.created_at.offset, events=len(manifest.events),
                           rows=rows)
@@ -335,6 +337,17 @@ class Index(IndexFiles):
             self.missing.add(unit_id)
         else:
             self.missing.discard(unit_id)
+
+    def _lazy_vectors(self, path: str, unit_id: str, manifest, rows: dict, embed: bool) -> None:
+        """Rows stored nowhere whose vectors are computed on first use (fsmem.lazy_vectors):
+        embedded now when ``embed``, else the unit is noted in ``unembedded``."""
+        if not on_demand(self.mem) or not missing_text_rows(manifest, rows):
+            self.unembedded.discard(unit_id)
+        elif embed:
+            embed_rows(self.mem, path, manifest, rows)
+            self.unembedded.discard(unit_id)
+        else:
+            self.unembedded.add(unit_id)
 
     def refresh_vectors(self) -> int:
         """Re-index the units that lacked cached vectors (call when the cache has grown);
@@ -456,6 +469,7 @@ class Index(IndexFiles):
             return []
         if ranker != "bm25":
             self.dense   # checked (and rebuilt if damaged) before anything is taken from it
+            embed_index(self)   # vectors a bm25 writer did not store (fsmem.lazy_vectors)
         if ranker != "dense":
             self.post    # the same
         pend = self._pending_rows()
@@ -562,6 +576,7 @@ class Index(IndexFiles):
     def dense_scores(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the cosine of its best event row."""
         self.dense   # checked before anything is taken from it
+        embed_index(self)
         pend = self._pending_rows()
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         return ranking.unit_max(self.dense_rows(text, pend), starts)
@@ -845,6 +860,26 @@ def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     return terms, counts.astype(np.float32)
 
 
+def term_rows(rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``term_counts`` of each row of texts in one pass: (terms, tfs, ptr), row i's unique
+    term hashes (ascending) and counts being terms[ptr[i]:ptr[i+1]] (one sort for a whole
+    unit instead of one ``np.unique`` per event)."""
+    hashes, row = term_hashes_rows([[t for t in texts if t] for texts in rows])
+    if not len(hashes):
+        return np.zeros(0, np.uint64), np.zeros(0, np.float32), np.zeros(len(rows) + 1,
+                                                                          np.int64)
+    order = np.lexsort((hashes, row))
+    hashes, row = hashes[order], row[order]
+    first = np.empty(len(hashes), bool)
+    first[0] = True
+    np.not_equal(hashes[1:], hashes[:-1], out=first[1:])
+    first[1:] |= row[1:] != row[:-1]
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.append(starts, len(hashes))).astype(np.float32)
+    ptr = np.searchsorted(row[starts], np.arange(len(rows) + 1)).astype(np.int64)
+    return hashes[starts], counts, ptr
+
+
 def event_texts(mem: "Reader", path: str, ev,
                 text_of: "dict[str, str] | None" = None) -> list[str]:
     """One event's text blocks through the plugin declarations (cleaners applied, no_memory
@@ -873,13 +908,17 @@ def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.nda
     if not docs or not query.strip():
         return scores
     q_terms = np.unique(term_hashes([query]))
+    if not len(q_terms):
+        return scores
+    # every document's terms at once (terms are unique within a document): no per-doc loop
+    terms = np.concatenate([t for t, _ in docs])
+    tfs = np.concatenate([f for _, f in docs]).astype(np.float32, copy=False)
+    doc = np.repeat(np.arange(len(docs)), [len(t) for t, _ in docs])
+    j = np.minimum(np.searchsorted(q_terms, terms), len(q_terms) - 1)
+    hit = q_terms[j] == terms
     tf = np.zeros((len(docs), len(q_terms)), np.float32)
-    for i, (terms, tfs) in enumerate(docs):
-        j = np.searchsorted(terms, q_terms)
-        hit = j < len(terms)
-        hit[hit] = terms[j[hit]] == q_terms[hit]
-        tf[i, hit] = tfs[j[hit]]
-    dl = np.array([t.sum() for _, t in docs], np.float32)
+    tf[doc[hit], j[hit]] = tfs[hit]
+    dl = np.bincount(doc, weights=tfs, minlength=len(docs)).astype(np.float32)
     avgdl = max(float(dl.mean()), 1e-9)
     df = (tf > 0).sum(axis=0)
     idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))

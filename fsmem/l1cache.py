@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .layout import Vanished, View
+from .lazy_vectors import on_demand
 
 if TYPE_CHECKING:
     from .model import Event
@@ -128,7 +129,7 @@ def seed_written(mem: "Reader", path: str, written: "Written") -> None:
         if written.vectors is None or manifest.vectors.embedder != mem.embedder.fingerprint:
             return
         rows = dict(zip(*written.vectors))
-    elif any(ev.blocks for ev in manifest.events):
+    elif any(ev.blocks for ev in manifest.events) and not on_demand(mem):
         return   # rows may come from the derived vector cache: read it as usual
     try:
         stamp = dir_stamp(path)

@@ -22,6 +22,7 @@ from . import _fsops as fsops
 from .model import FORMAT_VERSION, EventRecord, Manifest
 from .l1cache import load_context
 from .layout import JournalEntry
+from .lazy_vectors import embed_rows, on_demand
 from .store import new_unit_id
 from .timestamps import Timestamp
 
@@ -131,6 +132,9 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
         docs = [event_terms(mem, u, r) for u, r in pairs]
         scores = dict(zip((r.id for _, r in pairs), bm25_scores(docs, query)))
         return lambda unit, rec: float(scores.get(rec.id, 0.0))
+    if on_demand(mem):   # units stored without vectors (fsmem.lazy_vectors)
+        for unit in units:
+            embed_rows(mem, unit.path, unit.manifest, unit.rows)
     qv = mem.embedder.embed([query])[0]
 
     def cosine(unit: "_Loaded", rec: EventRecord) -> float:
@@ -167,7 +171,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
                                   if r.id in evict])
         before = mem._index_stamp("documents")
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
-        logged = mem.access.stats()
+        logged = None   # the access log, read only if a unit keeps some events
         staged, l2_ids = [], []
         try:
             for group in groups:
@@ -180,6 +184,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
                 entry.remove.append(("context", u.unit_id))
                 rest = [(u, r) for r in u.manifest.events if r.id not in evict]
                 if rest:   # the remainder keeps the unit's access history
+                    logged = mem.access.stats() if logged is None else logged
                     history = mem.access_of(u.manifest, logged.get(u.unit_id))
                     rid = _stage(mem, rest, entry, "context", archive=False, base=u.manifest,
                                  history=history)

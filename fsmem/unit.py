@@ -127,15 +127,18 @@ class UnitBuilder:
         return self.path
 
     def _write_file(self, name: str, data: bytes) -> None:
-        tmp = os.path.join(self.path, f".{name}.tmp")
-        fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        """Write a file of the staged unit under its final name: no temp file and rename,
+        since nothing reads a staged directory before it is published (a staged unit left
+        by a crash is dead staging, removed whole by recovery; one a journal entry names was
+        finished, and under ``sync`` flushed, before the entry was written)."""
+        path = os.path.join(self.path, name)
+        fd = fsops.open_(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             fsops.write_all(fd, data)
             if self.sync:
                 fsops.fsync(fd)
         finally:
             os.close(fd)
-        fsops.rename(tmp, os.path.join(self.path, name))
 
 
 def read_manifest(unit_dir: str, *, expect_id: str | None = None) -> Manifest:

@@ -252,7 +252,8 @@ def test_no_memory_stores_the_event_out_of_the_compute_layer(tmp_path):
 
 def test_cleaner_by_name_cleans_compute_text_never_the_original(tmp_path):
     mem = Memory.open(tmp_path / "m", plugins=[
-        ChannelDef(name="web", cleaner=lambda s: s.replace("NOISE", "").strip())])
+        ChannelDef(name="web", cleaner=lambda s: s.replace("NOISE", "").strip())],
+        vectors="inline")   # stored, to look at what was embedded
     mem.commit("NOISE NOISE NOISE NOISE")
     piano = mem.commit("piano lesson")
     res = mem.turn(Event(source="qq", input="NOISE piano NOISE"),

@@ -100,3 +100,19 @@ def test_term_hashes_are_stable_across_processes_and_machines():
     assert ANALYZER_VERSION == 2
     assert hash_terms(["猫", "猫粮", "store", "@2023-05-07"]).tolist() == [
         PINNED["猫"], PINNED["猫粮"], PINNED["store"], PINNED["@2023-05-07"]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.lists(st.sampled_from(_PIECES) | st.text(max_size=8),
+                                  max_size=12).map("".join), max_size=4), max_size=5))
+def test_term_rows_are_each_rows_term_counts(rows):
+    """The batched path of an index entry (one pass over all its event rows) gives each row
+    exactly the unique hashes and counts of ``analyze`` over that row's texts alone."""
+    from fsmem.index import term_rows
+    terms, tfs, ptr = term_rows(rows)
+    assert len(ptr) == len(rows) + 1 and terms.dtype == np.uint64 and tfs.dtype == np.float32
+    for i, texts in enumerate(rows):
+        want = np.unique(np.array([h for t in texts for h in hash_terms(analyze(t)).tolist()],
+                                  np.uint64), return_counts=True)
+        assert terms[ptr[i]:ptr[i + 1]].tolist() == want[0].tolist()
+        assert tfs[ptr[i]:ptr[i + 1]].tolist() == want[1].tolist()

@@ -93,7 +93,8 @@ def test_no_memory_and_cleaner_shape_only_the_compute_layer(tmp_path):
                ChannelDef(name="chat", cleaner=lambda s: s.replace("NOISE", "")),
                ToolDef(name="status", no_memory=True),
                ToolDef(name="fetch", cleaner=lambda s: s.upper())]
-    mem = Memory.open(tmp_path / "m", plugins=plugins, embedder=emb, auto_prune=False)
+    mem = Memory.open(tmp_path / "m", plugins=plugins, embedder=emb, auto_prune=False,
+                      vectors="inline")   # vectors stored, to look at what was embedded
     mem.append(Event(source="term", input="$ ls -la secret-ish status line"))
     mem.append(Event(source="chat", input="hello NOISE world",
                      tool_results=[ToolOutput(name="status", output="cpu 99%"),

@@ -147,7 +147,8 @@ def _identity(mem, layer, unit):
 
 
 def test_block_ids_vectors_and_created_at_never_change(tmp_path):
-    mem = Memory.open(tmp_path / "m", context_capacity=2, context_protected=0, auto_prune=False)
+    mem = Memory.open(tmp_path / "m", context_capacity=2, context_protected=0, auto_prune=False,
+                      vectors="inline")   # stored vectors, to see them copied bit for bit
     eid = mem.append(_events(2)[1])
     before_blocks, before_vecs = {}, {}
     for unit in mem.units("context"):
