@@ -104,6 +104,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             self._settle_torn()
             self._reconcile()""", """\
             self._reconcile()""", POWERLOSS),
+    "recover: a journal entry naming a torn staged unit is applied": ("fsmem/store.py",
+        "            torn = self._torn_staged(entry)", "            torn = []", POWERLOSS),
     "publish: no fsync of the parent directory after the rename": ("fsmem/store.py", """\
                 try:
                     fsops.fsync_dir(os.path.dirname(dst))
