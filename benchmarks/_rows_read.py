@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from _harness import (CHILD_ENV, REPO, Profile, Row, Stat, Workdir, drop_caches,
 from fsmem import Event, Memory, Timestamp
 
 __all__ = ["build_store", "store_of", "query_rows", "open_rows", "cold_open_rows",
+           "restore_open_rows",
            "render_rows", "render_pair", "cli_rows", "bm25_bound"]
 
 
@@ -177,6 +179,30 @@ def cold_open_rows(wd: Workdir, prof: Profile) -> list[Row]:
                 note="before every run each file of the store gets "
                      "posix_fadvise(POSIX_FADV_DONTNEED) (no root needed); dentries and inodes "
                      "stay cached, which only a root drop_caches would evict")]
+
+
+def restore_open_rows(wd: Workdir, prof: Profile) -> list[Row]:
+    """The first open after a backup is restored with ``cp -a`` (every directory a new inode
+    and ctime, nothing changed) vs an open with a valid index of the original."""
+    n = prof.open_sizes[min(1, len(prof.open_sizes) - 1)]
+    root = store_of(wd, n)
+    Memory.open(root, auto_prune=False).close()   # settle: a valid index
+    count = iter(range(1 << 30))
+
+    def restored() -> float:
+        dst = wd.path(f"restored-{next(count)}")
+        shutil.copytree(root, dst, symlinks=True)   # cp -a (not timed)
+        try:
+            return run_child(OPEN_FSMEM, dst)["s"]
+        finally:
+            shutil.rmtree(dst)   # our own copy
+    res = interleave({"fsmem": restored, "valid": lambda: run_child(OPEN_FSMEM, root)["s"]},
+                     max(3, prof.child_reps // 2))
+    return [Row("open", f"first open after a cp -a restore, {n} units, fresh process",
+                Stat(res["fsmem"]), "open with a valid index, same store", Stat(res["valid"]),
+                note="every unit has a new identity (inode, ctime); the open reads each "
+                     "manifest once to confirm it is the one indexed, keeps the rows and saves "
+                     "the new identities (before: every unit indexed again)")]
 
 
 def _render_events(n: int) -> list[Event]:

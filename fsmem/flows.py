@@ -343,7 +343,8 @@ class Memory(Reader):
             with self.store.locked():
                 before = self._index_stamp(layer)
                 dst = self.store.publish(builder, layer)
-                written = Written(manifest, builder.vectors, builder.texts)
+                written = Written(manifest, builder.vectors, builder.texts,
+                                  builder.manifest_key)
                 self._indexed(builder.unit_id, layer, added=True, before=before,
                               written=written)
                 if layer == "context" and self._filler is None:

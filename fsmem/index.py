@@ -30,7 +30,7 @@ from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
 from .lazy_vectors import embed_index, embed_rows, missing_text_rows, on_demand
 from .timestamps import Timestamp
-from .unit import Written, block_path, read_manifest, read_vectors
+from .unit import Written, block_path, read_manifest, read_manifest_key, read_vectors
 
 if TYPE_CHECKING:
     from .reader import Reader
@@ -69,6 +69,7 @@ class IndexEntry:
     created_off: int = 0
     events: int = 0
     rows: "_Rows | None" = None   # the event rows; None: one pseudo row holding every term
+    mkey: int = 0                 # manifest_key of the unit indexed (0: none, e.g. legacy)
 
     def __post_init__(self) -> None:
         if self.rows is None:
@@ -117,6 +118,8 @@ class Index(IndexFiles):
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
         self.inos = np.zeros(0, np.int64)
+        self.mkeys = np.zeros(0, np.int64)   # manifest_key of each unit row (0: unknown)
+        self.last_sync = {"kept": 0, "reindexed": 0}
         self.alive = np.zeros(0, bool)
         self.dense = np.zeros((0, self.dim), np.float32)
         self.created = np.zeros((0, 3), np.int64)   # seconds, nanos, UTC offset
@@ -155,11 +158,14 @@ class Index(IndexFiles):
         if mtime == self._dir_mtime and not force:
             return {"added": 0, "removed": 0}
         listing, legacy_files = self._listing()
-        removed = [u for u, r in self.row_of.items() if self.alive[r]
-                   and listing.get(u) != self.inos[r]]
+        moved = {u: r for u, r in self.row_of.items() if self.alive[r]
+                 and listing.get(u) != self.inos[r]}
+        kept = self._adopt_unchanged(moved, listing)
+        removed = [u for u in moved if u not in kept]
         removed += [u for u, e in self.pending.items() if listing.get(u) != e.ino]
         for u in removed:
             self.remove(u)
+        self.last_sync = {"kept": len(kept), "reindexed": sum(u in listing for u in removed)}
         known = {u for u, r in self.row_of.items() if self.alive[r]} | set(self.pending)
         todo = [(name, ino) for name, ino in listing.items() if name not in known]
         tick = getattr(self.mem, "progress", None) if len(todo) >= _PROGRESS_FROM else None
@@ -169,13 +175,36 @@ class Index(IndexFiles):
             if tick:
                 tick(i + 1, len(todo))
         self._dir_mtime, self._seen_at = mtime, seen_at
-        if added or removed:
-            self._unsaved += added + len(removed)
+        if added or removed or kept:
+            self._unsaved += added + len(removed) + len(kept)
             if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
                 self.save()
         elif self.writable and not self._unsaved and self._gen:
             self._record_seen()   # in step with the saved generation: the next open skips
         return {"added": added, "removed": len(removed)}
+
+    def _adopt_unchanged(self, moved: dict[str, int], listing: dict[str, int]) -> set[str]:
+        """The units of ``moved`` (unit id -> row) listed under a new identity whose manifest
+        is the one indexed: their rows stay, under the new identity. A backup restored with
+        ``cp -a`` or ``rsync -a`` gives every directory a new inode and ctime, and a unit is
+        immutable, so only its manifest (which names every block and the vectors by digest)
+        needs to be read to know it is the same, not the whole unit indexed again (100k units:
+        seconds instead of minutes). A unit that changed, or any doubt, is re-indexed."""
+        rows = [(u, r) for u, r in moved.items() if u in listing and self.mkeys[r]]
+        kept: set[str] = set()
+        if not rows:
+            return kept
+        inos = np.array(self.inos)   # the loaded array is mapped read-only
+        for u, r in rows:
+            try:
+                key = read_manifest_key(self.layout.unit_dir("documents", u))
+            except OSError:
+                continue
+            if key == self.mkeys[r]:
+                inos[r] = listing[u]
+                kept.add(u)
+        self.inos = inos
+        return kept
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild from the directories alone (``fsmem reindex``); returns the unit count."""
@@ -325,7 +354,8 @@ class Index(IndexFiles):
         return IndexEntry(unit_id=unit_id, ino=ino, vector=vec, terms=terms, tfs=tfs,
                           summary=manifest.summary, created_ns=manifest.created_at.ns,
                           created_off=manifest.created_at.offset, events=len(manifest.events),
-                          rows=rows)
+                          rows=rows, mkey=written.mkey if written is not None
+                          else read_manifest_key(path))
 
     def _cached_vectors(self, path: str, unit_id: str, manifest, rows: dict) -> None:
         """Rows the unit does not store come from the derived vector cache
@@ -416,6 +446,8 @@ class Index(IndexFiles):
         self.summaries = [self.summaries[i] for i in keep] + [e.summary for e in new]
         self.row_of = {u: i for i, u in enumerate(self.ids)}
         self.inos = np.concatenate([self.inos[keep], np.array([e.ino for e in new], np.int64)])
+        self.mkeys = np.concatenate([self.mkeys[keep],
+                                     np.array([e.mkey for e in new], np.int64)])
         self.dense = np.vstack([self.dense[ev_keep]] + [e.vector for e in new]) \
             if new else self.dense[ev_keep]
         self.created = np.concatenate([self.created[keep], np.array(

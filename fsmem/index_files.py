@@ -34,8 +34,11 @@ log = logging.getLogger("fsmem.index")
 # 4: a unit's identity includes its directory's inode and ctime
 # 5: unit ids, event ids and summaries in mapped string tables, not in meta.json
 INDEX_VERSION = 5 * 1000 + ANALYZER_VERSION
-_ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
+_ARRAYS = ("inos", "mkeys", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
+# Added within version 5 (absent from older snapshots, read as zeros: "unknown"): the manifest
+# key of each unit row, so a unit restored by cp -a under a new identity keeps its rows.
+_OPTIONAL = ("mkeys",)
 _POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
 _TABLES = ("ids", "ev_ids", "summaries")   # StrTables: ``<name>_ptr`` and ``<name>_utf8``
 _TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8")) \
@@ -272,6 +275,7 @@ class IndexFiles:
     # Every array but the dense one, and the string tables, of a mapped snapshot: checksummed
     # together with the postings on first use (an open that only counts reads none of them).
     inos, created, nevents, u_ptr = _Checked(), _Checked(), _Checked(), _Checked()
+    mkeys = _Checked()
     ev_len, ev_time, ev_key, ev_kind = _Checked(), _Checked(), _Checked(), _Checked()
     ev_prev, ev_next = _Checked(), _Checked()
     ids, ev_ids, summaries = _Checked(), _Checked(), _Checked()
@@ -404,6 +408,9 @@ class IndexFiles:
             arrays = {}
             for name in _ARRAYS + _TABLE_FILES:
                 path = os.path.join(gen, f"{name}.npy")
+                if name in _OPTIONAL and not os.path.lexists(path):
+                    arrays[name] = np.zeros(meta.units, np.int64)
+                    continue
                 if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
                     raise ValueError(f"{path}: not a regular file")
                 if name == "dense":
@@ -427,6 +434,7 @@ class IndexFiles:
         tables = {t: StrTable(arrays[f"{t}_ptr"], arrays[f"{t}_utf8"]) for t in _TABLES}
         tables["ids"].order = arrays["ids_order"]
         if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
+                and len(arrays["mkeys"]) == n
                 and len(tables["ids"]) == len(tables["summaries"]) == n
                 and len(tables["ev_ids"]) == n_ev and len(arrays["ids_order"]) == n
                 and all(t.ptr.ndim == 1 and len(t.ptr) and int(t.ptr[-1]) == len(t.data)
@@ -442,6 +450,7 @@ class IndexFiles:
         self.legacy = meta.legacy
         self.row_of = None   # built on first use
         self.inos, self.dense = arrays["inos"], arrays["dense"]
+        self.mkeys = arrays["mkeys"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
         self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],

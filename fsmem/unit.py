@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import NamedTuple
 
+import blake3
 import numpy as np
 
 from . import _fsops as fsops
@@ -26,7 +27,7 @@ from .model import (FORMAT_VERSION, BlockRef, Manifest, VectorsRef, check_name,
                     decode_manifest, encode_pretty)
 from .timestamps import Timestamp
 
-__all__ = [
+__all__ = ["manifest_key", "read_manifest_key", 
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
     "block_path", "read_vectors", "staging_name", "is_stray", "damaged", "Written",
 ]
@@ -44,6 +45,7 @@ class Written(NamedTuple):
     manifest: Manifest
     vectors: tuple[list[str], np.ndarray] | None
     texts: dict[str, str]
+    mkey: int = 0   # manifest_key of the manifest written (0: not known)
 
 
 def staging_name(unit_id: str) -> str:
@@ -68,6 +70,7 @@ class UnitBuilder:
         # text block digest -> its text; the vectors' (row keys, matrix).
         self.texts: dict[str, str] = {}
         self.vectors: tuple[list[str], np.ndarray] | None = None
+        self.manifest_key = 0   # of the manifest written by ``finish``
 
     def add_bytes(self, data: bytes | memoryview, mime: str, *, role: str, created_at: Timestamp,
                   name: str = "", semantic_type: str = "", sha256: str = "") -> BlockRef:
@@ -119,7 +122,9 @@ class UnitBuilder:
         """Write the manifest (the commit record) and make the directory durable."""
         if manifest.id != self.unit_id:
             raise ValueError(f"manifest id {manifest.id!r} != unit id {self.unit_id!r}")
-        self._write_file(MANIFEST, encode_pretty(manifest))
+        data = encode_pretty(manifest)
+        self.manifest_key = manifest_key(data)
+        self._write_file(MANIFEST, data)
         now = time.time_ns()  # the directory's mtime is its arrival time in a layer
         fsops.utime(self.path, (now, now))
         if self.sync:
@@ -139,6 +144,18 @@ class UnitBuilder:
                 fsops.fsync(fd)
         finally:
             os.close(fd)
+
+
+def manifest_key(data: bytes) -> int:
+    """The key of a manifest's bytes as an int64, never 0: the first 8 bytes of their
+    BLAKE3. The manifest names every block and the vectors by digest and a published unit
+    is immutable, so the key stands for the unit's content (the index's ``mkeys``)."""
+    return int.from_bytes(blake3.blake3(data).digest(8), "little", signed=True) or 1
+
+
+def read_manifest_key(unit_dir: str) -> int:
+    """``manifest_key`` of a unit's manifest file (OSError if it cannot be read)."""
+    return manifest_key(read_small(os.path.join(unit_dir, MANIFEST), MANIFEST_CAP))
 
 
 def read_manifest(unit_dir: str, *, expect_id: str | None = None) -> Manifest:

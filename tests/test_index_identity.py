@@ -164,3 +164,56 @@ def test_two_processes_reindexing_and_querying(root):
     mem = Memory.open(root, durability="off", auto_prune=False)
     assert mem.fsck() == []
     assert len(mem.index) == len(mem.units("documents"))
+
+
+def _restore(src: str, dst: str) -> None:
+    """``cp -a src dst``: every directory and file new (new inodes, new ctimes), the
+    modification times and contents kept."""
+    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy2)
+
+
+def test_a_store_restored_with_cp_a_is_not_reindexed(tmp_path):
+    """A backup restored by ``cp -a``/``rsync -a`` gives every unit a new identity (inodes,
+    directory ctimes), yet no unit changed: the first open checks each unit's manifest against
+    the one it indexed and keeps the rows, instead of indexing the whole store again."""
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    mem = Memory.open(src, durability="off", auto_prune=False)
+    uids = [mem.commit(f"note {i}: the heron fishes at pond {i}", summary=f"n{i}")
+            for i in range(30)]
+    assert _hits(mem, "heron pond 7")[0] == uids[7]
+    mem.close()
+    _restore(src, dst)
+    edited = os.path.join(dst, "documents", uids[3])
+    _same_size_replacement(edited, str(tmp_path / "copy"), b"heron", b"egret")
+    shutil.rmtree(edited)
+    _restore(str(tmp_path / "copy"), edited)   # one unit really changed in the backup
+
+    mem = Memory.open(dst, durability="off", auto_prune=False)
+    assert mem.index.last_sync == {"kept": 29, "reindexed": 1}   # open's sync
+    stats = mem.index.sync(force=True)
+    assert stats == {"added": 0, "removed": 0}, stats   # in step after it
+    assert _hits(mem, "heron pond 7")[0] == uids[7]
+    assert _hits(mem, "egret") == [uids[3]]
+    mem.close()
+    mem = Memory.open(dst, durability="off", auto_prune=False)   # the new identities saved
+    assert mem.index.sync(force=True) == {"added": 0, "removed": 0}
+    assert mem.index.last_sync == {"kept": 0, "reindexed": 0}
+    assert _hits(mem, "egret") == [uids[3]]
+    mem.close()
+
+
+def test_an_index_saved_before_manifest_keys_loads_without_a_rebuild(root):
+    """A snapshot without ``mkeys.npy`` (saved by an fsmem before manifest keys) is used as it
+    is: its rows count as unknown (a unit under a new identity is indexed again, as then)."""
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    uid = mem.commit("the lantern hangs by the well", summary="lantern")
+    assert mem.index.save()
+    mem.close()
+    index_dir = os.path.join(root, ".fsmem", "index")
+    gen = open(os.path.join(index_dir, "CURRENT")).read().strip()
+    os.unlink(os.path.join(index_dir, gen, "mkeys.npy"))
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert _hits(mem, "lantern") == [uid]
+    assert open(os.path.join(index_dir, "CURRENT")).read().strip() == gen   # not rebuilt
+    assert list(mem.index.mkeys) == [0]
+    mem.close()
