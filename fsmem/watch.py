@@ -235,7 +235,7 @@ class Watcher:
                 # periodic, and right after a burst: events lost to a queue overflow
                 next_rescan = now + self.rescan_s
                 self._scan_inbox()
-                self._reconcile()
+                self._reconcile(full=True)
 
     def _idle(self) -> float:
         """How long the loop may wait for an event: 0.5 s, less when a retry is due sooner."""
@@ -649,12 +649,15 @@ class Watcher:
         if settled:
             self._reconcile(sorted(settled))
 
-    def _reconcile(self, changed: list[str] | None = None) -> None:
-        """Bring the index in step with the layer directories, and save its snapshot."""
+    def _reconcile(self, changed: list[str] | None = None, *, full: bool = False) -> None:
+        """Bring the index in step with the layer directories, and save its snapshot. At
+        start-up (neither ``changed`` nor ``full``) ``documents/`` is listed only if its mtime
+        moved since the index was last in step, as any open does; a rescan (``full``) or a
+        change seen by an event lists it whatever its mtime says."""
         reconcile = getattr(self.mem, "reconcile", None)
         if reconcile is None:
             return
-        stats = dict(reconcile() or {})
+        stats = dict(reconcile(full=bool(changed) or full) or {})
         if changed or any(stats.values()) or self._stored_since_save:
             try:
                 self.mem.index.save()  # the snapshot on disk, not only the one in memory

@@ -770,3 +770,34 @@ def test_a_failed_overlapped_syncfs_withdraws_its_batch_and_what_was_published_m
     Watcher(Memory.open(root)).run(once=True)
     assert_each_once(root, files)
     assert_clean(root)
+
+
+def test_once_lists_documents_at_start_only_when_its_mtime_moved(tmp_path, monkeypatch):
+    """Start-up reconcile costs O(changes), as any open: with the saved index proven in step
+    with documents/ (its SEEN record), watch --once does not list documents/; a unit copied
+    in with ``cp -a`` moves the mtime, is listed and indexed."""
+    from fsmem.index import Index
+    from fsmem.watch import Watcher
+    root, _ = store(tmp_path)
+    mem = Memory.open(root)
+    for i in range(3):
+        mem.commit(f"boiler note {i}", summary=f"n{i}")
+    mem.close()
+    old = time.time() - 60
+    os.utime(root / "documents", (old, old))   # well before any listing: SEEN can prove it
+    Memory.open(root).reconcile()   # a listing, saved with its SEEN record
+    listings = []
+    real = Index._listing
+
+    def counting(self):
+        listings.append(1)
+        return real(self)
+    monkeypatch.setattr(Index, "_listing", counting)
+    Watcher(Memory.open(root)).run(once=True)
+    assert listings == []
+    other = Memory.open(tmp_path / "other", durability="off")
+    uid = other.commit("a unit restored with cp -a", summary="restored")
+    shutil.copytree(tmp_path / "other" / "documents" / uid, root / "documents" / uid)
+    Watcher(Memory.open(root)).run(once=True)
+    assert len(listings) == 1
+    assert uid in indexed_ids(root)
