@@ -318,3 +318,33 @@ def _close(fd: int | None) -> None:
     """Close ``fd`` if it is one; returns None (for ``return _close(fd)``)."""
     if fd is not None:
         os.close(fd)
+
+
+def _stat_key(st: os.stat_result, name: str, dir_fd: int) -> tuple:
+    """What the settle check compares for an inbox entry: mode, size, mtime, ctime, inode
+    and links, and for a directory the names, sizes and mtimes of its entries."""
+    key: tuple = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                  st.st_nlink)
+    if stat.S_ISDIR(st.st_mode):
+        key += (_dir_fingerprint(name, dir_fd),)
+    return key
+
+
+def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
+    """Names, sizes and mtimes of a directory's entries (None if it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        out = []
+        for n in sorted(os.listdir(fd)):
+            try:
+                s = os.lstat(n, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            out.append((n, s.st_size, s.st_mtime_ns, s.st_ino))
+        return (os.fstat(fd).st_ino, tuple(out))
+    finally:
+        os.close(fd)

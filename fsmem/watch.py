@@ -33,8 +33,8 @@ from . import _fsops as fsops
 from .errors import FsmemError, StoreLocked
 from .flows import Memory
 from .inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
-from .inbox_dirs import (_BatchSync, _close, _display, _InboxDirs, _LockSlice,
-                         _writer_holds, ignored_name)
+from .inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _InboxDirs,
+                         _LockSlice, _stat_key, _writer_holds, ignored_name)
 from .store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
@@ -669,34 +669,6 @@ class Watcher:
 
 
 _UNSEEN = object()
-
-
-def _stat_key(st: os.stat_result, name: str, dir_fd: int) -> tuple:
-    key: tuple = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                  st.st_nlink)
-    if stat.S_ISDIR(st.st_mode):
-        key += (_dir_fingerprint(name, dir_fd),)
-    return key
-
-
-def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
-    """Names, sizes and mtimes of a directory's entries (None if it is gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        out = []
-        for n in sorted(os.listdir(fd)):
-            try:
-                s = os.lstat(n, dir_fd=fd)
-            except FileNotFoundError:
-                continue
-            out.append((n, s.st_size, s.st_mtime_ns, s.st_ino))
-        return (os.fstat(fd).st_ino, tuple(out))
-    finally:
-        os.close(fd)
 
 
 # -- command line ---------------------------------------------------------------------------
