@@ -517,10 +517,13 @@ class Watcher:
                          self.mem.store.staging if self.durable else None)
         self._inflight = (job, batch)
         if overlap:
-            job.start()
-        else:
-            job.run()
-            self._acknowledge(wait=True)
+            try:
+                job.start()
+                return
+            except RuntimeError:   # no thread to be had: in line, as below
+                pass
+        job.run()
+        self._acknowledge(wait=True)
 
     def _acknowledge(self, *, wait: bool) -> None:
         """The batch in flight, once its job is done (``wait``: until it is): tell its files,
