@@ -217,13 +217,14 @@ class Memory(Reader):
         return recall_from_graph(self, names, depth)
 
     # -- index --------------------------------------------------------------------------
-    def reconcile(self) -> dict[str, int]:
+    def reconcile(self, *, full: bool = True) -> dict[str, int]:
         """Bring the index in step with units added, moved or removed by plain file tools;
-        returns how many entries were added and removed."""
+        returns how many entries were added and removed. ``full=False``: list ``documents/``
+        only if its mtime changed since the index was last in step (as any open does)."""
         rebuilt = self._load_index()
         if rebuilt is not None:
             return {"added": rebuilt, "removed": 0}
-        return self._index.sync(force=True)
+        return self._index.sync(force=full)
 
     def reindex(self, progress=None) -> int:
         """Rebuild the index from the directories alone; returns how many units it holds."""

@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from . import _fsops as fsops
+from . import analyze
 from .blocks import CHUNK, block_filename, hash_bytes
 from .errors import FormatError, FsmemError, NotFound, StoreLocked
 from .flows import Memory
@@ -607,7 +608,6 @@ def trim_term_memos(mem: Memory) -> None:
     entries (~100 MB apiece), which one huge file of distinct tokens (numbers, ids) fills:
     trimmed between parts, ingest memory stays flat in the file's size. They are speed
     memos, so emptying one costs only re-hashing."""
-    from . import analyze
     analyze.trim_memos(TERM_MEMO_MAX)
     trim = getattr(mem.embedder, "trim_memos", None)
     if trim is not None:
@@ -670,6 +670,13 @@ def _scan_text(fd: int, cap: int, whole: bytes | None = None) -> tuple[str, int,
     """One bounded pass over a text file: its BLAKE3, size and title, checking that it is
     UTF-8 without NUL bytes (so a rejection comes before anything is stored). ``whole``:
     the file's bytes, already read (then ``fd`` is not read)."""
+    if whole and len(whole) <= cap and b"\x00" not in whole:
+        try:   # a small file, already read: one decode (an error: the pass below says where)
+            text = whole.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return blake3.blake3(whole).hexdigest(), len(whole), _title(text[:65536])
     hasher, size = blake3.blake3(), 0
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
     head = ""

@@ -15,6 +15,7 @@ import fcntl
 import os
 import re
 import stat
+import threading
 import time
 import uuid
 from typing import Any
@@ -133,30 +134,25 @@ class _InboxDirs:
         finally:
             os.close(fd)
 
-    def _drop_side(self, claim: str) -> None:
-        if claim in self._no_side:   # claimed by this run with no side file: no unlink
-            self._no_side.discard(claim)
-            return
-        try:
-            os.unlink(_side(claim), dir_fd=self.proc_fd)
-        except FileNotFoundError:
-            pass
-
     def release(self, claim: str, *, is_dir: bool | None = None) -> None:
         """Remove a claim whose content is stored (a file, or an adopted unit directory);
         ``is_dir``: what the ingest found it to be (only this process touches .processing),
         else it is looked at."""
         if is_dir is None:
             is_dir = stat.S_ISDIR(os.lstat(claim, dir_fd=self.proc_fd).st_mode)
-        if not is_dir:
-            fsops.unlink(claim, dir_fd=self.proc_fd)
-        else:
-            # hidden by one rename first: a crash inside the removal leaves a ``.gone-`` entry
-            # (removed on the next start), never a half-removed claim that resumes as garbage
-            gone = _GONE + claim
-            fsops.rename(claim, gone, src_dir_fd=self.proc_fd, dst_dir_fd=self.proc_fd)
-            fsops.rmtree(os.path.join(self.processing, gone))
-        self._drop_side(claim)
+        _release(self.proc_fd, self.processing, claim, is_dir, self._side_of(claim))
+
+    def _side_of(self, claim: str) -> str | None:
+        """The side file a release must remove too (None: claimed by this run without one)."""
+        if claim in self._no_side:
+            self._no_side.discard(claim)
+            return None
+        return _side(claim)
+
+    def _drop_side(self, claim: str) -> None:
+        side = self._side_of(claim)
+        if side is not None:
+            _unlink_quiet(side, self.proc_fd)
 
     def reject(self, claim: str, name: str, reason: str) -> str:
         """Move a claim to ``.rejected/`` under its original name (made unique), then write
@@ -196,6 +192,66 @@ class _InboxDirs:
             fsops.rename(claim, target, src_dir_fd=self.proc_fd, dst_dir_fd=self.rej_fd)
         self._drop_side(claim)
         return target
+
+
+def _release(proc_fd: int, processing: str, claim: str, is_dir: bool, side: str | None) -> None:
+    """Remove one claim (and its side file) from ``.processing`` (``proc_fd``)."""
+    if not is_dir:
+        fsops.unlink(claim, dir_fd=proc_fd)
+    else:
+        # hidden by one rename first: a crash inside the removal leaves a ``.gone-`` entry
+        # (removed on the next start), never a half-removed claim that resumes as garbage
+        gone = _GONE + claim
+        fsops.rename(claim, gone, src_dir_fd=proc_fd, dst_dir_fd=proc_fd)
+        fsops.rmtree(os.path.join(processing, gone))
+    if side is not None:
+        _unlink_quiet(side, proc_fd)
+
+
+def _unlink_quiet(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+
+
+class _BatchSync(threading.Thread):
+    """One batch's acknowledgement: a syncfs of the store's filesystem (``sync_path``; None:
+    durability off), then, only if it succeeded, the release of the batch's claims. Run in
+    this thread beside the next batch's ingest (``start``), or in the caller (``run``). It
+    works on its own duplicate of the ``.processing`` fd, so closing the directories never
+    points a late release at another directory. Results: ``started_ns`` (taken before the
+    syncfs: what was published before it is durable once it returns), ``sync_error``,
+    ``released`` (claims removed, in order) and ``error`` (what stopped the releases)."""
+
+    def __init__(self, dirs: _InboxDirs, claims: list[tuple[str, bool]],
+                 sync_path: str | None) -> None:
+        super().__init__(name="fsmem-watch-sync", daemon=True)
+        self.items = [(claim, is_dir, dirs._side_of(claim)) for claim, is_dir in claims]
+        self.processing = dirs.processing
+        self.proc_fd = os.dup(dirs.proc_fd)
+        self.sync_path = sync_path
+        self.started_ns = 0
+        self.released = 0
+        self.sync_error: OSError | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.started_ns = time.time_ns()
+            if self.sync_path is not None:
+                try:
+                    fsops.syncfs(self.sync_path)
+                except OSError as exc:   # a failed sync is final: nothing is released
+                    self.sync_error = exc
+                    return
+            for claim, is_dir, side in self.items:
+                _release(self.proc_fd, self.processing, claim, is_dir, side)
+                self.released += 1
+        except BaseException as exc:   # handed to the caller (``join`` then look)
+            self.error = exc
+        finally:
+            os.close(self.proc_fd)
 
 
 def _open_dir(path: str, create_in: int | None = None) -> int:
@@ -261,4 +317,34 @@ class _LockSlice:
 def _close(fd: int | None) -> None:
     """Close ``fd`` if it is one; returns None (for ``return _close(fd)``)."""
     if fd is not None:
+        os.close(fd)
+
+
+def _stat_key(st: os.stat_result, name: str, dir_fd: int) -> tuple:
+    """What the settle check compares for an inbox entry: mode, size, mtime, ctime, inode
+    and links, and for a directory the names, sizes and mtimes of its entries."""
+    key: tuple = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                  st.st_nlink)
+    if stat.S_ISDIR(st.st_mode):
+        key += (_dir_fingerprint(name, dir_fd),)
+    return key
+
+
+def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
+    """Names, sizes and mtimes of a directory's entries (None if it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        out = []
+        for n in sorted(os.listdir(fd)):
+            try:
+                s = os.lstat(n, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            out.append((n, s.st_size, s.st_mtime_ns, s.st_ino))
+        return (os.fstat(fd).st_ino, tuple(out))
+    finally:
         os.close(fd)

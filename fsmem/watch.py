@@ -33,8 +33,8 @@ from . import _fsops as fsops
 from .errors import FsmemError, StoreLocked
 from .flows import Memory
 from .inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
-from .inbox_dirs import (_close, _display, _InboxDirs, _LockSlice, _writer_holds,
-                         ignored_name)
+from .inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _InboxDirs,
+                         _LockSlice, _stat_key, _writer_holds, ignored_name)
 from .store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
@@ -80,8 +80,11 @@ class Watcher:
                  rescan_s: float = DEFAULT_RESCAN_S,
                  report: Callable[[Outcome], None] | None = None,
                  on_reconcile: Callable[[dict], None] | None = None,
-                 on_start: Callable[[], None] | None = None) -> None:
+                 on_start: Callable[[], None] | None = None,
+                 on_told: Callable[[], None] | None = None) -> None:
         self.mem = mem
+        self._told = on_told or (lambda: None)   # after each group of reports: a reporter
+        # that buffers its lines writes them then (one write per batch, not per file)
         self.on_start = on_start or (lambda: None)
         self.size_cap = size_cap
         self.rescan_s = rescan_s
@@ -100,6 +103,7 @@ class Watcher:
         self._once = False
         self._batch: list[tuple[str, Outcome]] = []
         self._batch_t = 0.0
+        self._inflight: tuple[_BatchSync, list[tuple[str, Outcome]]] | None = None
         self._stored_since_save = 0
         self._slice = _LockSlice(mem.store, LOCK_SLICE_S)
         self.durable = mem.store.sync
@@ -129,6 +133,7 @@ class Watcher:
             try:
                 self._flush()
                 self._unmark()   # everything published is durable
+                self._told()
             finally:
                 self.mem.store.durability = "full" if self.durable else "off"
             for signum, handler in old.items():
@@ -218,6 +223,7 @@ class Watcher:
             now = time.monotonic()
             self._handle(self._ready(now))
             self._flush()
+            self._told()
             self._housekeep(once)
             if once:
                 if not self._candidates or now - started > ONCE_WAIT_S:
@@ -229,7 +235,7 @@ class Watcher:
                 # periodic, and right after a burst: events lost to a queue overflow
                 next_rescan = now + self.rescan_s
                 self._scan_inbox()
-                self._reconcile()
+                self._reconcile(full=True)
 
     def _idle(self) -> float:
         """How long the loop may wait for an event: 0.5 s, less when a retry is due sooner."""
@@ -241,6 +247,7 @@ class Watcher:
     def _housekeep(self, once: bool) -> None:
         """Between files too: look at the event queue, reconcile, retry deferred claims."""
         self._housekept = time.monotonic()
+        self._acknowledge(wait=False)   # an overlapped batch done: its files told now
         # the age bound keeps a daemon's acknowledgements prompt; --once acknowledges at its
         # exit anyway, so it syncs only per full batch (one syncfs per BATCH files)
         if self._batch and not once and self._housekept - self._batch_t > BATCH_AGE_S:
@@ -470,7 +477,7 @@ class Watcher:
             self._batch_t = now
         self._batch.append((claim, out))
         if len(self._batch) >= BATCH:
-            self._flush()
+            self._flush(overlap=True)
 
     def _defer(self, claim: str, name: str, exc: BaseException) -> Outcome:
         """A transient failure: retry later with backoff. Waiting for space (ENOSPC, EDQUOT)
@@ -491,25 +498,58 @@ class Watcher:
             log.warning("%s: %s; waiting and retrying (not a rejection)", _display(name), exc)
         return Outcome(status="deferred", name=name, reason=str(exc))
 
-    def _flush(self) -> None:
+    def _flush(self, *, overlap: bool = False) -> None:
         """Make the batch's units durable with one syncfs, then release its claims (the
         acknowledgement). A crash before this leaves the claims for resume: no loss, and
-        the digests recorded in the units prevent duplicates."""
+        the digests recorded in the units prevent duplicates. ``overlap`` (a full batch in
+        the middle of a run): the syncfs and the releases run in a thread while the next
+        batch is ingested; its files are told once it is done (``_acknowledge``), and a batch
+        waits for the one before it, so at most one is in flight."""
+        self._acknowledge(wait=True)
         batch, self._batch = self._batch, []
         if not batch:
             return
-        self._slice.release()       # the syncfs may take long: other writers go on meanwhile
+        if not overlap:
+            self._slice.release()   # the syncfs may take long: other writers go on meanwhile
         self.ingestor.ledger.flush()   # its lines, made durable by the same syncfs
-        if self.durable:
+        job = _BatchSync(self.dirs, [(claim, out.kind in ("unit", "records"))
+                                     for claim, out in batch],
+                         self.mem.store.staging if self.durable else None)
+        self._inflight = (job, batch)
+        if overlap:
             try:
-                fsops.syncfs(self.mem.store.staging)
-            except OSError as exc:  # a failed sync is final: withdraw, retry from the source
-                self._withdraw(batch, exc)
+                job.start()
                 return
-            self._mark(sync=False)   # what was published before now is durable
-        for claim, out in batch:
-            self.dirs.release(claim, is_dir=out.kind in ("unit", "records"))
+            except RuntimeError:   # no thread to be had: in line, as below
+                pass
+        job.run()
+        self._acknowledge(wait=True)
+
+    def _acknowledge(self, *, wait: bool) -> None:
+        """The batch in flight, once its job is done (``wait``: until it is): tell its files,
+        or withdraw it if its syncfs failed, with every unit published while that syncfs ran
+        (their data may have met the same failed writeback, which a later syncfs would not
+        report again)."""
+        if self._inflight is None:
+            return
+        job, batch = self._inflight
+        if job.is_alive():
+            if not wait:
+                return
+            job.join()
+        self._inflight = None
+        if job.sync_error is not None:
+            later, self._batch = self._batch, []
+            self._slice.release()
+            self._withdraw(batch + later, job.sync_error)
+            return
+        if job.released and self.durable:
+            self._mark(sync=False, now_ns=job.started_ns)   # published before it: durable
+        for _, out in batch[:job.released]:
             self._tell(out)
+        self._told()
+        if job.error is not None:
+            raise job.error
 
     # A power loss between a publish rename and its batch's syncfs can keep a unit's name and
     # lose its data (a torn unit) while its file is stored again after the restart. The mark
@@ -519,8 +559,8 @@ class Watcher:
     def _mark_path(self) -> str:
         return os.path.join(self.mem.store.meta, "watch-unflushed")
 
-    def _mark(self, *, sync: bool) -> None:
-        stamp = str(time.time_ns() - _CTIME_SLACK_NS).encode()
+    def _mark(self, *, sync: bool, now_ns: int | None = None) -> None:
+        stamp = str((time.time_ns() if now_ns is None else now_ns) - _CTIME_SLACK_NS).encode()
         self.mem.store.write_file_atomic(self._mark_path(), stamp, sync=sync)
 
     def _unmark(self) -> None:
@@ -612,12 +652,15 @@ class Watcher:
         if settled:
             self._reconcile(sorted(settled))
 
-    def _reconcile(self, changed: list[str] | None = None) -> None:
-        """Bring the index in step with the layer directories, and save its snapshot."""
+    def _reconcile(self, changed: list[str] | None = None, *, full: bool = False) -> None:
+        """Bring the index in step with the layer directories, and save its snapshot. At
+        start-up (neither ``changed`` nor ``full``) ``documents/`` is listed only if its mtime
+        moved since the index was last in step, as any open does; a rescan (``full``) or a
+        change seen by an event lists it whatever its mtime says."""
         reconcile = getattr(self.mem, "reconcile", None)
         if reconcile is None:
             return
-        stats = dict(reconcile() or {})
+        stats = dict(reconcile(full=bool(changed) or full) or {})
         if changed or any(stats.values()) or self._stored_since_save:
             try:
                 self.mem.index.save()  # the snapshot on disk, not only the one in memory
@@ -629,34 +672,6 @@ class Watcher:
 
 
 _UNSEEN = object()
-
-
-def _stat_key(st: os.stat_result, name: str, dir_fd: int) -> tuple:
-    key: tuple = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                  st.st_nlink)
-    if stat.S_ISDIR(st.st_mode):
-        key += (_dir_fingerprint(name, dir_fd),)
-    return key
-
-
-def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
-    """Names, sizes and mtimes of a directory's entries (None if it is gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        out = []
-        for n in sorted(os.listdir(fd)):
-            try:
-                s = os.lstat(n, dir_fd=fd)
-            except FileNotFoundError:
-                continue
-            out.append((n, s.st_size, s.st_mtime_ns, s.st_ino))
-        return (os.fstat(fd).st_ino, tuple(out))
-    finally:
-        os.close(fd)
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -713,12 +728,20 @@ def _json_record(out: Outcome) -> dict[str, Any]:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """The ``watch`` verb: prints one line per entry (JSON lines with --json)."""
+    lines: list[str] = []
+
     def report(out: Outcome) -> None:
         text = msgspec.json.encode(_json_record(out)).decode() if args.json else _line(out)
-        sys.stdout.write(text + "\n")   # one write per line, not two
-        sys.stdout.flush()
+        lines.append(text + "\n")
+
+    def told() -> None:   # a batch's lines in one write: whole lines, few syscalls
+        if lines:
+            sys.stdout.write("".join(lines))
+            lines.clear()
+            sys.stdout.flush()
 
     def reconciled(stats: dict) -> None:
+        told()
         if args.json:
             print(msgspec.json.encode({"reconciled": stats}).decode(), flush=True)
         else:
@@ -726,6 +749,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                   flush=True)
 
     def started() -> None:
+        told()
         if args.json:
             print(msgspec.json.encode({"watching": mem.root}).decode(), flush=True)
         else:
@@ -733,12 +757,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     mem = Memory.open(args.root, create=False)
     watcher = Watcher(mem, size_cap=args.size_cap, rescan_s=args.rescan, report=report,
-                      on_reconcile=reconciled, on_start=started)
+                      on_reconcile=reconciled, on_start=started, on_told=told)
     try:
         counts = watcher.run(once=args.once)
     except _Interrupted:
         log.warning("interrupted; the entry in hand stays in inbox/.processing for next time")
         return 1
+    finally:
+        told()   # what was reported before an error, too
     if args.once:
         if args.json:
             print(msgspec.json.encode({"summary": counts}).decode(), flush=True)

@@ -680,3 +680,124 @@ def test_once_takes_the_writer_lock_per_slice_not_per_file_and_writes_the_ledger
     lines = (root / ".fsmem" / "inbox.ledger").read_text().splitlines()
     assert len(lines) == 60 and all(len(line.split()) == 2 for line in lines)
     assert not list((inbox / ".processing").iterdir())
+
+
+# -- group commit beside the ingest (a full batch's syncfs runs while the next is stored) ----
+
+def _overlap_run(tmp_path: Path, monkeypatch, n: int, hook=None) -> tuple[Path, dict, list, list]:
+    """``watch --once`` in this process over ``n`` text files with batches of 8, recording
+    every filesystem call (and each report, as a mark) and running ``hook(op)`` before each."""
+    import fsmem.watch as watch
+    from fsmem import _fsops
+    monkeypatch.setattr(watch, "BATCH", 8)
+    root, inbox = store(tmp_path)
+    files = drop_burst(inbox, n)
+    log: list[tuple] = []
+    outs: list = []
+
+    def report(out) -> None:
+        outs.append(out)
+        _fsops.record_mark(f"told {out.status} {out.name}")
+    _fsops.set_recorder(log)
+    _fsops.set_hook(hook)
+    try:
+        watch.Watcher(Memory.open(root), report=report).run(once=True)
+    finally:
+        _fsops.set_hook(None)
+        _fsops.set_recorder(None)
+    return root, files, log, outs
+
+
+def test_a_claim_is_released_only_after_a_syncfs_that_began_after_its_unit_was_published(
+        tmp_path, monkeypatch):
+    """Full batches in the middle of a run are made durable by a syncfs in a thread, beside
+    the next batch's ingest; still, each file leaves .processing only after a syncfs that
+    began after its unit's publish rename, and is told only after that."""
+    import threading
+    syncers = set()
+
+    def hook(op: str) -> None:
+        if op == "fsync":
+            syncers.add(threading.current_thread().name)
+    root, files, log, outs = _overlap_run(tmp_path, monkeypatch, 40, hook)
+    assert "fsmem-watch-sync" in syncers   # the overlap happened
+    assert [o.status for o in outs] == ["ingested"] * 40
+    syncs = [j for j, op in enumerate(log) if op[0] == "syncfs"]
+    for out in outs:
+        (where,) = out.units
+        published = next(j for j, op in enumerate(log)
+                         if op[0] == "rename" and op[2].endswith("/" + where))
+        released = next(j for j, op in enumerate(log) if op[0] == "unlink"
+                        and "/inbox/.processing/" in op[1] and op[1].endswith("~" + out.name))
+        told = log.index(("mark", f"told ingested {out.name}"))
+        assert any(published < s < released for s in syncs), out.name
+        assert released < told, out.name
+    assert_each_once(root, files)
+    assert_clean(root)
+
+
+def test_a_failed_overlapped_syncfs_withdraws_its_batch_and_what_was_published_meanwhile(
+        tmp_path, monkeypatch):
+    """The overlapped syncfs fails (EIO) after the ingest went on storing files: its batch and
+    every unit published while it ran are withdrawn (their writeback may have failed inside
+    it, and a later syncfs would not report that again), their claims kept; the next run
+    stores each of them, and every file is stored exactly once."""
+    import errno
+    import threading
+    gate, state = threading.Event(), {"failing": False, "renames": 0}
+
+    def hook(op: str) -> None:
+        if threading.current_thread().name == "fsmem-watch-sync":
+            if op == "fsync" and not state["failing"]:
+                state["failing"] = True
+                gate.wait(30)   # until the ingest has published more units meanwhile
+                raise OSError(errno.EIO, "injected EIO at the overlapped syncfs")
+        elif state["failing"] and op == "rename":
+            state["renames"] += 1   # a claim and a publish per file
+            if state["renames"] >= 6:
+                gate.set()
+    root, files, log, outs = _overlap_run(tmp_path, monkeypatch, 40, hook)
+    assert gate.is_set()
+    deferred = {o.name for o in outs if o.status == "deferred"}
+    ingested = {o.name for o in outs if o.status == "ingested"}
+    assert len(deferred) >= 8 + 3 and len(deferred) + len(ingested) == 40, outs
+    ids, want = event_ids(root), text_file_ids(files)
+    assert all(ids[want[n]] == 0 for n in deferred)      # withdrawn: no unit left
+    assert all(ids[want[n]] == 1 for n in ingested)
+    claimed = {c.split("~", 1)[1] for c in os.listdir(root / "inbox" / ".processing")}
+    assert claimed == deferred
+    from fsmem.watch import Watcher
+    Watcher(Memory.open(root)).run(once=True)
+    assert_each_once(root, files)
+    assert_clean(root)
+
+
+def test_once_lists_documents_at_start_only_when_its_mtime_moved(tmp_path, monkeypatch):
+    """Start-up reconcile costs O(changes), as any open: with the saved index proven in step
+    with documents/ (its SEEN record), watch --once does not list documents/; a unit copied
+    in with ``cp -a`` moves the mtime, is listed and indexed."""
+    from fsmem.index import Index
+    from fsmem.watch import Watcher
+    root, _ = store(tmp_path)
+    mem = Memory.open(root)
+    for i in range(3):
+        mem.commit(f"boiler note {i}", summary=f"n{i}")
+    mem.close()
+    old = time.time() - 60
+    os.utime(root / "documents", (old, old))   # well before any listing: SEEN can prove it
+    Memory.open(root).reconcile()   # a listing, saved with its SEEN record
+    listings = []
+    real = Index._listing
+
+    def counting(self):
+        listings.append(1)
+        return real(self)
+    monkeypatch.setattr(Index, "_listing", counting)
+    Watcher(Memory.open(root)).run(once=True)
+    assert listings == []
+    other = Memory.open(tmp_path / "other", durability="off")
+    uid = other.commit("a unit restored with cp -a", summary="restored")
+    shutil.copytree(tmp_path / "other" / "documents" / uid, root / "documents" / uid)
+    Watcher(Memory.open(root)).run(once=True)
+    assert len(listings) == 1
+    assert uid in indexed_ids(root)
