@@ -213,3 +213,44 @@ def test_fusion_ranks_a_row_out_of_lexical_reach_by_the_embedder():
     assert np.allclose(fused[1:3], plain[1:3])
     assert np.allclose(ranking.reach(0.0, np.array([0.0, 1.0, 0.25], np.float32)),
                        [1.0, 0.0, 0.75])
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_under_fusion_a_turn_that_asks_ranks_below_the_turn_that_answers(tmp_path, compacted,
+                                                                       monkeypatch):
+    """A question names the topic it asks about, so it matches a question about the
+    conversation better than the reply that holds the answer; under fusion a turn that asks
+    keeps 1 - ASK_DISCOUNT of its own score (its reply still draws on all of it). The lexical
+    default keeps the plain order."""
+    from fsmem import ranking
+    mem = Memory.open(tmp_path / "m", auto_prune=False, ranker="fusion")
+    ask = Event(id="q1", timestamp="2023-05-07T10:00:00+00:00", source="Dan",
+                input="Dan: Who is looking after the greyhound while you are in Japan?")
+    answer = Event(id="a1", timestamp="2023-05-07T10:01:00+00:00", source="Maya",
+                   input="Maya: Gloria is looking after the greyhound, she spoils him")
+    units = [mem.commit_events([e], source=e.source, meta={"session": "S1"})
+             for e in (ask, answer)]
+    for i in range(6):
+        mem.commit(f"Filler note {i} about the tax return and the garden shed")
+    if compacted:
+        mem.index.save()
+        assert not mem.index.pending
+    question = "who looks after the greyhound in Japan"
+    assert _ids(mem.query(question, top_k=2)) == [units[1], units[0]]
+    assert [u for u, _s in mem.index.search(question, 2, "bm25")] == units
+    monkeypatch.setattr(ranking, "ASK_DISCOUNT", 0.0)
+    assert _ids(mem.query(question, top_k=2)) == units   # the effect is the discount's
+
+
+def test_an_event_asks_when_its_last_text_ends_with_a_question_mark():
+    import numpy as np
+    from fsmem import ranking
+    assert ranking.asks(["Where did you park?"]) and ranking.asks(["猫粮买了吗？ "])
+    assert not ranking.asks(["Where did you park?", "Behind the station."])
+    assert ranking.asks(["Where did you park?", " "]) and not ranking.asks([])
+    kinds = np.array([ranking.event_kind("", ""), ranking.event_kind("user"),
+                      ranking.event_kind("", "S1", True), ranking.event_kind("", "", True),
+                      ranking.KIND_PSEUDO], np.int8)
+    assert ranking.is_turn(kinds).tolist() == [False, True, True, False, False]
+    asked = ranking.ask_discounted(np.ones(5, np.float32), kinds)
+    assert np.allclose(asked, [1, 1, 1 - ranking.ASK_DISCOUNT, 1 - ranking.ASK_DISCOUNT, 1])
