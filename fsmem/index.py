@@ -144,7 +144,6 @@ class Index(IndexFiles):
         self._pend_cache: "_PendingRows | None" = None
         self._ev_alive_cache: tuple | None = None   # see _event_alive
         self._share_cache: tuple | None = None      # see _reach
-        self._ask_cache: tuple | None = None        # see _ask_rows
         self.missing: set[str] = set()   # units whose cached vectors were not all there
         # Units indexed without vectors that are computed on first use (fsmem.lazy_vectors).
         self.unembedded: set[str] = set()
@@ -494,7 +493,7 @@ class Index(IndexFiles):
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
             if ranking.SMOOTH_FUSED or ranker == "dense":
-                own = ranking.ask_discounted(ev, self._ask_rows(pend)) \
+                own = ranking.ask_discounted(ev, np.concatenate([self.ev_kind, pend.kind])) \
                     if ranker == "fusion" else None
                 ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth, own)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
@@ -550,16 +549,6 @@ class Index(IndexFiles):
                 or (q_share == 1 and rows.min() == 1):
             return None   # every row in the query's script: nothing to hand to the embedder
         return ranking.reach(q_share, rows)
-
-    def _ask_rows(self, pend: "_PendingRows") -> np.ndarray:
-        """The rows (compacted, then pending) whose events ask (``ranking.ask_rows``): the
-        compacted ones worked out once per set of arrays, not per query."""
-        c = self._ask_cache
-        if c is None or c[0] is not self.ev_kind:
-            c = self._ask_cache = (self.ev_kind, ranking.ask_rows(self.ev_kind))
-        if not pend.n:
-            return c[1]
-        return np.concatenate([c[1], len(self.ev_len) + ranking.ask_rows(pend.kind)])
 
     def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
                  pend: "_PendingRows", limit: int = 5) -> list[str]:

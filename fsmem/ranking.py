@@ -18,7 +18,7 @@ import numpy as np
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
            "KIND_TURN", "KIND_ASK", "ASK_DISCOUNT", "DENSE_WEIGHTS", "REACH_POWER",
            "conversation_key", "event_kind", "asks", "is_turn", "link_neighbours",
-           "bm25_add_term", "smooth", "ask_rows", "ask_discounted", "unit_max", "minmax", "coverage",
+           "bm25_add_term", "smooth", "ask_discounted", "unit_max", "minmax", "coverage",
            "dense_weight", "fuse", "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
@@ -129,18 +129,12 @@ def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
     return own + np.float32(weight) * nb
 
 
-def ask_rows(kind: np.ndarray) -> np.ndarray:
-    """The rows whose kind has the ``KIND_ASK`` flag (their events ask)."""
-    return np.flatnonzero((kind > 0) & ((kind & KIND_ASK) != 0))
-
-
-def ask_discounted(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``scores`` with the rows that ask (``ask_rows``) keeping 1 - ``ASK_DISCOUNT`` of theirs."""
-    if not len(rows):
+def ask_discounted(scores: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """``scores`` with the rows that ask (``KIND_ASK``) keeping 1 - ``ASK_DISCOUNT`` of theirs."""
+    ask = (kind > 0) & ((kind & KIND_ASK) != 0)
+    if not ask.any():
         return scores
-    out = scores.copy()
-    out[rows] *= np.float32(1 - ASK_DISCOUNT)
-    return out
+    return np.where(ask, scores * np.float32(1 - ASK_DISCOUNT), scores).astype(scores.dtype)
 
 
 def unit_max(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -252,5 +252,5 @@ def test_an_event_asks_when_its_last_text_ends_with_a_question_mark():
                       ranking.event_kind("", "S1", True), ranking.event_kind("", "", True),
                       ranking.KIND_PSEUDO], np.int8)
     assert ranking.is_turn(kinds).tolist() == [False, True, True, False, False]
-    asked = ranking.ask_discounted(np.ones(5, np.float32), ranking.ask_rows(kinds))
+    asked = ranking.ask_discounted(np.ones(5, np.float32), kinds)
     assert np.allclose(asked, [1, 1, 1 - ranking.ASK_DISCOUNT, 1 - ranking.ASK_DISCOUNT, 1])
