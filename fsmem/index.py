@@ -310,10 +310,9 @@ class Index(IndexFiles):
             "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
         pieces += [(ev.id, ev.timestamp.ns,
                     ranking.conversation_key(ev.source, ev.role, session),
-                    ranking.event_kind(ev.role, session, ranking.asks(texts)),
-                    texts + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
-                   for ev in manifest.events
-                   for texts in (event_texts(self.mem, path, ev, text_of),)]
+                    ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev, text_of)
+                    + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
+                   for ev in manifest.events]
         terms, tfs, rows.ptr = term_rows([p[4] for p in pieces])
         for ev_id, _t, key, _k, _x in pieces:
             rows.ids.append(ev_id)
@@ -493,9 +492,7 @@ class Index(IndexFiles):
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
             if ranking.SMOOTH_FUSED or ranker == "dense":
-                own = ranking.ask_discounted(ev, np.concatenate([self.ev_kind, pend.kind])) \
-                    if ranker == "fusion" else None
-                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth, own)
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:
@@ -666,7 +663,6 @@ class _PendingRows:
     prev: np.ndarray              # global row numbers, -1: none
     next: np.ndarray
     extra: tuple[np.ndarray, np.ndarray]   # (compacted row, pending global row) neighbours
-    kind: np.ndarray              # int8 ranking.KIND_* of each row
 
     @classmethod
     def build(cls, idx: Index) -> "_PendingRows":
@@ -676,8 +672,6 @@ class _PendingRows:
             if entries else np.zeros(0, np.int64)
         n, n_base = int(counts.sum()), len(idx.ev_len)
         post, lens = _Postings(), np.zeros(0, np.float32)
-        kind = np.concatenate([e.rows.kind for e in entries]) if entries \
-            else np.zeros(0, np.int8)
         prev = nxt = np.full(n, -1, np.int64)
         extra = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         if entries:
@@ -693,7 +687,7 @@ class _PendingRows:
             prev, nxt, extra = cls._links(idx, entries, counts, n_base)
         return cls(entries, [e.unit_id for e in entries],
                    [i for e in entries for i in e.rows.ids], starts, n, lens, post,
-                   prev, nxt, extra, kind)
+                   prev, nxt, extra)
 
     @staticmethod
     def _links(idx: Index, entries: list[IndexEntry], counts: np.ndarray, n_base: int
@@ -706,11 +700,11 @@ class _PendingRows:
         time = np.concatenate([e.rows.time for e in entries])
         kind = np.concatenate([e.rows.kind for e in entries])
         unit = len(idx.ids) + np.repeat(np.arange(len(entries)), counts)
-        turn = ranking.is_turn(kind)
+        turn = kind == ranking.KIND_TURN
         cand = np.zeros(0, np.int64)
         if turn.any() and n_base:
             lo, hi = time[turn].min() - ranking.WINDOW_NS, time[turn].max() + ranking.WINDOW_NS
-            cand = np.flatnonzero(ranking.is_turn(idx.ev_kind)
+            cand = np.flatnonzero((idx.ev_kind == ranking.KIND_TURN)
                                   & idx.alive[idx.ev_unit]   # never a removed unit's row
                                   & np.isin(idx.ev_key, keys[turn])
                                   & (idx.ev_time >= lo) & (idx.ev_time <= hi))

@@ -33,7 +33,7 @@ log = logging.getLogger("fsmem.index")
 # 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
 # 4: a unit's identity includes its directory's inode and ctime
 # 5: unit ids, event ids and summaries in mapped string tables, not in meta.json
-INDEX_VERSION = 6 * 1000 + ANALYZER_VERSION   # 6: ranking.KIND_ASK in ev_kind
+INDEX_VERSION = 5 * 1000 + ANALYZER_VERSION
 _ARRAYS = ("inos", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 _POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)

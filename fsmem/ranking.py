@@ -16,9 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
-           "KIND_TURN", "KIND_ASK", "ASK_DISCOUNT", "DENSE_WEIGHTS", "REACH_POWER",
-           "conversation_key", "event_kind", "asks", "is_turn", "link_neighbours",
-           "bm25_add_term", "smooth", "ask_discounted", "unit_max", "minmax", "coverage",
+           "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
+           "link_neighbours", "bm25_add_term", "smooth", "unit_max", "minmax", "coverage",
            "dense_weight", "fuse", "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
@@ -41,15 +40,6 @@ DENSE_WEIGHTS = (0.3, 0.9)
 REACH_POWER = 2.5
 
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
-KIND_ASK = 2   # a flag on an event or turn kind: the event ends by asking a question
-# A row that asks (``asks``) keeps this share less of its own fused score: a question names
-# the topic it asks about, so it outranks the turn that answers it, yet it rarely holds the
-# answer itself. Its neighbours still draw on its full score (the reply inherits the topic).
-# On our conversation fixture with the light embedder, conv-direct recall@5 0.753 -> 0.786
-# (flat from 0.4 to 0.6; 0.2-0.3 0.775); the lexical default is left alone (conv-lived lost
-# 2-3 questions of 182 there). docs/DECISIONS.md "Search".
-ASK_DISCOUNT = 0.4
-_QUESTION_MARKS = ("?", "\uff1f")   # ASCII and full-width (Chinese, Japanese)
 _DEFAULT_CHAT = ("user", "agent", "assistant")
 
 
@@ -64,21 +54,9 @@ def conversation_key(source: str, role: str, session: str = "") -> str:
     return source
 
 
-def event_kind(role: str, session: str = "", asking: bool = False) -> int:
-    """A turn (may neighbour events of other units) has a role or belongs to a session;
-    ``asking`` (``asks``) adds the ``KIND_ASK`` flag."""
-    return (KIND_TURN if role or session else KIND_EVENT) | (KIND_ASK if asking else 0)
-
-
-def asks(texts: list[str]) -> bool:
-    """Whether an event ends by asking: its last non-empty text ends with a question mark."""
-    last = next((t for t in reversed(texts) if t.strip()), "")
-    return last.rstrip().endswith(_QUESTION_MARKS)
-
-
-def is_turn(kind: np.ndarray) -> np.ndarray:
-    """Per row, whether its kind is a turn (``KIND_TURN``, with or without ``KIND_ASK``)."""
-    return (kind > 0) & ((kind & KIND_TURN) != 0)
+def event_kind(role: str, session: str = "") -> int:
+    """A turn (may neighbour events of other units) has a role or belongs to a session."""
+    return KIND_TURN if role or session else KIND_EVENT
 
 
 def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: np.ndarray,
@@ -94,7 +72,7 @@ def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: n
     a, b = order[:-1], order[1:]
     ok = (key[a] == key[b]) & (time[b] - time[a] <= window_ns) \
         & (kind[a] != KIND_PSEUDO) & (kind[b] != KIND_PSEUDO) \
-        & ((unit[a] == unit[b]) | (is_turn(kind[a]) & is_turn(kind[b])))
+        & ((unit[a] == unit[b]) | ((kind[a] == KIND_TURN) & (kind[b] == KIND_TURN)))
     prev[b[ok]] = a[ok]
     nxt[a[ok]] = b[ok]
     return prev, nxt
@@ -112,29 +90,19 @@ def bm25_add_term(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf: np.
 
 def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
            extra: tuple[np.ndarray, np.ndarray] | None = None,
-           weight: float | None = None, own: np.ndarray | None = None) -> np.ndarray:
+           weight: float | None = None) -> np.ndarray:
     """score + weight x max(previous, next neighbour's score); ``extra`` adds (i, j) edges
-    (both directions) found at query time for rows not yet compacted. ``own``: what each row
-    keeps of its own score (``ask_discounted``), when not ``scores``."""
+    (both directions) found at query time for rows not yet compacted."""
     weight = SMOOTH if weight is None else weight
-    own = scores if own is None else own
     if weight == 0 or not len(scores):
-        return own
+        return scores
     ext = np.append(scores, np.float32(0))   # row -1 reads the appended 0
     nb = np.maximum(ext[prev], ext[nxt])
     if extra is not None and len(extra[0]):
         i, j = extra
         np.maximum.at(nb, i, scores[j])
         np.maximum.at(nb, j, scores[i])
-    return own + np.float32(weight) * nb
-
-
-def ask_discounted(scores: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """``scores`` with the rows that ask (``KIND_ASK``) keeping 1 - ``ASK_DISCOUNT`` of theirs."""
-    ask = (kind > 0) & ((kind & KIND_ASK) != 0)
-    if not ask.any():
-        return scores
-    return np.where(ask, scores * np.float32(1 - ASK_DISCOUNT), scores).astype(scores.dtype)
+    return scores + np.float32(weight) * nb
 
 
 def unit_max(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:

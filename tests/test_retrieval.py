@@ -66,13 +66,10 @@ def test_default_fusion_is_not_worse_than_lexical_on_conversations(tmp_path):
     mem, answers = build_direct(str(tmp_path / "m"), sessions, RecordedE5())
     mem.flush_vectors()
     assert mem.ranker == "fusion"
-    floors = (0.78, 1.0)   # what is reached (0.786 with turns that ask discounted, 1.000)
-    for items, floor in zip((conversation_items(questions), keyword_items(sessions, questions)),
-                            floors):
+    for items in (conversation_items(questions), keyword_items(sessions, questions)):
         lexical = evaluate_items(mem, answers, items, "bm25")["recall@5"]
         fused = evaluate_items(mem, answers, items, "fusion")["recall@5"]
         assert fused >= lexical, (fused, lexical)
-        assert fused >= floor, (fused, floor)
     fixed = evaluate_items(mem, answers, keyword_items(sessions, questions), "fusion",
                            weight=0.85)["recall@5"]
     assert fixed < lexical     # the effect the per-query weight answers is still there
