@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -108,7 +109,9 @@ class Index(IndexFiles):
         self._dir_mtime = -1   # documents/ mtime the index is known to be in step with
         self._seen_at = 0      # when that was established (0: by this process's own change)
         self._unsaved = 0
-        self._idf_mass = 0.0   # of the last query bm25_rows scored (ranking.coverage)
+        # First use of the arrays (checksums, vectors a bm25 writer did not store) changes
+        # the index: one thread at a time. A query's own state never lives on the index.
+        self._first_use = threading.Lock()
 
     def _clear(self) -> None:
         if getattr(self, "_dense_check", None) is not None:
@@ -499,11 +502,7 @@ class Index(IndexFiles):
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
         if top_k <= 0 or not text.strip() or not len(self):
             return []
-        if ranker != "bm25":
-            self.dense   # checked (and rebuilt if damaged) before anything is taken from it
-            embed_index(self)   # vectors a bm25 writer did not store (fsmem.lazy_vectors)
-        if ranker != "dense":
-            self.post    # the same
+        self._prepare(ranker)
         pend = self._pending_rows()
         ids = self.ids + pend.unit_ids if pend.unit_ids else self.ids   # no 100k-item copy
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
@@ -512,13 +511,14 @@ class Index(IndexFiles):
         raw = dense = None
         prev = np.concatenate([self.ev_prev, pend.prev])
         nxt = np.concatenate([self.ev_next, pend.next])
+        idf_mass = 0.0
         if ranker != "dense":
-            raw = self.bm25_rows(text, pend)
+            raw, idf_mass = self.bm25_rows(text, pend)
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
             if weight is None:
-                weight = self._fusion_weight(raw)
+                weight = self._fusion_weight(raw, idf_mass)
             dense = self.dense_rows(text, pend)
             reach = self._reach(text, pend) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
@@ -541,14 +541,26 @@ class Index(IndexFiles):
                  self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
                 for i in best]
 
-    def _fusion_weight(self, raw: np.ndarray | None) -> float:
-        """The dense weight of "fusion" for the query just scored lexically (``raw``)."""
+    def _prepare(self, ranker: str) -> None:
+        """Before a search reads the arrays: the checksums of a mapped snapshot's (a damaged
+        one is rebuilt) and, for a ranker that reads vectors, the vectors a bm25 writer did not
+        store (fsmem.lazy_vectors). Both change the index once, so threads take turns."""
+        with self._first_use:
+            if ranker != "bm25":
+                self.dense
+                embed_index(self)
+            if ranker != "dense":
+                self.post
+
+    def _fusion_weight(self, raw: np.ndarray | None, idf_mass: float) -> float:
+        """The dense weight of "fusion" for the query just scored lexically (``raw``, with
+        the sum of its terms' idf, ``idf_mass``)."""
         emb = self.mem.embedder
         fixed = getattr(emb, "fusion_weight", DEFAULT_WEIGHT)
         if fixed is not None:
             return float(fixed)
         best = float(raw.max()) if raw is not None and len(raw) else 0.0
-        return ranking.dense_weight(ranking.coverage(best, self._idf_mass),
+        return ranking.dense_weight(ranking.coverage(best, idf_mass),
                                     getattr(emb, "fusion_weights", None))
 
     def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray | None:
@@ -613,17 +625,19 @@ class Index(IndexFiles):
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         return ranking.unit_max(self.dense_rows(text, pend), starts)
 
-    def bm25_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
+    def bm25_rows(self, text: str, pend: "_PendingRows | None" = None
+                  ) -> tuple[np.ndarray, float]:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
-        compacted rows first, then the pending ones (rows of removed units score 0)."""
+        compacted rows first, then the pending ones (rows of removed units score 0), and the
+        sum of the query terms' idf (``ranking.coverage``): returned, never kept on the
+        index, which the queries of other threads share."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
         scores = np.zeros(n_base + pend.n, np.float32)
         q_terms = np.unique(term_hashes([text]))
-        self._idf_mass = 0.0
         if not len(q_terms):
-            return scores
+            return scores, 0.0
         ev_alive, all_alive = self._event_alive()
         hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
         if not all_alive:   # rows of removed units: no score, not counted in df
@@ -639,10 +653,9 @@ class Index(IndexFiles):
         total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
         avgdl = max(total / max(n_live, 1), 1e-9)
         idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
-        self._idf_mass = float(idf.sum())   # for ranking.coverage (the fusion weight)
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
-        return scores
+        return scores, float(idf.sum())
 
     def _event_alive(self) -> tuple[np.ndarray, bool]:
         """Per compacted event row, whether its unit is live, and whether all are: kept
@@ -658,7 +671,7 @@ class Index(IndexFiles):
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = self._pending_rows()
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
-        return ranking.unit_max(self.bm25_rows(text, pend), starts)
+        return ranking.unit_max(self.bm25_rows(text, pend)[0], starts)
 
     def _pending_rows(self) -> "_PendingRows":
         """The event rows of the pending entries as arrays (cached until the next change),

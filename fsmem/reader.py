@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
@@ -72,6 +73,7 @@ class Reader:
         self.ranker = ranker
         self.access = AccessLog(layout.meta)
         self._index: "Index | None" = None
+        self._index_lock = threading.RLock()   # threads querying one Memory: see ``index``
         self._graph = None
 
     @classmethod
@@ -287,11 +289,13 @@ class Reader:
     @property
     def index(self) -> "Index":
         """The derived index of L2, loaded on first use and kept in step with documents/
-        (a reader builds what is missing in memory and never saves it)."""
-        self._load_index()
-        self._index.sync()
-        self._refresh_vectors()
-        return self._index
+        (a reader builds what is missing in memory and never saves it). Loading and the
+        catch-up change the index, so threads querying one Memory take turns here."""
+        with self._index_lock:
+            self._load_index()
+            self._index.sync()
+            self._refresh_vectors()
+            return self._index
 
     _vector_cache = None
 

@@ -66,10 +66,13 @@ def test_default_fusion_is_not_worse_than_lexical_on_conversations(tmp_path):
     mem, answers = build_direct(str(tmp_path / "m"), sessions, RecordedE5())
     mem.flush_vectors()
     assert mem.ranker == "fusion"
-    for items in (conversation_items(questions), keyword_items(sessions, questions)):
+    floors = (0.75, 1.0)   # what is reached with the recorded vectors (0.758, 1.000)
+    for items, floor in zip((conversation_items(questions), keyword_items(sessions, questions)),
+                            floors):
         lexical = evaluate_items(mem, answers, items, "bm25")["recall@5"]
         fused = evaluate_items(mem, answers, items, "fusion")["recall@5"]
         assert fused >= lexical, (fused, lexical)
+        assert fused >= floor, (fused, floor)
     fixed = evaluate_items(mem, answers, keyword_items(sessions, questions), "fusion",
                            weight=0.85)["recall@5"]
     assert fixed < lexical     # the effect the per-query weight answers is still there

@@ -1,0 +1,129 @@
+"""Search is safe to run from many threads on one shared Memory: every result equals the same
+query run alone (per-query state, such as the lexical coverage that sets the fusion weight,
+lives in the query, never on the shared index)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+from fsmem import Event, Memory
+
+_TOPICS = [
+    "The boiler was serviced by Henrik on Tuesday and the pressure valve replaced",
+    "Recipe: lentil soup with cumin, lemon and a pinch of smoked paprika",
+    "Passport renewal needs two photos and the old passport",
+    "Maya booked the train to Lisbon for the conference in June",
+    "The dentist moved the appointment to Thursday morning at nine",
+    "Bought a second-hand road bike, the gears need a new cable",
+    "Grandma's birthday dinner is at the Italian place on Friday",
+    "The landlord will fix the leaking kitchen tap next week",
+    "Started learning Portuguese with an app, twenty minutes a day",
+    "The car insurance renewal costs more this year than last",
+    "Planted tomatoes and basil on the balcony in big pots",
+    "Tom lent me his tent for the camping trip in the Alps",
+]
+QUERIES = [
+    "boiler pressure valve",                       # all words in one event: high coverage
+    "when is the dentist appointment",
+    "lentil soup recipe cumin",
+    "train Lisbon conference",
+    "bike gears cable repair shop",                # partly covered
+    "who lent the tent",
+    "insurance renewal price",
+    "what does grandma want for her birthday present",   # little coverage
+]
+
+
+def _build(root) -> None:
+    """A store of documents and conversation turns, written with the fusion ranker (so
+    vectors are stored), its index saved: a fresh Memory maps the snapshot."""
+    mem = Memory.open(root, durability="off", auto_prune=False, ranker="fusion")
+    for i, text in enumerate(_TOPICS):
+        mem.commit(text, source="notes")
+        mem.commit_events([Event(id=f"t{i:02d}", source="chat", role="user",
+                                 timestamp=f"2023-05-07T10:{i * 3:02d}:00+00:00",
+                                 input=f"Did you hear? {text.lower()}")], source="chat")
+    mem.close()
+
+
+def _run(mem: Memory, text: str, ranker: str) -> list[tuple[str, float, list[str]]]:
+    return [(u, round(s, 5), tuple(m)) for u, s, m in mem.index.search_events(text, 5, ranker)]
+
+
+@pytest.fixture
+def store(tmp_path):
+    _build(tmp_path / "m")
+    return tmp_path / "m"
+
+
+def _alone(root) -> dict[tuple[str, str], list]:
+    mem = Memory.open(root, auto_prune=False, ranker="fusion")
+    try:
+        return {(q, r): _run(mem, q, r) for q in QUERIES for r in ("fusion", "bm25")}
+    finally:
+        mem.close()
+
+
+def test_queries_from_many_threads_match_the_same_query_alone(store):
+    expected = _alone(store)
+    assert len({tuple(v) for v in expected.values()}) == len(expected)   # all distinct
+    mem = Memory.open(store, auto_prune=False, ranker="fusion")   # fresh: first use in threads
+    wrong: list[tuple] = []
+    start = threading.Barrier(len(QUERIES))
+
+    def worker(text: str) -> None:
+        start.wait()
+        for i in range(40):
+            ranker = ("fusion", "bm25")[i % 2]
+            got = _run(mem, text, ranker)
+            if got != expected[text, ranker]:
+                wrong.append((text, ranker, got))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # switch threads as often as possible: races show
+    try:
+        threads = [threading.Thread(target=worker, args=(q,)) for q in QUERIES]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+        mem.close()
+    assert not wrong, wrong[:3]
+
+
+def test_two_queries_interleaved_between_lexical_and_fusion_steps(store):
+    """The racy order made deterministic: query A's lexical step runs, then query B's whole
+    lexical step, then A goes on to fuse. A must still get its own result (before the fix,
+    A was fused with B's lexical coverage, stored on the index)."""
+    a, b = QUERIES[0], QUERIES[-1]
+    expected = _alone(store)
+    mem = Memory.open(store, auto_prune=False, ranker="fusion")
+    idx = mem.index
+    real = idx.bm25_rows
+    a_scored, b_scored = threading.Event(), threading.Event()
+
+    def ordered(text, pend=None):   # the index's own step, only its timing is arranged
+        if text == b:
+            assert a_scored.wait(10)
+        out = real(text, pend)
+        if text == a:
+            a_scored.set()
+            assert b_scored.wait(10)
+        else:
+            b_scored.set()
+        return out
+    idx.bm25_rows = ordered
+    got: dict[str, list] = {}
+    threads = [threading.Thread(target=lambda q=q: got.__setitem__(q, _run(mem, q, "fusion")))
+               for q in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mem.close()
+    assert got[a] == expected[a, "fusion"]
+    assert got[b] == expected[b, "fusion"]
