@@ -105,7 +105,7 @@ class L1Cache:
 
     def terms(self, mem: "Reader", unit: "Loaded", ev) -> tuple[np.ndarray, np.ndarray]:
         """BM25 term counts of one L1 event, tokenised once per unit version."""
-        from .index import event_texts, term_counts
+        from .index_entry import event_texts, term_counts
         entry = self._entries.get(unit.path)
         cached = entry.terms.get(ev.id) if entry is not None and entry.unit is unit else None
         if cached is None:

@@ -126,7 +126,7 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
     if not query.strip():
         return lambda unit, rec: 0.0
     if mem.ranker == "bm25":
-        from .index import bm25_scores
+        from .index_entry import bm25_scores
         from .l1cache import event_terms
         pairs = [(u, r) for u in units for r in u.manifest.events]
         docs = [event_terms(mem, u, r) for u, r in pairs]

@@ -108,7 +108,7 @@ def test_term_hashes_are_stable_across_processes_and_machines():
 def test_term_rows_are_each_rows_term_counts(rows):
     """The batched path of an index entry (one pass over all its event rows) gives each row
     exactly the unique hashes and counts of ``analyze`` over that row's texts alone."""
-    from fsmem.index import term_rows
+    from fsmem.index_entry import term_rows
     terms, tfs, ptr = term_rows(rows)
     assert len(ptr) == len(rows) + 1 and terms.dtype == np.uint64 and tfs.dtype == np.float32
     for i, texts in enumerate(rows):

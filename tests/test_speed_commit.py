@@ -9,6 +9,7 @@ import numpy as np
 
 import fsmem.blocks
 import fsmem.index
+import fsmem.index_entry
 from fsmem import Event, MediaAttachment, Memory, Timestamp, ToolOutput
 from fsmem.embed import HashEmbedder
 
@@ -27,7 +28,7 @@ def _events() -> list[Event]:
                                         input="echo", response="echo")]   # one deduped block
 
 
-def _same(a: fsmem.index.IndexEntry, b: fsmem.index.IndexEntry) -> None:
+def _same(a: fsmem.index_entry.IndexEntry, b: fsmem.index_entry.IndexEntry) -> None:
     assert (a.unit_id, a.ino, a.summary, a.created_ns, a.created_off, a.events) == \
         (b.unit_id, b.ino, b.summary, b.created_ns, b.created_off, b.events)
     for name in ("terms", "tfs", "vector"):

@@ -11,7 +11,7 @@ import numpy as np
 from fsmem import Event, Memory, Timestamp
 from fsmem.l1cache import _cache_of, event_terms, load_context
 from fsmem.analyze import term_hashes
-from fsmem.index import event_texts, term_counts
+from fsmem.index_entry import event_texts, term_counts
 
 from conftest import run_py
 from test_index_identity import _rm_and_cp_a_reusing, _same_size_replacement
