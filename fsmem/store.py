@@ -33,11 +33,13 @@ from .timestamps import Timestamp
 from .unit import UnitBuilder
 
 __all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id",
-           "foreign_entries", "FOREIGN_LABEL"]
+           "foreign_entries", "FOREIGN_LABEL", "SyncStrategy", "SYNC_STRATEGIES"]
 
 log = logging.getLogger(__name__)
 
 Durability = Literal["full", "off"]
+SyncStrategy = Literal["batch", "syncfs", "fsync"]
+SYNC_STRATEGIES: tuple[str, ...] = ("batch", "syncfs", "fsync")
 
 
 def new_unit_id(prefix: str = "u") -> str:
@@ -65,9 +67,10 @@ class Store(Layout):
         self._lock_fd: int | None = None
         self._lock_depth = 0
         self._recovered = False
-        # How "full" durability is reached: fsync of every file and directory (portable), or
-        # one syncfs(2) of the filesystem before the publish rename (Linux).
-        self.sync_strategy: Literal["fsync", "syncfs"] = _default_sync_strategy()
+        # How "full" durability is reached: "batch" (every file and directory of a step flushed
+        # at once, one wave, before the publish rename), "syncfs" (one syncfs(2) of the whole
+        # filesystem instead) or "fsync" (each file fsynced as it is written, in turn).
+        self.sync_strategy: SyncStrategy = _default_sync_strategy()
         self._thread_lock = threading.RLock()
         self._init_layout(create)
         self.noreplace = self._probe_renameat2()
@@ -194,6 +197,8 @@ class Store(Layout):
             if self.sync:
                 if self.sync_strategy == "syncfs":
                     fsops.syncfs(self.staging)  # every block, the manifest, the directories
+                elif self.sync_strategy == "batch":
+                    self.flush_staged([builder.path])
                 else:
                     fsops.fsync_dir(self.staging)
             self.rename_dir(builder.path, dst)
@@ -211,6 +216,17 @@ class Store(Layout):
                                   dst)
                     raise
         return dst
+
+    def flush_staged(self, paths: list[str], files: tuple[str, ...] = (),
+                     dirs: tuple[str, ...] = ()) -> None:
+        """The "batch" barrier: every file in the staged unit directories ``paths`` (listed:
+        blocks, vectors, manifest), the directories themselves and ``staging/``, plus
+        ``files`` and ``dirs``, made durable in one wave (``fsops.flush_many``)."""
+        names: list[str] = list(files)
+        for path in paths:
+            with os.scandir(path) as it:
+                names.extend(e.path for e in it if e.is_file(follow_symlinks=False))
+        fsops.flush_many(names, [*paths, self.staging, *dirs])
 
     def rename_dir(self, src: str, dst: str) -> None:
         """Rename a directory to a name that must not exist (EEXIST even for an empty one)."""
@@ -316,7 +332,15 @@ class Store(Layout):
         one undoes the entry, and must not undo a decided change)."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
         self.bump_epoch()
-        if self.sync and self.sync_strategy == "syncfs":
+        if self.sync and self.sync_strategy == "batch":
+            # The staged units first (one wave), then the entry, its name (a second): an
+            # entry is never durable before the units it publishes.
+            self.flush_staged([os.path.join(self.staging, staged)
+                               for staged, _layer, _uid in entry.publish
+                               if os.path.isdir(os.path.join(self.staging, staged))])
+            self.write_file_atomic(path, encode_pretty(entry), sync=False)
+            fsops.flush_many([path], [self.journal_dir])
+        elif self.sync and self.sync_strategy == "syncfs":
             # One barrier: the staged units (built unsynced) and the entry itself.
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
             fsops.syncfs(self.journal_dir)
@@ -349,6 +373,11 @@ class Store(Layout):
                 touched.add(os.path.dirname(path))
         if self.sync and self.sync_strategy == "syncfs":
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier
+        elif self.sync and self.sync_strategy == "batch":
+            # One wave: a rename is one transaction of the filesystem's journal, so flushing
+            # its target and source directories at once cannot keep the old name's removal
+            # without the new name (recorded targets first, as the "fsync" order).
+            fsops.flush_many([], [*sorted(touched), self.staging])
         elif self.sync:   # every rename of the entry made durable at once, before it goes;
             # targets before the staging directory: a rename whose source directory alone was
             # flushed may lose the object
@@ -361,10 +390,11 @@ class Store(Layout):
         # back through a publish (commit, import, ingest, legacy conversion: each a syncfs,
         # which flushes this deletion first) and then a move; a move alone (fsyncs of two
         # layer directories) cannot bring back an id that is in no layer.
-        # Under fsync (a barrier per directory anyway) it is flushed, which makes a missing
-        # fsync of a removal's parent show in every "all lost" power-loss state.
+        # Under fsync (a barrier per directory anyway) and batch (whose publishes do not flush
+        # the journal directory) it is flushed, which makes a missing fsync of a removal's
+        # parent show in every "all lost" power-loss state.
         _quiet_unlink(path)
-        if self.sync and self.sync_strategy == "fsync":
+        if self.sync and self.sync_strategy in ("fsync", "batch"):
             fsops.fsync_dir(self.journal_dir)
         self.bump_epoch()
 
@@ -482,14 +512,14 @@ def _pin_owner(name: str) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
-def _default_sync_strategy() -> Literal["fsync", "syncfs"]:
+def _default_sync_strategy() -> SyncStrategy:
     """syncfs(2) where Linux reports writeback errors through it (5.8+), else per-file fsync.
 
     Measured on this project's machine (docs/BENCHMARKS.md): one syncfs per unit is faster than
     an fsync per block file. ``FSMEM_SYNC=fsync|syncfs`` overrides the choice.
     """
     forced = os.environ.get("FSMEM_SYNC", "")
-    if forced in ("fsync", "syncfs"):
+    if forced in SYNC_STRATEGIES:
         return forced  # type: ignore[return-value]
     if not fsops.has_syncfs() or not sys.platform.startswith("linux"):
         return "fsync"

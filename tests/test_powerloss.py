@@ -256,10 +256,10 @@ def _prepare(tmp: Path, setup: Callable[[Path], None]) -> tuple[Path, Path]:
     return pre, live
 
 
-@pytest.fixture(params=["syncfs", "fsync"])
+@pytest.fixture(params=["batch", "syncfs", "fsync"])
 def strategy(request, monkeypatch) -> str:
-    """Both sync strategies (the per-file fsyncs only exist under "fsync"); scenarios without
-    the fixture run the default, syncfs, on this kernel."""
+    """Every sync strategy (the per-file fsyncs in turn only exist under "fsync", the waves
+    only under "batch"); scenarios without the fixture run the default on this kernel."""
     monkeypatch.setenv("FSMEM_SYNC", request.param)
     return request.param
 
@@ -444,20 +444,22 @@ def test_model_loses_what_was_never_flushed(tmp_path):
 
 
 
+@pytest.mark.parametrize("sync", ["syncfs", "batch"])
 @pytest.mark.parametrize("failing", ["the barrier", "the call after the barrier"])
-def test_a_failed_append_burst_is_never_half_stored(tmp_path, monkeypatch, failing):
-    """An append burst meets ENOSPC/EIO at its barrier (syncfs) or at the first call after it.
+def test_a_failed_append_burst_is_never_half_stored(tmp_path, monkeypatch, failing, sync):
+    """An append burst meets ENOSPC/EIO at its barrier (syncfs, or the first call of the
+    batch strategy's first wave) or at the first call after it.
     Whatever the call then reports, no crash state may hold a torn unit or an event twice, and
     if it returned, the burst is whole. The danger: a failure answered by removing the staged
     units while the journal entry that publishes them may still come back after a power loss
     (its removal unflushed): recovery would then publish half-deleted units."""
     import errno
-    monkeypatch.setenv("FSMEM_SYNC", "syncfs")
+    monkeypatch.setenv("FSMEM_SYNC", sync)
     pre, live = _prepare(tmp_path, lambda p: Memory.open(p, auto_prune=False).close())
     burst = [f"burst event {i}" for i in range(3)]
     flushed = False
 
-    def hook(op: str) -> None:   # under syncfs, the only barrier call ("fsync") is syncfs
+    def hook(op: str) -> None:   # the only barrier calls ("fsync") are syncfs / a wave's
         nonlocal flushed
         if op == "fsync" and failing == "the barrier":
             raise OSError(errno.EIO, "injected EIO at the barrier")
