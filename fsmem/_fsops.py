@@ -193,6 +193,7 @@ if _sync_file_range is not None:
     _sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     _sync_file_range.restype = ctypes.c_int
 _SFR_WRITE = 2
+_fdatasync = getattr(os, "fdatasync", os.fsync)   # macOS has no fdatasync
 FLUSH_THREADS = 32   # one wave: a unit's ~25 files and its directories in flight at once
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -219,7 +220,7 @@ def _flush_one(fd: int, is_dir: bool) -> OSError | None:
         if is_dir:
             os.fsync(fd)
         else:
-            os.fdatasync(fd)
+            _fdatasync(fd)
     except OSError as exc:
         return exc
     return None
@@ -234,16 +235,18 @@ def flush_many(files: Sequence[str], dirs: Sequence[str]) -> None:
     by measurement: docs/DECISIONS.md). Returns once every one is durable; if any failed,
     raises the first failure after all have finished (nothing is left in flight).
 
-    Each file and directory counts as one "fsync" call for the fault hook, in order, before
-    any is issued; the recorder logs ("fsync", open id) and ("fsync_dir", path)."""
+    The wave is one "fsync" call for the fault hook (one barrier: it fails or succeeds as a
+    whole, and is never retried); the recorder logs ("fsync", open id) for each file and
+    ("fsync_dir", path) for each directory, in the order given."""
     opened: list[tuple[int, bool, str]] = []
     try:
         for path, is_dir in [*((f, False) for f in files), *((d, True) for d in dirs)]:
             flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
             fd = os.open(path, flags | os.O_DIRECTORY if is_dir else flags)
             opened.append((fd, is_dir, os.fspath(path)))
-            _enter("fsync")
-            if _log is not None:
+        _enter("fsync")
+        if _log is not None:
+            for _fd, is_dir, path in opened:
                 if is_dir:
                     _rec("fsync_dir", _abs(path))
                 elif _abs(path) in _path_open:   # else its inode predates the recording

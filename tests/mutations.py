@@ -169,6 +169,23 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "journal apply (syncfs): renames and removals not flushed": ("fsmem/store.py", """\
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier""",
                                                                  "            pass", POWERLOSS),
+    "publish (batch): no flush of the staged unit before the rename": ("fsmem/store.py", """\
+                    self.flush_staged([builder.path])""", "                    pass", POWERLOSS),
+    "batch wave: the files' data not flushed (only the directories)": ("fsmem/store.py", """\
+        fsops.flush_many(names, [*paths, self.staging, *dirs])""", """\
+        fsops.flush_many([], [*paths, self.staging, *dirs])""", POWERLOSS),
+    "batch wave: the staged unit's directory not flushed": ("fsmem/store.py", """\
+        fsops.flush_many(names, [*paths, self.staging, *dirs])""", """\
+        fsops.flush_many(names, [self.staging, *dirs])""", POWERLOSS),
+    "journal (batch): staged units not flushed with the entry": ("fsmem/store.py", """\
+            self.flush_staged([os.path.join(self.staging, staged)""", """\
+            self.flush_staged([] and [os.path.join(self.staging, staged)""", POWERLOSS),
+    "journal (batch): entry not in the wave": ("fsmem/store.py", """\
+                              files=(path,), dirs=(self.journal_dir,))""", """\
+                              files=(), dirs=())""", POWERLOSS),
+    "journal apply (batch): published parents not flushed": ("fsmem/store.py", """\
+            fsops.flush_many([], [*sorted(touched), self.staging])""", """\
+            fsops.flush_many([], [self.staging])""", POWERLOSS),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
                 self.discard(path, sync=False)
                 touched.add(os.path.dirname(path))""", """\
