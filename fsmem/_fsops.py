@@ -23,7 +23,7 @@ __all__ = [
     "set_hook", "call_count", "open_", "write_all", "fsync", "fsync_dir", "syncfs", "close",
     "link", "unlink", "mkdir", "rmdir", "rename", "replace", "rename_noreplace",
     "renameat2_supported", "CRASH_EXIT_CODE", "has_syncfs", "rmtree", "utime", "set_recorder",
-    "record_mark", "flush_many", "FLUSH_THREADS",
+    "record_mark", "flush_many", "flush_many_start", "FLUSH_THREADS",
 ]
 
 CRASH_EXIT_CODE = 77
@@ -238,6 +238,12 @@ def flush_many(files: Sequence[str], dirs: Sequence[str]) -> None:
     The wave is one "fsync" call for the fault hook (one barrier: it fails or succeeds as a
     whole, and is never retried); the recorder logs ("fsync", open id) for each file and
     ("fsync_dir", path) for each directory, in the order given."""
+    flush_many_start(files, dirs)()
+
+
+def flush_many_start(files: Sequence[str], dirs: Sequence[str]) -> Callable[[], None]:
+    """``flush_many`` issued, not awaited: returns the wait (which raises as ``flush_many``
+    does, and must be called exactly once), so that CPU work overlaps the wave."""
     opened: list[tuple[int, bool, str]] = []
     try:
         for path, is_dir in [*((f, False) for f in files), *((d, True) for d in dirs)]:
@@ -255,17 +261,23 @@ def flush_many(files: Sequence[str], dirs: Sequence[str]) -> None:
             for fd, is_dir, _path in opened:
                 if not is_dir:   # a hint: an error here shows again in the fdatasync
                     _sync_file_range(fd, 0, 0, _SFR_WRITE)
-        if len(opened) == 1:
-            errors = [_flush_one(opened[0][0], opened[0][1])]
-        else:
-            pool = _flush_pool()
-            errors = list(pool.map(_flush_one, [o[0] for o in opened], [o[1] for o in opened]))
+        pool = _flush_pool()
+        futures = [pool.submit(_flush_one, fd, is_dir) for fd, is_dir, _p in opened]
+    except BaseException:
+        for fd, _is_dir, _path in opened:
+            os.close(fd)
+        raise
+
+    def wait() -> None:
+        try:
+            errors = [f.result() for f in futures]
+        finally:
+            for fd, _is_dir, _path in opened:
+                os.close(fd)
         for (_fd, _is_dir, path), exc in zip(opened, errors):
             if exc is not None:
                 raise OSError(exc.errno, f"fsync: {exc.strerror}", path) from exc
-    finally:
-        for fd, _is_dir, _path in opened:
-            os.close(fd)
+    return wait
 
 
 def link(src: str | os.PathLike, dst: str | os.PathLike) -> None:

@@ -342,10 +342,19 @@ class Memory(Reader):
         with self._unpublished_on_failure(builder):
             with self.store.locked():
                 before = self._index_stamp(layer)
-                dst = self.store.publish(builder, layer)
                 written = Written(manifest, builder.vectors, builder.texts)
-                self._indexed(builder.unit_id, layer, added=True, before=before,
-                              written=written)
+                indexed: list[str] = []
+
+                def index_it(_dst: str) -> None:   # overlaps the publish's last barrier
+                    self._indexed(builder.unit_id, layer, added=True, before=before,
+                                  written=written)
+                    indexed.append(builder.unit_id)
+                try:
+                    dst = self.store.publish(builder, layer, overlap=index_it)
+                except BaseException:
+                    if indexed:   # withdrawn (its flush failed): out of the index again
+                        self._indexed(builder.unit_id, layer, added=False)
+                    raise
                 if layer == "context" and self._filler is None:
                     from .l1cache import seed_written
                     seed_written(self, dst, written)

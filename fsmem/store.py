@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 from . import _fsops as fsops
 from .errors import AlreadyExists, FormatError, FsmemError, NotFound, StoreLocked
@@ -43,7 +43,7 @@ SYNC_STRATEGIES: tuple[str, ...] = ("batch", "syncfs", "fsync")
 
 def new_unit_id(prefix: str = "u") -> str:
     """A fresh unit id that sorts by creation time: ``u-20261130T054012-3f2a91c0d4e5``."""
-    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:12]}"
+    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.urandom(6).hex()}"
 
 
 _renameat2_cache: dict[int, bool] = {}
@@ -174,7 +174,7 @@ class Store(Layout):
     def write_file_atomic(self, path: str, data: bytes, *, sync: bool | None = None) -> None:
         """temp in the same directory → write → fsync → rename → fsync the directory."""
         sync = self.sync if sync is None else sync
-        tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             fsops.write_all(fd, data)
@@ -189,8 +189,14 @@ class Store(Layout):
         if sync:
             fsops.fsync_dir(os.path.dirname(path))
 
-    def publish(self, builder: UnitBuilder, layer: str) -> str:
-        """Make a finished staged unit visible in ``layer`` with one no-replace rename."""
+    def publish(self, builder: UnitBuilder, layer: str, *,
+                overlap: Callable[[str], None] | None = None) -> str:
+        """Make a finished staged unit visible in ``layer`` with one no-replace rename.
+
+        ``overlap(dst)``: the caller's in-memory work on the published unit (indexing it),
+        run while the layer directory's flush is in flight (batch) or after it. If that
+        flush fails, the unit is withdrawn and the error raised after ``overlap`` ran: the
+        caller undoes its work."""
         dst = self.unit_dir(layer, builder.unit_id)
         with self.locked():
             if self.sync:
@@ -201,6 +207,9 @@ class Store(Layout):
                 else:
                     fsops.fsync_dir(self.staging)
             self.rename_dir(builder.path, dst)
+            if self.sync and self.sync_strategy == "batch":
+                self._flush_published(dst, overlap)
+                return dst
             if self.sync:
                 # staging/ is not synced again: should the rename's removal from it be lost,
                 # the leftover is dead staging that recovery removes (same inodes, no data).
@@ -214,7 +223,35 @@ class Store(Layout):
                         log.error("%s: published but not durable, and could not be withdrawn",
                                   dst)
                     raise
+            if overlap is not None:
+                overlap(dst)
         return dst
+
+    def _flush_published(self, dst: str, overlap: Callable[[str], None] | None) -> None:
+        """The batch strategy's second barrier: the new name in the layer directory, with
+        ``overlap`` run while it is in flight; on failure the unit is taken back out (not
+        durable, and a failed flush is never retried). staging/ is not flushed again (see
+        the other strategies' comment)."""
+        try:
+            wait = fsops.flush_many_start([], [os.path.dirname(dst)])
+        except OSError:
+            self._withdraw(dst)
+            raise
+        try:
+            if overlap is not None:
+                overlap(dst)
+        finally:
+            try:
+                wait()
+            except OSError:
+                self._withdraw(dst)
+                raise
+
+    def _withdraw(self, dst: str) -> None:
+        try:
+            self.discard(dst, sync=False)
+        except OSError:
+            log.error("%s: published but not durable, and could not be withdrawn", dst)
 
     def flush_staged(self, paths: list[str], files: tuple[str, ...] = (),
                      dirs: tuple[str, ...] = ()) -> None:

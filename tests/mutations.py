@@ -171,6 +171,9 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
                                                                  "            pass", POWERLOSS),
     "publish (batch): no flush of the staged unit before the rename": ("fsmem/store.py", """\
                     self.flush_staged([builder.path])""", "                    pass", POWERLOSS),
+    "publish (batch): the layer directory not flushed after the rename": ("fsmem/store.py", """\
+            wait = fsops.flush_many_start([], [os.path.dirname(dst)])""", """\
+            wait = fsops.flush_many_start([], [])""", POWERLOSS),
     "batch wave: the files' data not flushed (only the directories)": ("fsmem/store.py", """\
         fsops.flush_many(names, [*paths, self.staging, *dirs])""", """\
         fsops.flush_many([], [*paths, self.staging, *dirs])""", POWERLOSS),
