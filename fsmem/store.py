@@ -190,21 +190,31 @@ class Store(Layout):
             fsops.fsync_dir(os.path.dirname(path))
 
     def publish(self, builder: UnitBuilder, layer: str, *,
+                prepare: Callable[[], None] | None = None,
                 overlap: Callable[[str], None] | None = None) -> str:
         """Make a finished staged unit visible in ``layer`` with one no-replace rename.
 
-        ``overlap(dst)``: the caller's in-memory work on the published unit (indexing it),
-        run while the layer directory's flush is in flight (batch) or after it. If that
-        flush fails, the unit is withdrawn and the error raised after ``overlap`` ran: the
-        caller undoes its work."""
+        The caller's CPU work overlaps the barriers under "batch" (and runs in turn with
+        them otherwise): ``prepare()`` (nothing visible: e.g. computing the unit's index
+        entry) while the staged unit's flush is in flight, ``overlap(dst)`` (in-memory work
+        on the published unit: indexing it) while the layer directory's flush is. If that
+        last flush fails, the unit is withdrawn and the error raised after ``overlap`` ran:
+        the caller undoes its work."""
         dst = self.unit_dir(layer, builder.unit_id)
         with self.locked():
+            if self.sync and self.sync_strategy == "batch":
+                wait = self.flush_staged_start([builder.path])
+                try:
+                    if prepare is not None:
+                        prepare()
+                finally:
+                    wait()
+            elif prepare is not None:
+                prepare()
             if self.sync:
                 if self.sync_strategy == "syncfs":
                     fsops.syncfs(self.staging)  # every block, the manifest, the directories
-                elif self.sync_strategy == "batch":
-                    self.flush_staged([builder.path])
-                else:
+                elif self.sync_strategy == "fsync":
                     fsops.fsync_dir(self.staging)
             self.rename_dir(builder.path, dst)
             if self.sync and self.sync_strategy == "batch":
@@ -258,11 +268,16 @@ class Store(Layout):
         """The "batch" barrier: every file in the staged unit directories ``paths`` (listed:
         blocks, vectors, manifest), the directories themselves and ``staging/``, plus
         ``files`` and ``dirs``, made durable in one wave (``fsops.flush_many``)."""
+        self.flush_staged_start(paths, files, dirs)()
+
+    def flush_staged_start(self, paths: list[str], files: tuple[str, ...] = (),
+                           dirs: tuple[str, ...] = ()) -> Callable[[], None]:
+        """``flush_staged`` issued, not awaited: returns its wait (call it exactly once)."""
         names: list[str] = list(files)
         for path in paths:
             with os.scandir(path) as it:
                 names.extend(e.path for e in it if e.is_file(follow_symlinks=False))
-        fsops.flush_many(names, [*paths, self.staging, *dirs])
+        return fsops.flush_many_start(names, [*paths, self.staging, *dirs])
 
     def rename_dir(self, src: str, dst: str) -> None:
         """Rename a directory to a name that must not exist (EEXIST even for an empty one)."""

@@ -170,16 +170,17 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier""",
                                                                  "            pass", POWERLOSS),
     "publish (batch): no flush of the staged unit before the rename": ("fsmem/store.py", """\
-                    self.flush_staged([builder.path])""", "                    pass", POWERLOSS),
+                wait = self.flush_staged_start([builder.path])""", """\
+                wait = lambda: None""", POWERLOSS),
     "publish (batch): the layer directory not flushed after the rename": ("fsmem/store.py", """\
             wait = fsops.flush_many_start([], [os.path.dirname(dst)])""", """\
             wait = fsops.flush_many_start([], [])""", POWERLOSS),
     "batch wave: the files' data not flushed (only the directories)": ("fsmem/store.py", """\
-        fsops.flush_many(names, [*paths, self.staging, *dirs])""", """\
-        fsops.flush_many([], [*paths, self.staging, *dirs])""", POWERLOSS),
+        return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
+        return fsops.flush_many_start([], [*paths, self.staging, *dirs])""", POWERLOSS),
     "batch wave: the staged unit's directory not flushed": ("fsmem/store.py", """\
-        fsops.flush_many(names, [*paths, self.staging, *dirs])""", """\
-        fsops.flush_many(names, [self.staging, *dirs])""", POWERLOSS),
+        return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
+        return fsops.flush_many_start(names, [self.staging, *dirs])""", POWERLOSS),
     "journal (batch): staged units not flushed with the entry": ("fsmem/store.py", """\
             self.flush_staged([os.path.join(self.staging, staged)""", """\
             self.flush_staged([] and [os.path.join(self.staging, staged)""", POWERLOSS),
