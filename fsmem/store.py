@@ -310,7 +310,9 @@ class Store(Layout):
             if not os.path.isdir(src) or os.path.islink(src):
                 raise NotFound(f"{src}: no such unit")
             self.rename_dir(src, dst)
-            if self.sync:
+            if self.sync and self.sync_strategy == "batch":   # both parents in one wave
+                fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])
+            elif self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))
         return dst

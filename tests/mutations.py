@@ -200,10 +200,14 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     # syncfs the entry's removal is not flushed at all; under fsync it still is, so that the
     # mutant below is killed by every "all lost" state, not only by a lucky random mix.
     "move (recall): parents not fsynced": ("fsmem/store.py", """\
-            if self.sync:
+            elif self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))""", """\
-            pass""", POWERLOSS),
+            elif False:
+                pass""", POWERLOSS),
+    "move (recall, batch): parents not flushed": ("fsmem/store.py", """\
+                fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])""", """\
+                pass""", POWERLOSS),
     # item 15
     "legacy recall: the JSON unlinked before the unit is published": ("fsmem/legacy.py", """\
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""", """\
