@@ -33,8 +33,10 @@ SCRIPTS = (
            "retrieval quality (recall@k, MRR) and Index.search latency on the fixtures"),
     Script("eval_heldout.py", (), "held-out retrieval evaluation", timeout=300),
     Script("bench_ranking.py", (), "analyzer and ranking variants on the fixtures"),
-    Script("bench_commit.py", ("--units", "60"), "durable commit: fsync per file against one "
-           "syncfs against SQLite, five writers interleaved"),
+    Script("bench_commit.py", ("--units", "60"), "durable commit under each sync strategy "
+           "(batch, syncfs, fsync per file) against SQLite, six writers interleaved"),
+    Script("bench_sync.py", ("--reps", "30"), "the barrier protocols a unit's files could use "
+           "(raw syscalls) against SQLite, quiet and beside a noisy neighbour"),
     Script("bench_index.py", ("--units", "5000", "--queries", "40"),
            "search at scale: Memory.query, BM25 and dense against their numpy bounds; reindex"),
     Script("bench_recall.py", ("--reps", "5"), "recall against unit size (1 KB / 1 MB / 100 MB)"),

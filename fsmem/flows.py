@@ -232,15 +232,34 @@ class Memory(Reader):
         self._index = Index(self)
         return self._index.rebuild(progress)
 
+    def _index_entry(self, builder: UnitBuilder, layer: str, written: "Written"):
+        """The index entry of a staged unit about to be published into documents/ (None:
+        no index loaded, another layer, or it cannot be made here: ``_indexed`` then makes
+        it from the published unit). Its identity is filled in once it is published (a
+        rename changes the directory's ctime)."""
+        if self._index is None or layer != "documents":
+            return None
+        try:
+            return self._index.entry_for(builder.path, builder.unit_id, 0, written=written)
+        except (FsmemError, OSError, ValueError):
+            return None
+
     def _indexed(self, unit_id: str, layer: str, *, added: bool,
-                 before: int | None = None, written: "Written | None" = None) -> None:
+                 before: int | None = None, written: "Written | None" = None,
+                 entry=None) -> None:
         """Tell a loaded index about a change this process made to documents/; ``before``
         (``_index_stamp`` taken under the same writer lock, before the change) keeps the
         index from listing documents/ again for a change it was told about; ``written``: the
-        unit as just written (indexed without reading it back)."""
+        unit as just written (indexed without reading it back); ``entry``: its index entry
+        made before the publish (``_index_entry``), given its identity now."""
         if self._index is None or layer != "documents":
             return
-        if added:
+        from .index import unit_ident
+        ino = unit_ident(self.store.unit_dir(layer, unit_id)) if entry is not None else None
+        if added and entry is not None and ino is not None:
+            entry.ino = ino
+            self._index.add(entry)
+        elif added:
             self._index.add_unit(unit_id, written=written)
         else:
             self._index.remove(unit_id)
@@ -343,11 +362,25 @@ class Memory(Reader):
         with self._unpublished_on_failure(builder):
             with self.store.locked():
                 before = self._index_stamp(layer)
-                dst = self.store.publish(builder, layer)
                 written = Written(manifest, builder.vectors, builder.texts,
                                   builder.manifest_key)
-                self._indexed(builder.unit_id, layer, added=True, before=before,
-                              written=written)
+                prepared: list[object] = []
+                indexed: list[str] = []
+
+                def prepare() -> None:   # overlaps the staged unit's flush
+                    prepared.append(self._index_entry(builder, layer, written))
+
+                def index_it(dst: str) -> None:   # overlaps the publish's last barrier
+                    self._indexed(builder.unit_id, layer, added=True, before=before,
+                                  written=written, entry=prepared[0] if prepared else None)
+                    indexed.append(builder.unit_id)
+                try:
+                    dst = self.store.publish(builder, layer, prepare=prepare,
+                                             overlap=index_it)
+                except BaseException:
+                    if indexed:   # withdrawn (its flush failed): out of the index again
+                        self._indexed(builder.unit_id, layer, added=False)
+                    raise
                 if layer == "context" and self._filler is None:
                     from .l1cache import seed_written
                     seed_written(self, dst, written)

@@ -18,12 +18,11 @@ import errno
 import fcntl
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 from . import _fsops as fsops
 from .errors import AlreadyExists, FormatError, FsmemError, NotFound, StoreLocked
@@ -33,16 +32,18 @@ from .timestamps import Timestamp
 from .unit import UnitBuilder
 
 __all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id",
-           "foreign_entries", "FOREIGN_LABEL"]
+           "foreign_entries", "FOREIGN_LABEL", "SyncStrategy", "SYNC_STRATEGIES"]
 
 log = logging.getLogger(__name__)
 
 Durability = Literal["full", "off"]
+SyncStrategy = Literal["batch", "syncfs", "fsync"]
+SYNC_STRATEGIES: tuple[str, ...] = ("batch", "syncfs", "fsync")
 
 
 def new_unit_id(prefix: str = "u") -> str:
     """A fresh unit id that sorts by creation time: ``u-20261130T054012-3f2a91c0d4e5``."""
-    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:12]}"
+    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.urandom(6).hex()}"
 
 
 _renameat2_cache: dict[int, bool] = {}
@@ -65,9 +66,10 @@ class Store(Layout):
         self._lock_fd: int | None = None
         self._lock_depth = 0
         self._recovered = False
-        # How "full" durability is reached: fsync of every file and directory (portable), or
-        # one syncfs(2) of the filesystem before the publish rename (Linux).
-        self.sync_strategy: Literal["fsync", "syncfs"] = _default_sync_strategy()
+        # How "full" durability is reached: "batch" (every file and directory of a step flushed
+        # at once, one wave, before the publish rename), "syncfs" (one syncfs(2) of the whole
+        # filesystem instead) or "fsync" (each file fsynced as it is written, in turn).
+        self.sync_strategy: SyncStrategy = _default_sync_strategy()
         self._thread_lock = threading.RLock()
         self._init_layout(create)
         self.noreplace = self._probe_renameat2()
@@ -172,7 +174,7 @@ class Store(Layout):
     def write_file_atomic(self, path: str, data: bytes, *, sync: bool | None = None) -> None:
         """temp in the same directory → write → fsync → rename → fsync the directory."""
         sync = self.sync if sync is None else sync
-        tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             fsops.write_all(fd, data)
@@ -187,16 +189,37 @@ class Store(Layout):
         if sync:
             fsops.fsync_dir(os.path.dirname(path))
 
-    def publish(self, builder: UnitBuilder, layer: str) -> str:
-        """Make a finished staged unit visible in ``layer`` with one no-replace rename."""
+    def publish(self, builder: UnitBuilder, layer: str, *,
+                prepare: Callable[[], None] | None = None,
+                overlap: Callable[[str], None] | None = None) -> str:
+        """Make a finished staged unit visible in ``layer`` with one no-replace rename.
+
+        The caller's CPU work overlaps the barriers under "batch" (and runs in turn with
+        them otherwise): ``prepare()`` (nothing visible: e.g. computing the unit's index
+        entry) while the staged unit's flush is in flight, ``overlap(dst)`` (in-memory work
+        on the published unit: indexing it) while the layer directory's flush is. If that
+        last flush fails, the unit is withdrawn and the error raised after ``overlap`` ran:
+        the caller undoes its work."""
         dst = self.unit_dir(layer, builder.unit_id)
         with self.locked():
+            if self.sync and self.sync_strategy == "batch":
+                wait = self.flush_staged_start([builder.path])
+                try:
+                    if prepare is not None:
+                        prepare()
+                finally:
+                    wait()
+            elif prepare is not None:
+                prepare()
             if self.sync:
                 if self.sync_strategy == "syncfs":
                     fsops.syncfs(self.staging)  # every block, the manifest, the directories
-                else:
+                elif self.sync_strategy == "fsync":
                     fsops.fsync_dir(self.staging)
             self.rename_dir(builder.path, dst)
+            if self.sync and self.sync_strategy == "batch":
+                self._flush_published(dst, overlap)
+                return dst
             if self.sync:
                 # staging/ is not synced again: should the rename's removal from it be lost,
                 # the leftover is dead staging that recovery removes (same inodes, no data).
@@ -210,7 +233,51 @@ class Store(Layout):
                         log.error("%s: published but not durable, and could not be withdrawn",
                                   dst)
                     raise
+            if overlap is not None:
+                overlap(dst)
         return dst
+
+    def _flush_published(self, dst: str, overlap: Callable[[str], None] | None) -> None:
+        """The batch strategy's second barrier: the new name in the layer directory, with
+        ``overlap`` run while it is in flight; on failure the unit is taken back out (not
+        durable, and a failed flush is never retried). staging/ is not flushed again (see
+        the other strategies' comment)."""
+        try:
+            wait = fsops.flush_many_start([], [os.path.dirname(dst)])
+        except OSError:
+            self._withdraw(dst)
+            raise
+        try:
+            if overlap is not None:
+                overlap(dst)
+        finally:
+            try:
+                wait()
+            except OSError:
+                self._withdraw(dst)
+                raise
+
+    def _withdraw(self, dst: str) -> None:
+        try:
+            self.discard(dst, sync=False)
+        except OSError:
+            log.error("%s: published but not durable, and could not be withdrawn", dst)
+
+    def flush_staged(self, paths: list[str], files: tuple[str, ...] = (),
+                     dirs: tuple[str, ...] = ()) -> None:
+        """The "batch" barrier: every file in the staged unit directories ``paths`` (listed:
+        blocks, vectors, manifest), the directories themselves and ``staging/``, plus
+        ``files`` and ``dirs``, made durable in one wave (``fsops.flush_many``)."""
+        self.flush_staged_start(paths, files, dirs)()
+
+    def flush_staged_start(self, paths: list[str], files: tuple[str, ...] = (),
+                           dirs: tuple[str, ...] = ()) -> Callable[[], None]:
+        """``flush_staged`` issued, not awaited: returns its wait (call it exactly once)."""
+        names: list[str] = list(files)
+        for path in paths:
+            with os.scandir(path) as it:
+                names.extend(e.path for e in it if e.is_file(follow_symlinks=False))
+        return fsops.flush_many_start(names, [*paths, self.staging, *dirs])
 
     def rename_dir(self, src: str, dst: str) -> None:
         """Rename a directory to a name that must not exist (EEXIST even for an empty one)."""
@@ -243,7 +310,9 @@ class Store(Layout):
             if not os.path.isdir(src) or os.path.islink(src):
                 raise NotFound(f"{src}: no such unit")
             self.rename_dir(src, dst)
-            if self.sync:
+            if self.sync and self.sync_strategy == "batch":   # both parents in one wave
+                fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])
+            elif self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))
         return dst
@@ -316,7 +385,16 @@ class Store(Layout):
         one undoes the entry, and must not undo a decided change)."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
         self.bump_epoch()
-        if self.sync and self.sync_strategy == "syncfs":
+        if self.sync and self.sync_strategy == "batch":
+            # One wave, as one syncfs: the staged units (built unflushed) and the entry. A
+            # power loss inside it may keep the entry and not all of a unit: recovery finds
+            # such a unit torn and drops the entry whole (never decided).
+            self.write_file_atomic(path, encode_pretty(entry), sync=False)
+            self.flush_staged([os.path.join(self.staging, staged)
+                               for staged, _layer, _uid in entry.publish
+                               if os.path.isdir(os.path.join(self.staging, staged))],
+                              files=(path,), dirs=(self.journal_dir,))
+        elif self.sync and self.sync_strategy == "syncfs":
             # One barrier: the staged units (built unsynced) and the entry itself.
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
             fsops.syncfs(self.journal_dir)
@@ -349,6 +427,11 @@ class Store(Layout):
                 touched.add(os.path.dirname(path))
         if self.sync and self.sync_strategy == "syncfs":
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier
+        elif self.sync and self.sync_strategy == "batch":
+            # One wave: a rename is one transaction of the filesystem's journal, so flushing
+            # its target and source directories at once cannot keep the old name's removal
+            # without the new name (recorded targets first, as the "fsync" order).
+            fsops.flush_many([], [*sorted(touched), self.staging])
         elif self.sync:   # every rename of the entry made durable at once, before it goes;
             # targets before the staging directory: a rename whose source directory alone was
             # flushed may lose the object
@@ -361,10 +444,11 @@ class Store(Layout):
         # back through a publish (commit, import, ingest, legacy conversion: each a syncfs,
         # which flushes this deletion first) and then a move; a move alone (fsyncs of two
         # layer directories) cannot bring back an id that is in no layer.
-        # Under fsync (a barrier per directory anyway) it is flushed, which makes a missing
-        # fsync of a removal's parent show in every "all lost" power-loss state.
+        # Under fsync (a barrier per directory anyway) and batch (whose publishes do not flush
+        # the journal directory) it is flushed, which makes a missing fsync of a removal's
+        # parent show in every "all lost" power-loss state.
         _quiet_unlink(path)
-        if self.sync and self.sync_strategy == "fsync":
+        if self.sync and self.sync_strategy in ("fsync", "batch"):
             fsops.fsync_dir(self.journal_dir)
         self.bump_epoch()
 
@@ -482,22 +566,23 @@ def _pin_owner(name: str) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
-def _default_sync_strategy() -> Literal["fsync", "syncfs"]:
-    """syncfs(2) where Linux reports writeback errors through it (5.8+), else per-file fsync.
+def _default_sync_strategy() -> SyncStrategy:
+    """"batch" (the fsyncs of the "fsync" strategy, each step's issued at once), unless
+    ``FSMEM_SYNC=batch|syncfs|fsync`` says otherwise.
 
-    Measured on this project's machine (docs/BENCHMARKS.md): one syncfs per unit is faster than
-    an fsync per block file. ``FSMEM_SYNC=fsync|syncfs`` overrides the choice.
+    Measured on this project's machine, interleaved beside SQLite, quiet and beside a noisy
+    neighbour (docs/DECISIONS.md): a wave of concurrent fdatasyncs beats one syncfs(2), which
+    also flushes every other program's dirty data, and both beat fsyncs in turn (each its own
+    journal commit and device flush). It needs nothing but fsync, so it is the default
+    everywhere.
     """
     forced = os.environ.get("FSMEM_SYNC", "")
-    if forced in ("fsync", "syncfs"):
+    if forced in SYNC_STRATEGIES:
         return forced  # type: ignore[return-value]
-    if not fsops.has_syncfs() or not sys.platform.startswith("linux"):
-        return "fsync"
-    try:
-        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-    except ValueError:
-        return "fsync"
-    return "syncfs" if (major, minor) >= (5, 8) else "fsync"
+    if forced:
+        log.warning("FSMEM_SYNC=%r is not one of %s; using batch", forced,
+                    ", ".join(SYNC_STRATEGIES))
+    return "batch"
 
 
 def _quiet_unlink(path: str) -> None:

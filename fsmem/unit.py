@@ -11,7 +11,6 @@ import io
 import os
 import stat
 import time
-import uuid
 from typing import NamedTuple
 
 import blake3
@@ -50,7 +49,7 @@ class Written(NamedTuple):
 
 def staging_name(unit_id: str) -> str:
     """``<unit-id>~<pid>~<random>``: recovery can tell whose it is and whether it is alive."""
-    return f"{unit_id}~{os.getpid()}~{uuid.uuid4().hex[:12]}"
+    return f"{unit_id}~{os.getpid()}~{os.urandom(6).hex()}"
 
 
 def block_path(unit_dir: str, ref: BlockRef) -> str:

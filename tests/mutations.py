@@ -171,6 +171,27 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "journal apply (syncfs): renames and removals not flushed": ("fsmem/store.py", """\
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier""",
                                                                  "            pass", POWERLOSS),
+    "publish (batch): no flush of the staged unit before the rename": ("fsmem/store.py", """\
+                wait = self.flush_staged_start([builder.path])""", """\
+                wait = lambda: None""", POWERLOSS),
+    "publish (batch): the layer directory not flushed after the rename": ("fsmem/store.py", """\
+            wait = fsops.flush_many_start([], [os.path.dirname(dst)])""", """\
+            wait = fsops.flush_many_start([], [])""", POWERLOSS),
+    "batch wave: the files' data not flushed (only the directories)": ("fsmem/store.py", """\
+        return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
+        return fsops.flush_many_start([], [*paths, self.staging, *dirs])""", POWERLOSS),
+    "batch wave: the staged unit's directory not flushed": ("fsmem/store.py", """\
+        return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
+        return fsops.flush_many_start(names, [self.staging, *dirs])""", POWERLOSS),
+    "journal (batch): staged units not flushed with the entry": ("fsmem/store.py", """\
+            self.flush_staged([os.path.join(self.staging, staged)""", """\
+            self.flush_staged([] and [os.path.join(self.staging, staged)""", POWERLOSS),
+    "journal (batch): entry not in the wave": ("fsmem/store.py", """\
+                              files=(path,), dirs=(self.journal_dir,))""", """\
+                              files=(), dirs=())""", POWERLOSS),
+    "journal apply (batch): published parents not flushed": ("fsmem/store.py", """\
+            fsops.flush_many([], [*sorted(touched), self.staging])""", """\
+            fsops.flush_many([], [self.staging])""", POWERLOSS),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
                 self.discard(path, sync=False)
                 touched.add(os.path.dirname(path))""", """\
@@ -181,10 +202,14 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     # syncfs the entry's removal is not flushed at all; under fsync it still is, so that the
     # mutant below is killed by every "all lost" state, not only by a lucky random mix.
     "move (recall): parents not fsynced": ("fsmem/store.py", """\
-            if self.sync:
+            elif self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))""", """\
-            pass""", POWERLOSS),
+            elif False:
+                pass""", POWERLOSS),
+    "move (recall, batch): parents not flushed": ("fsmem/store.py", """\
+                fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])""", """\
+                pass""", POWERLOSS),
     # item 15
     "legacy recall: the JSON unlinked before the unit is published": ("fsmem/legacy.py", """\
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""", """\

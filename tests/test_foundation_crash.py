@@ -32,7 +32,7 @@ def _child_env(tmp_path):
     return {**os.environ, "PYTHONPATH": f"{PKG_ROOT}{os.pathsep}{tmp_path}"}
 
 
-@pytest.mark.parametrize("strategy", ["syncfs", "fsync"])
+@pytest.mark.parametrize("strategy", ["batch", "syncfs", "fsync"])
 def test_crash_point_sweep_commit(tmp_path, strategy):
     env = {**_child_env(tmp_path), "FSMEM_SYNC": strategy}
     template = tmp_path / "template"
@@ -56,7 +56,7 @@ def test_crash_point_sweep_commit(tmp_path, strategy):
 
 @pytest.mark.parametrize("op", ["write", "fsync", "open", "link", "mkdir", "rename"])
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
-@pytest.mark.parametrize("strategy", ["syncfs", "fsync"])
+@pytest.mark.parametrize("strategy", ["batch", "syncfs", "fsync"])
 def test_injected_errors_publish_nothing(root, op, err, strategy):
     mem = Memory.open(root)
     mem.store.sync_strategy = strategy

@@ -256,10 +256,10 @@ def _prepare(tmp: Path, setup: Callable[[Path], None]) -> tuple[Path, Path]:
     return pre, live
 
 
-@pytest.fixture(params=["syncfs", "fsync"])
+@pytest.fixture(params=["batch", "syncfs", "fsync"])
 def strategy(request, monkeypatch) -> str:
-    """Both sync strategies (the per-file fsyncs only exist under "fsync"); scenarios without
-    the fixture run the default, syncfs, on this kernel."""
+    """Every sync strategy (the per-file fsyncs in turn only exist under "fsync", the waves
+    only under "batch"); scenarios without the fixture run the default on this kernel."""
     monkeypatch.setenv("FSMEM_SYNC", request.param)
     return request.param
 
@@ -302,7 +302,9 @@ def test_append_with_prune_survives_power_loss(tmp_path, strategy):
     assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=12) >= 12
 
 
-def test_recall_survives_power_loss(tmp_path):
+@pytest.mark.parametrize("sync", ["batch", "fsync"])   # a move under syncfs is as fsync
+def test_recall_survives_power_loss(tmp_path, monkeypatch, sync):
+    monkeypatch.setenv("FSMEM_SYNC", sync)
     base: set[str] = set()
 
     def setup(p: Path) -> None:
@@ -444,20 +446,22 @@ def test_model_loses_what_was_never_flushed(tmp_path):
 
 
 
+@pytest.mark.parametrize("sync", ["syncfs", "batch"])
 @pytest.mark.parametrize("failing", ["the barrier", "the call after the barrier"])
-def test_a_failed_append_burst_is_never_half_stored(tmp_path, monkeypatch, failing):
-    """An append burst meets ENOSPC/EIO at its barrier (syncfs) or at the first call after it.
+def test_a_failed_append_burst_is_never_half_stored(tmp_path, monkeypatch, failing, sync):
+    """An append burst meets ENOSPC/EIO at its barrier (syncfs, or the first call of the
+    batch strategy's first wave) or at the first call after it.
     Whatever the call then reports, no crash state may hold a torn unit or an event twice, and
     if it returned, the burst is whole. The danger: a failure answered by removing the staged
     units while the journal entry that publishes them may still come back after a power loss
     (its removal unflushed): recovery would then publish half-deleted units."""
     import errno
-    monkeypatch.setenv("FSMEM_SYNC", "syncfs")
+    monkeypatch.setenv("FSMEM_SYNC", sync)
     pre, live = _prepare(tmp_path, lambda p: Memory.open(p, auto_prune=False).close())
     burst = [f"burst event {i}" for i in range(3)]
     flushed = False
 
-    def hook(op: str) -> None:   # under syncfs, the only barrier call ("fsync") is syncfs
+    def hook(op: str) -> None:   # the only barrier calls ("fsync") are syncfs / a wave's
         nonlocal flushed
         if op == "fsync" and failing == "the barrier":
             raise OSError(errno.EIO, "injected EIO at the barrier")
@@ -491,3 +495,36 @@ def test_a_failed_append_burst_is_never_half_stored(tmp_path, monkeypatch, faili
         assert all(c == 1 for c in seen.values()), f"{failing}, {name}: {seen}"
         assert Memory.open(state, auto_prune=False).fsck() == [], f"{failing}, {name}"
     assert check_states(tmp_path, pre, live, log, acked_inputs(set()), budget=12) >= 12
+
+
+def test_a_batch_commit_flushes_every_file_in_one_wave_before_the_rename(tmp_path, monkeypatch):
+    """The "batch" strategy's protocol, read from the recorded calls of one durable commit:
+    every file the staged unit holds is flushed, and its directory and staging/ too, before
+    the publish rename, in one wave (the fault hook sees one barrier); then the layer
+    directory (a second): two barriers a commit, and no syncfs of the whole filesystem."""
+    from fsmem import MediaAttachment
+    monkeypatch.setenv("FSMEM_SYNC", "batch")
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    image = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+    ops: list[str] = []
+    _fsops.set_hook(ops.append)
+    try:
+        log = record(lambda: mem.commit_events([
+            Event(source="qq", input="one", response="r1",
+                  attachments=[MediaAttachment(data=image, mime="image/png")]),
+            Event(source="qq", input="two", response="r2")]))
+    finally:
+        _fsops.set_hook(None)
+    assert ops.count("fsync") == 2, ops
+    assert not any(op[0] == "syncfs" for op in log)
+    publish = next(j for j, op in enumerate(log) if op[0] == "rename" and "/documents/" in op[2])
+    staged = os.path.dirname(log[publish][1].rstrip("/"))
+    created = {op[1] for op in log[:publish] if op[0] == "open" and op[2].startswith(staged)}
+    flushed = {op[1] for op in log[:publish] if op[0] == "fsync"}
+    assert len(created) >= 6 and created <= flushed, created - flushed
+    dirs = {op[1] for op in log[:publish] if op[0] == "fsync_dir"}
+    assert {log[publish][1], staged} <= dirs
+    first = min(j for j, op in enumerate(log) if op[0] in ("fsync", "fsync_dir"))
+    assert all(op[0] in ("fsync", "fsync_dir") for op in log[first:publish])   # one wave
+    assert [op[0] for op in log[publish + 1:] if op[0] != "mark"] == ["fsync_dir"]
+    assert log[-1] == ("fsync_dir", os.path.dirname(mem.store.unit_dir("documents", "x")))

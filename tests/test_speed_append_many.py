@@ -159,7 +159,7 @@ print("acknowledged", flush=True)
     crash_sweep(tmp_path, template, child, check, sample=6)
 
 
-@pytest.fixture(params=["syncfs", "fsync"] if STRESS else ["syncfs"])
+@pytest.fixture(params=["batch", "syncfs", "fsync"] if STRESS else ["batch", "syncfs"])
 def strategy(request, monkeypatch) -> str:
     """The default strategy here; both under FSMEM_STRESS=1 (tests/test_powerloss.py runs
     both for the single-append path)."""

@@ -476,7 +476,9 @@ def test_crash_point_sweep_distill(tmp_path, template):
     n, _ = crash_sweep(tmp_path, tpl, CHILD,
                        lambda root, label: _check_after_crash(root, expected, layout, label),
                        limit=200)
-    assert n >= 9   # three units moved, three calls each (rename, two directory fsyncs)
+    # three units moved, two or three calls each (the rename, then the two parents' flush:
+    # one wave under the batch strategy, two fsyncs under the others)
+    assert n >= 6
 
 
 def test_crash_inside_the_graph_transaction(tmp_path, template):
