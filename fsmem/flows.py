@@ -128,6 +128,7 @@ class Memory(Reader):
                 if self._index is not None and self._index._unsaved:
                     self._index.save()
                 self.access.compact()
+                self.store._empty_trash()   # what prunes left there (Store.TRASH_BATCH)
         except (OSError, FsmemError) as exc:   # derived state (a busy lock too): never fails
             log.warning("%s: derived state not saved: %s", self.root, exc)
         super().close()
@@ -402,14 +403,14 @@ class Memory(Reader):
         draft = _as_event(event)
         if event_id is not None:
             draft = _with(draft, id=check_name(event_id, "event_id"))
-        with self.store.locked():
+        with self.store.locked():   # once: the write and its maintenance (one recovery check)
             if draft.id and stored_event(self, draft.id):
                 log.info("%s: event %s already stored; nothing appended", self.root, draft.id)
                 return draft.id
             event_id = self._append_draft(draft)
-        query = " ".join(self._compute_texts(draft))
-        after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
-                    lambda: tick_pins(self.store))
+            query = " ".join(self._compute_texts(draft))
+            after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
+                        lambda: tick_pins(self.store))
         return event_id
 
     def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
