@@ -403,14 +403,14 @@ class Memory(Reader):
         draft = _as_event(event)
         if event_id is not None:
             draft = _with(draft, id=check_name(event_id, "event_id"))
-        with self.store.locked():   # once: the write and its maintenance (one recovery check)
+        with self.store.locked():
             if draft.id and stored_event(self, draft.id):
                 log.info("%s: event %s already stored; nothing appended", self.root, draft.id)
                 return draft.id
             event_id = self._append_draft(draft)
-            query = " ".join(self._compute_texts(draft))
-            after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
-                        lambda: tick_pins(self.store))
+        query = " ".join(self._compute_texts(draft))
+        after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
+                    lambda: tick_pins(self.store))
         return event_id
 
     def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
