@@ -128,6 +128,7 @@ class Memory(Reader):
                 if self._index is not None and self._index._unsaved:
                     self._index.save()
                 self.access.compact()
+                self.store._empty_trash()   # what prunes left there (Store.TRASH_BATCH)
         except (OSError, FsmemError) as exc:   # derived state (a busy lock too): never fails
             log.warning("%s: derived state not saved: %s", self.root, exc)
         super().close()

@@ -150,8 +150,24 @@ def _cache_of(mem: "Reader") -> L1Cache:
 def load_context(mem: "Reader", *, with_vectors: bool = True) -> list["Loaded"]:
     """Every readable unit of L1 from one consistent view, re-reading only what changed."""
     cache = _cache_of(mem)
+    view = _locked_view(mem)
+    if view is not None:
+        return cache.units(mem, view, with_vectors=with_vectors)
     return mem.consistent(lambda v: cache.units(mem, v, with_vectors=with_vectors),
                           ("context",))
+
+
+def _locked_view(mem: "Reader") -> View | None:
+    """L1's listing when this process holds the writer lock (None otherwise): no other writer
+    can begin or end a change meanwhile, and taking the lock completed every journal entry,
+    so the listing is consistent without the epoch reads of ``Layout.consistent``. A journal
+    entry still pending (this process failed to apply it) gives the full view instead."""
+    store = getattr(mem, "store", None)
+    if store is None or not store.holds_lock or not store._thread_lock._is_owned():
+        return None   # (held by another thread of this process: it may be mid-change)
+    if store.journal_names():
+        return store.view(("context",))
+    return View(units={"context": store.list_layer("context")})
 
 
 def context_timeline(mem: "Reader") -> "list[Event]":

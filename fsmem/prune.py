@@ -195,7 +195,7 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
             _settle_failed(store, entry, staged)
             raise
         try:
-            store.journal_apply(entry)
+            store.journal_apply(entry, defer_trash=True)   # emptied later, in a batch
         except BaseException:
             _settle_failed(store, entry, staged)
             raise

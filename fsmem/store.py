@@ -47,6 +47,10 @@ def new_unit_id(prefix: str = "u") -> str:
 
 
 _renameat2_cache: dict[int, bool] = {}
+# Units a prune removed wait in .fsmem/trash/ (deleting them costs a turn as much as the rest
+# of the prune): the trash is emptied in one batch at open, at close, and at the lock that
+# finds this many entries there.
+TRASH_BATCH = 64
 
 
 class Store(Layout):
@@ -317,10 +321,11 @@ class Store(Layout):
                 fsops.fsync_dir(os.path.dirname(src))
         return dst
 
-    def discard(self, path: str, *, sync: bool | None = None) -> None:
+    def discard(self, path: str, *, sync: bool | None = None, defer: bool = False) -> None:
         """Take a directory out of sight by one rename into ``.fsmem/trash/``, then delete it
         there, unless a snapshot is being taken (it may still link the files; recovery
-        deletes the trash once no snapshot holds a pin)."""
+        deletes the trash once no snapshot holds a pin) or ``defer``: left in the trash,
+        deleted in a batch later (``recover``), off the caller's critical path."""
         name = os.path.basename(path.rstrip("/"))
         foreign = foreign_entries(path)
         if foreign:   # never delete what fsmem did not write: the unit is kept whole
@@ -332,7 +337,7 @@ class Store(Layout):
         fsops.rename(path, trash)
         if self.sync if sync is None else sync:
             fsops.fsync_dir(os.path.dirname(path))
-        if not self.pinned():
+        if not defer and not self.pinned():
             fsops.rmtree(trash)
 
     def quarantine(self, path: str, label: str) -> str:
@@ -406,8 +411,9 @@ class Store(Layout):
             self.write_file_atomic(path, encode_pretty(entry), sync=True)
         return path
 
-    def journal_apply(self, entry: JournalEntry) -> None:
-        """Roll a committed entry forward; safe to run again after a crash at any step."""
+    def journal_apply(self, entry: JournalEntry, *, defer_trash: bool = False) -> None:
+        """Roll a committed entry forward; safe to run again after a crash at any step.
+        ``defer_trash``: removed units stay in the trash (``discard``'s ``defer``)."""
         touched: set[str] = set()
         for staged, layer, unit_id in entry.publish:
             src = os.path.join(self.staging, staged)
@@ -423,7 +429,7 @@ class Store(Layout):
         for layer, unit_id in entry.remove:
             path = self.unit_dir(layer, unit_id)
             if os.path.isdir(path):
-                self.discard(path, sync=False)
+                self.discard(path, sync=False, defer=defer_trash)
                 touched.add(os.path.dirname(path))
         if self.sync and self.sync_strategy == "syncfs":
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier
@@ -458,7 +464,8 @@ class Store(Layout):
         small directories); on the first lock of this Store (``full``) also settle unit ids
         found in two layers, which needs a listing of every layer: only when a crash left
         something behind (a journal entry or dead staging), since only an interrupted change
-        can leave a unit in two layers (fsck reports and fixes any other duplicate)."""
+        can leave a unit in two layers (fsck reports and fixes any other duplicate). The trash
+        is emptied on the first lock and once it holds ``TRASH_BATCH`` entries."""
         crashed = False
         for name in sorted(os.listdir(self.journal_dir)):
             path = os.path.join(self.journal_dir, name)
@@ -490,7 +497,8 @@ class Store(Layout):
                 fsops.rmtree(path)
             else:
                 _quiet_unlink(path)
-        self._empty_trash()
+        if full or len(os.listdir(self.trash_dir)) >= TRASH_BATCH:
+            self._empty_trash()
         if full and crashed:
             self._settle_duplicates()
 
