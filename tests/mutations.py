@@ -193,9 +193,9 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             fsops.flush_many([], [*sorted(touched), self.staging])""", """\
             fsops.flush_many([], [self.staging])""", POWERLOSS),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
-                self.discard(path, sync=False)
+                self.discard(path, sync=False, defer=defer_trash)
                 touched.add(os.path.dirname(path))""", """\
-                self.discard(path, sync=False)""", POWERLOSS),
+                self.discard(path, sync=False, defer=defer_trash)""", POWERLOSS),
     # Not listed: "journal apply: entry removal not fsynced" is equivalent (a journal entry
     # that comes back after a power loss is applied again, and applying is idempotent:
     # targets already published are skipped, removed units are already gone), so under
