@@ -20,6 +20,7 @@ import msgspec
 
 from .archive import ImportReport, publish_staged
 from .errors import FormatError, NotFound
+from .lazy_vectors import stores_vectors
 from .model import FORMAT_VERSION, Event, Manifest
 from .timestamps import Timestamp
 
@@ -164,7 +165,8 @@ def _stage(mem: Any, conv: ChatConversation) -> str:
         manifest = Manifest(format=FORMAT_VERSION, id=conv.unit_id, created_at=conv.created_at,
                             updated_at=now, events=records, summary=conv.title,
                             source=CHATGPT_SOURCE, embedder=mem.embedder.fingerprint)
-        manifest.vectors = mem._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
+        if stores_vectors(mem):   # else computed on first use, as for a commit
+            manifest.vectors = mem._embed_rows(builder, [(k, t) for k, t in texts if t.strip()])
         builder.finish(manifest)
     except BaseException:
         shutil.rmtree(builder.path, ignore_errors=True)

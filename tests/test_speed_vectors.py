@@ -122,3 +122,24 @@ def test_dense_prune_ranks_l1_units_stored_without_vectors(tmp_path):
     assert [e.input for e in dense.timeline()] == [TOPICS[2]]
     assert dense.fsck() == []
     dense.close()
+
+
+def test_imported_conversations_store_vectors_only_for_rankers_that_read_them(tmp_path):
+    """``fsmem import --from chatgpt`` writes units as commit does: none under bm25 with the
+    hashed embedder, stored under a ranker that reads them; a fused query finds them either way."""
+    from pathlib import Path
+
+    from fsmem.importers import import_chatgpt
+    export = Path(__file__).resolve().parents[1] / "fixtures" / "chatgpt" / "conversations.json"
+    for kw, stored in (({}, False), ({"ranker": "fusion"}, True)):
+        root = tmp_path / ("lazy" if not stored else "fused")
+        mem = Memory.open(root, **kw)
+        assert len(import_chatgpt(mem, str(export)).imported) == 2
+        for path in _units(root, "documents"):
+            assert (read_manifest(path).vectors is not None) == stored, path
+            assert os.path.exists(os.path.join(path, VECTORS)) == stored, path
+        assert mem.fsck() == []
+        mem.close()
+        fused = Memory.open(root, ranker="fusion")
+        assert fused.query("balcony tomatoes watering")[0].unit_id.endswith("0001")
+        fused.close()
