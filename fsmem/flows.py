@@ -748,33 +748,10 @@ def _check_strings(**fields: object) -> None:
 
 def _abort_burst(store: Store, entry: JournalEntry) -> None:
     """An append burst failed before its journal entry was surely durable (at the latest, at
-    its barrier): remove the entry (if written), make that removal durable, and only then the
-    staged units, so nothing of the burst is stored. Were the staged units removed while the
-    entry may still come back after a power loss, recovery would publish half-removed units.
-    If the removal cannot be made durable, the staged units stay: whichever way a power loss
-    decides, the burst is then whole or absent (the next writer cleans up dead staging)."""
-    path = os.path.join(store.journal_dir, f"{entry.id}.json")
-    try:
-        for name in os.listdir(store.journal_dir):
-            if name == f"{entry.id}.json" or (name.startswith(f"{entry.id}.json.")
-                                              and name.endswith(".tmp")):
-                _quiet_unlink_entry(os.path.join(store.journal_dir, name))
-        if store.sync:
-            fsops.fsync_dir(store.journal_dir)
-    except OSError as exc:
-        log.error("append burst %s failed, and its journal entry %s could not be removed "
-                  "durably (%s): its staged units are kept", entry.id, path, exc)
-        return
-    for staged, _layer, _uid in entry.publish:
-        _remove_tree(os.path.join(store.staging, staged))
-    log.info("append burst %s failed: nothing stored (%s)", entry.id, path)
-
-
-def _quiet_unlink_entry(path: str) -> None:
-    try:
-        fsops.unlink(path)
-    except FileNotFoundError:
-        pass
+    its barrier): nothing of it is stored, or, if its entry cannot be removed durably, it is
+    left whole for a power loss to decide (``Store.drop_entry``)."""
+    if store.drop_entry(entry):
+        log.info("append burst %s failed: nothing stored", entry.id)
 
 
 def _remove_tree(path: str) -> None:

@@ -483,7 +483,7 @@ class Store(Layout):
             if torn:   # its barrier never completed: the change was never decided
                 log.error("recovery: journal entry %s names torn staged units (%s): its "
                           "barrier never completed; dropping the change whole", path, torn)
-                self._drop_entry(entry, path)
+                self.drop_entry(entry)
                 continue
             log.info("recovery: completing %s %s", entry.op, entry.id)
             self.journal_apply(entry)
@@ -506,7 +506,7 @@ class Store(Layout):
         """The staged units of ``entry`` still in staging that are not whole. Every one is
         whole once the entry's barrier completed; a torn one means the barrier failed (the
         abort could not remove the entry durably either) and a power loss kept the entry
-        but not all of the units' files. Checked in full (every block's BLAKE3): this runs
+        but not all of the units' files (``drop_entry``). Checked in full (every block's BLAKE3): this runs
         only in recovery after a crash."""
         from .unit import verify_unit
         torn = []
@@ -516,16 +516,34 @@ class Store(Layout):
                 torn.append(staged)
         return torn
 
-    def _drop_entry(self, entry: JournalEntry, path: str) -> None:
-        """Undo an undecided change: its entry first, durably, then its staged units (the
-        order of flows._abort_burst: the entry must not come back to name removed units)."""
-        _quiet_unlink(path)
-        if self.sync:
-            fsops.fsync_dir(self.journal_dir)
+    def drop_entry(self, entry: JournalEntry) -> bool:
+        """Undo a change that was never decided (its barrier did not complete): remove its
+        journal entry (and a temp file of it), make that removal durable, and only then its
+        staged units; True if dropped. Were the staged units removed while the entry may
+        still come back after a power loss, recovery would publish half-removed units (or
+        apply the entry's removals alone). If the removal cannot be made durable, the
+        staged units stay, logged: whichever way a power loss decides, the change is then
+        whole or absent (dead staging is cleaned by a later writer)."""
+        path = os.path.join(self.journal_dir, f"{entry.id}.json")
+        try:
+            for name in os.listdir(self.journal_dir):
+                if name == f"{entry.id}.json" or (name.startswith(f"{entry.id}.json.")
+                                                  and name.endswith(".tmp")):
+                    try:
+                        fsops.unlink(os.path.join(self.journal_dir, name))
+                    except FileNotFoundError:
+                        pass
+            if self.sync:
+                fsops.fsync_dir(self.journal_dir)
+        except OSError as exc:
+            log.error("%s %s: journal entry %s could not be removed durably (%s): its staged "
+                      "units are kept", entry.op, entry.id, path, exc)
+            return False
         for staged, _layer, _uid in entry.publish:
             src = os.path.join(self.staging, staged)
             if os.path.isdir(src) and not os.path.islink(src):
                 fsops.rmtree(src)
+        return True
 
     def _settle_duplicates(self) -> None:
         """A unit id in two layers (a crash mid-rename on some filesystems): keep the first
