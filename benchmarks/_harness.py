@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 __all__ = ["REPO", "CHILD_ENV", "Profile", "PROFILES", "Stat", "Row", "Workdir", "interleave",
            "timed", "run_child", "machine", "format_table", "markdown_table", "drop_caches"]
@@ -123,6 +123,23 @@ def interleave(sides: dict[str, Callable[[], float]], reps: int, warmup: int = 1
             s = sides[n]()
             if i >= warmup:
                 out[n].append(s)
+    return out
+
+
+def rotate(sides: dict[str, Callable[[Any], object]], inputs: Iterable[Any]
+           ) -> dict[str, list[float]]:
+    """Time every side on each input in turn, the order rotating by one side each round (fair
+    among many sides, where ``interleave``'s two orders keep the middle ones in the middle).
+    The first input warms up and is not recorded."""
+    names = list(sides)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for i, item in enumerate(inputs):
+        k = i % len(names)
+        for n in names[k:] + names[:k]:
+            t = time.perf_counter()
+            sides[n](item)
+            if i:
+                out[n].append(time.perf_counter() - t)
     return out
 
 

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 from _data import text
+from _harness import rotate
 
 from fsmem import Memory
 
@@ -47,15 +48,7 @@ def measure(root: str, n_queries: int) -> None:
         "dense": lambda q: idx.search_events(q, 10, "dense"),
         "dense bound": lambda q: _dense_bound(idx, mem.embedder.embed([q])[0]),
     }
-    times: dict[str, list[float]] = {k: [] for k in sides}
-    names = list(sides)
-    for i, q in enumerate(queries):   # interleaved, the order rotating; query 0 warms up
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            t = time.perf_counter()
-            sides[name](q)
-            if i:
-                times[name].append(time.perf_counter() - t)
+    times = rotate(sides, queries)   # interleaved, the order rotating; query 0 warms up
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
     raw_mb = (idx.dense.nbytes + idx.post.rows.nbytes + idx.post.tfs.nbytes
               + idx.post.terms.nbytes + idx.post.ptr.nbytes) / 2**20

@@ -29,24 +29,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from _harness import rotate
+from _rows_write import NOISE
+
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 _libc.syncfs.argtypes = [ctypes.c_int]
 SFR_WRITE = 2
 
-NOISE = """
-import os, sys, time
-path, rate = sys.argv[1], int(sys.argv[2]) << 20
-fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-chunk, off = os.urandom(4 << 20), 0
-nxt = time.monotonic()
-while True:
-    os.pwrite(fd, chunk, off)
-    os.fsync(fd)
-    off = (off + len(chunk)) % (64 << 20)
-    nxt += len(chunk) / rate
-    time.sleep(max(0.0, nxt - time.monotonic()))
-"""
 
 
 def unit_files(rng: random.Random) -> list[tuple[str, bytes]]:
@@ -170,17 +160,7 @@ def measure(base: str, reps: int) -> dict[str, list[float]]:
     sides: dict[str, Callable] = {"sqlite WAL FULL": sqlite_side(base)}
     for name in CANDIDATES:
         sides[name] = Proto(base, name, threads=_threads(name)).run
-    names = list(sides)
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for i in range(reps + 1):
-        files = unit_files(rng)
-        k = i % len(names)
-        for n in names[k:] + names[:k]:
-            t = time.perf_counter()
-            sides[n](files)
-            if i:
-                out[n].append(time.perf_counter() - t)
-    return out
+    return rotate(sides, (unit_files(rng) for _ in range(reps + 1)))
 
 
 def report(title: str, times: dict[str, list[float]]) -> None:
