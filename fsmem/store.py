@@ -231,11 +231,7 @@ class Store(Layout):
                     fsops.fsync_dir(os.path.dirname(dst))
                 except OSError:
                     # Not durable, and a failed fsync is never retried: take it back out.
-                    try:
-                        self.discard(dst, sync=False)
-                    except OSError:
-                        log.error("%s: published but not durable, and could not be withdrawn",
-                                  dst)
+                    self._withdraw(dst)
                     raise
             if overlap is not None:
                 overlap(dst)
@@ -262,6 +258,8 @@ class Store(Layout):
                 raise
 
     def _withdraw(self, dst: str) -> None:
+        """Take a published unit whose name is not durable back out of sight (logged if that
+        fails too: the caller raises its flush error either way)."""
         try:
             self.discard(dst, sync=False)
         except OSError:
@@ -506,8 +504,8 @@ class Store(Layout):
         """The staged units of ``entry`` still in staging that are not whole. Every one is
         whole once the entry's barrier completed; a torn one means the barrier failed (the
         abort could not remove the entry durably either) and a power loss kept the entry
-        but not all of the units' files (``drop_entry``). Checked in full (every block's BLAKE3): this runs
-        only in recovery after a crash."""
+        but not all of the units' files (``drop_entry``). Checked in full (every block's
+        BLAKE3): this runs only in recovery after a crash."""
         from .unit import verify_unit
         torn = []
         for staged, _layer, unit_id in entry.publish:

@@ -26,9 +26,10 @@ from .model import (FORMAT_VERSION, BlockRef, Manifest, VectorsRef, check_name,
                     decode_manifest, encode_pretty)
 from .timestamps import Timestamp
 
-__all__ = ["manifest_key", "read_manifest_key", 
+__all__ = [
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
     "block_path", "read_vectors", "staging_name", "is_stray", "damaged", "Written",
+    "manifest_key", "read_manifest_key",
 ]
 
 MANIFEST = "manifest.json"
