@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from . import _fsops as fsops
 from .embed import Embedder, HashEmbedder
@@ -129,6 +129,7 @@ class Memory(Reader):
                     self._index.save()
                 self.access.compact()
                 self.store._empty_trash()   # what prunes left there (Store.TRASH_BATCH)
+                self.store.flush_retired()
         except (OSError, FsmemError) as exc:   # derived state (a busy lock too): never fails
             log.warning("%s: derived state not saved: %s", self.root, exc)
         super().close()
@@ -354,40 +355,51 @@ class Memory(Reader):
                                meta=dict(meta or {}))
 
     def write_unit(self, layer: str, fill, *, unit_id: str | None = None,
+                   publish_with: "Callable[[UnitBuilder, Written], bool] | None" = None,
                    **manifest_fields: object) -> str:
         """Build a unit in staging and publish it into ``layer``: ``fill(builder)`` writes the
         blocks and returns (event records, [(vector row key, compute-layer text)]); the
         manifest gets ``manifest_fields``. On any failure nothing is published and the staged
-        directory is removed; filesystem errors surface as StorageError."""
+        directory is removed; filesystem errors surface as StorageError. ``publish_with``
+        (under the writer lock) may publish the finished unit itself, with more changes in
+        one journal entry (an append's prune): it returns True when it did."""
         builder, manifest, texts = self._stage_unit(fill, unit_id, manifest_fields)
         with self._unpublished_on_failure(builder):
             with self.store.locked():
                 before = self._index_stamp(layer)
                 written = Written(manifest, builder.vectors, builder.texts,
                                   builder.manifest_key)
-                prepared: list[object] = []
-                indexed: list[str] = []
-
-                def prepare() -> None:   # overlaps the staged unit's flush
-                    prepared.append(self._index_entry(builder, layer, written))
-
-                def index_it(dst: str) -> None:   # overlaps the publish's last barrier
-                    self._indexed(builder.unit_id, layer, added=True, before=before,
-                                  written=written, entry=prepared[0] if prepared else None)
-                    indexed.append(builder.unit_id)
-                try:
-                    dst = self.store.publish(builder, layer, prepare=prepare,
-                                             overlap=index_it)
-                except BaseException:
-                    if indexed:   # withdrawn (its flush failed): out of the index again
-                        self._indexed(builder.unit_id, layer, added=False)
-                    raise
+                if publish_with is not None and publish_with(builder, written):
+                    dst = self.store.unit_dir(layer, builder.unit_id)
+                else:
+                    dst = self._publish_indexed(builder, layer, written, before)
                 if layer == "context" and self._filler is None:
                     from .l1cache import seed_written
                     seed_written(self, dst, written)
             if self._filler is not None:   # after publish: off the commit's critical path
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])
         return builder.unit_id
+
+    def _publish_indexed(self, builder: UnitBuilder, layer: str, written: "Written",
+                         before: int | None) -> str:
+        """Publish a staged unit (``Store.publish``), indexing it while its last barrier is in
+        flight when it goes to documents/; returns its directory."""
+        prepared: list[object] = []
+        indexed: list[str] = []
+
+        def prepare() -> None:   # overlaps the staged unit's flush
+            prepared.append(self._index_entry(builder, layer, written))
+
+        def index_it(dst: str) -> None:   # overlaps the publish's last barrier
+            self._indexed(builder.unit_id, layer, added=True, before=before,
+                          written=written, entry=prepared[0] if prepared else None)
+            indexed.append(builder.unit_id)
+        try:
+            return self.store.publish(builder, layer, prepare=prepare, overlap=index_it)
+        except BaseException:
+            if indexed:   # withdrawn (its flush failed): out of the index again
+                self._indexed(builder.unit_id, layer, added=False)
+            raise
 
     def _stage_unit(self, fill, unit_id: str | None, manifest_fields: dict
                     ) -> tuple[UnitBuilder, Manifest, list[tuple[str, str]]]:
@@ -438,15 +450,51 @@ class Memory(Reader):
         draft = _as_event(event)
         if event_id is not None:
             draft = _with(draft, id=check_name(event_id, "event_id"))
+        query = " ".join(self._compute_texts(draft))
+        outcome: list[object] = []   # what the append's own prune did (``_pruning_publish``)
         with self.store.locked():
             if draft.id and stored_event(self, draft.id):
                 log.info("%s: event %s already stored; nothing appended", self.root, draft.id)
                 return draft.id
-            event_id = self._append_draft(draft)
-        query = " ".join(self._compute_texts(draft))
-        after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
-                    lambda: tick_pins(self.store))
+            combined = self.auto_prune and self.context_protected >= 1
+            event_id = self._append_draft(draft, publish_with=self._pruning_publish(
+                query, outcome) if combined else None)
+        if not self.auto_prune or (outcome and outcome[0] is True):
+            after_write(self, lambda: tick_pins(self.store))
+        else:
+            after_write(self, _raiser(outcome[0]) if outcome else
+                        (lambda: self.prune(query=query)), lambda: tick_pins(self.store))
         return event_id
+
+    def _pruning_publish(self, query: str, outcome: list[object]
+                         ) -> "Callable[[UnitBuilder, Written], bool]":
+        """``write_unit``'s ``publish_with`` for an append into a full L1: the unit and the
+        prune it causes in one journal entry (fsmem.prune.stage_arriving). ``outcome`` gets
+        True when it published them or no prune is due, or the error that stopped the prune
+        before its entry was written: the unit is then published alone and the prune is
+        owed (fsmem.maintenance), except for a damaged L1 unit, which ``prune`` works
+        around at once as before (``outcome`` left empty)."""
+        from .prune import commit_arriving, stage_arriving
+
+        def publish_with(builder: UnitBuilder, written: "Written") -> bool:
+            rows = dict(zip(*written.vectors)) if written.vectors is not None else {}
+            unit = Loaded(builder.unit_id, builder.path, written.manifest, rows,
+                          os.stat(builder.path, follow_symlinks=False).st_mtime_ns)
+            try:
+                plan = stage_arriving(self, query, unit)
+            except OSError as exc:
+                log.warning("%s: the prune of this append failed before it was decided; "
+                            "the event is appended alone: %s", self.root, exc)
+                outcome.append(exc)
+                return False
+            except FsmemError:   # a damaged L1 unit: ``prune`` prunes around it
+                return False
+            outcome.append(True)
+            if plan is None:   # no prune is due: published alone
+                return False
+            commit_arriving(self, plan)
+            return True
+        return publish_with
 
     def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
         """Add a burst of events to L1, each as its own unit (as ``append`` does), with one
@@ -507,11 +555,17 @@ class Memory(Reader):
                     lambda: tick_pins(self.store))
         return ids
 
-    def _append_draft(self, draft: Event, *, plugins: Plugins | None = None) -> str:
-        """Write one event into L1 as its own unit, without pruning; returns its id."""
+    def _append_draft(self, draft: Event, *, plugins: Plugins | None = None,
+                      publish_with: "Callable[[UnitBuilder, Written], bool] | None" = None
+                      ) -> str:
+        """Write one event into L1 as its own unit, without pruning (unless ``publish_with``
+        does, see ``write_unit``); returns its id."""
         event_id = draft.id or new_unit_id("e")
         draft = _with(draft, id=event_id, timestamp=Timestamp.coerce(draft.timestamp))
-        self.commit_events([draft], source=draft.source, layer="context", plugins=plugins)
+        _check_strings(source=draft.source)
+        self.write_unit("context", self._events_fill([draft], plugins),
+                        publish_with=publish_with, summary="", tags=[], entities=[],
+                        source=draft.source, meta={})
         return event_id
 
     def turn(self, input_event: Event | TextEvent | dict,
@@ -744,6 +798,13 @@ def _check_strings(**fields: object) -> None:
         for item in items:
             if not isinstance(item, str):
                 raise FormatError(f"field {name!r}: expected text, got {type(item).__name__}")
+
+
+def _raiser(exc: BaseException) -> Callable[[], None]:
+    """A maintenance step that fails with ``exc`` (a prune that already failed: owed)."""
+    def step() -> None:
+        raise exc
+    return step
 
 
 def _abort_burst(store: Store, entry: JournalEntry) -> None:

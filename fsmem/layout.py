@@ -333,6 +333,23 @@ class Layout:
         """Staging names that a pending journal entry will publish (never cleaned up)."""
         return {p[0] for e in self.pending_journals()[0] for p in e.publish}
 
+    def lost_staged(self, entry: JournalEntry) -> list[str]:
+        """The staged units of a pending entry that are nowhere: not in staging, and their
+        unit id in no layer. After a power loss that kept the entry but not the staged
+        directories (their creation unflushed, the entry's file flushed), the entry's barrier
+        never completed, so its change was never decided: applying its removals would
+        delete what only those units held. (An entry applied earlier whose deletion was
+        lost has every unit in some layer, or removed since by a later change: skipping it
+        then changes nothing.)"""
+        lost = []
+        for staged, _layer, unit_id in entry.publish:
+            if os.path.lexists(os.path.join(self.staging, staged)):
+                continue
+            if not any(os.path.lexists(os.path.join(self.root, layer, unit_id))
+                       for layer in LAYERS):
+                lost.append(staged)
+        return lost
+
     def staging_is_dead(self, name: str) -> bool:
         """A staging entry left by a process that is gone (or, unknown owner, older than a
         day): safe to clean up."""
@@ -353,6 +370,8 @@ class Layout:
                 if not self.vanished(path) and not os.path.islink(path):
                     units[layer][only] = path
         for entry in pending:
+            if self.lost_staged(entry):   # never decided: recovery drops it whole
+                continue
             for layer, unit_id in entry.remove:
                 units.get(layer, {}).pop(unit_id, None)
             for staged, layer, unit_id in entry.publish:

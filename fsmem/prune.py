@@ -14,6 +14,8 @@ with the same arrival time.
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -21,6 +23,7 @@ import numpy as np
 from . import _fsops as fsops
 from .model import FORMAT_VERSION, EventRecord, Manifest
 from .l1cache import load_context
+from .errors import FsmemError
 from .layout import JournalEntry
 from .lazy_vectors import embed_rows, on_demand
 from .store import new_unit_id
@@ -29,7 +32,7 @@ from .timestamps import Timestamp
 if TYPE_CHECKING:
     from .flows import Memory, _Loaded
 
-__all__ = ["prune_context", "select_evictions", "watermark", "group_evictions",
+__all__ = ["prune_context", "stage_arriving", "commit_arriving", "ArrivingPrune", "select_evictions", "watermark", "group_evictions",
            "AVG_EVENT_TOKENS", "SESSION_GAP_NS"]
 
 log = logging.getLogger(__name__)
@@ -155,41 +158,13 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
         units = load_context(mem, with_vectors=True)   # re-reads only what changed
         if skip:
             units = [u for u in units if u.unit_id not in skip]
-        if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
-            return []
-        if pinned is None:
-            from .turn import read_pins
-            pinned = frozenset(read_pins(store))
-        tokens = context_tokens if context_tokens is not None else \
-            getattr(mem, "context_tokens", None)
-        keep = watermark(mem.context_capacity, mem.context_protected, context_tokens=tokens)
-        evict = select_evictions(units, mem.context_capacity, mem.context_protected,
-                                 _similarity(mem, units, query), keep=keep, pinned=pinned)
-        if not evict:
-            return []
-        groups = group_evictions([(u, r) for u in units for r in u.manifest.events
-                                  if r.id in evict])
         before = mem._index_stamp("documents")
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
-        logged = None   # the access log, read only if a unit keeps some events
-        staged, l2_ids = [], []
+        staged, l2_ids = _stage_prune(mem, units, query, entry, context_tokens=context_tokens,
+                                      pinned=pinned)
+        if not l2_ids:
+            return []
         try:
-            for group in groups:
-                l2_ids.append(_stage(mem, group, entry, "documents", archive=True))
-                staged.append(entry.publish[-1][0])
-            for u in units:
-                ids = {r.id for r in u.manifest.events}
-                if not ids & evict:
-                    continue
-                entry.remove.append(("context", u.unit_id))
-                rest = [(u, r) for r in u.manifest.events if r.id not in evict]
-                if rest:   # the remainder keeps the unit's access history
-                    logged = mem.access.stats() if logged is None else logged
-                    history = mem.access_of(u.manifest, logged.get(u.unit_id))
-                    rid = _stage(mem, rest, entry, "context", archive=False, base=u.manifest,
-                                 history=history)
-                    entry.mtimes[rid] = u.arrival_ns
-                    staged.append(entry.publish[-1][0])
             store.journal_commit(entry)
         except BaseException:
             _settle_failed(store, entry, staged)
@@ -199,12 +174,128 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
         except BaseException:
             _settle_failed(store, entry, staged)
             raise
-        for l2_id in l2_ids:
-            mem._indexed(l2_id, "documents", added=True)
-        if before is not None and mem._index is not None:
-            mem._index.own_change(before)
-        log.info("pruned %d events from L1 into %s", len(evict), ", ".join(l2_ids))
+        _index_archives(mem, l2_ids, before)
         return l2_ids
+
+
+@dataclass
+class ArrivingPrune:
+    """An append's prune, staged (``stage_arriving``), not yet decided."""
+
+    entry: JournalEntry
+    l2_ids: list[str]
+    before: int | None   # documents/'s stamp before the change (``Memory._index_stamp``)
+
+
+def stage_arriving(mem: "Memory", query: str, arriving: "_Loaded") -> ArrivingPrune | None:
+    """The prune of an append, staged before the appended unit is published: ``arriving``
+    (its finished unit, still in staging) joins L1 as its newest unit and, if L1 then holds
+    more than capacity, the evicted events' units are built in staging and listed with it in
+    one journal entry (``commit_arriving`` publishes them: two barriers, where publishing
+    then pruning takes four). None: no prune is due, as L1 stays within capacity or nothing
+    can be evicted (the caller publishes the unit as usual). The evictions are exactly
+    those of publishing it and then ``prune_context``: the unit arrives last, so it is
+    among the protected most recent events (the caller makes sure ``context_protected``
+    >= 1). Under the writer lock; on failure nothing of the prune is left staged and the
+    unit is untouched."""
+    if mem.context_protected < 1:
+        raise ValueError("stage_arriving: context_protected must be >= 1")
+    units = load_context(mem, with_vectors=True)
+    if sum(len(u.manifest.events) for u in units) + len(arriving.manifest.events) \
+            <= mem.context_capacity:
+        return None
+    newest = max((u.arrival_ns for u in units), default=0)
+    arriving = replace(arriving, arrival_ns=max(arriving.arrival_ns, newest + 1))
+    before = mem._index_stamp("documents")
+    entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now())
+    staged, l2_ids = _stage_prune(mem, [*units, arriving], query, entry)
+    if not l2_ids or ("context", arriving.unit_id) in entry.remove:
+        for name in staged:   # (never with a protected arrival: defensive)
+            fsops.rmtree(f"{mem.store.staging}/{name}")
+        return None
+    entry.publish.append((os.path.basename(arriving.path), "context", arriving.unit_id))
+    return ArrivingPrune(entry, l2_ids, before)
+
+
+def commit_arriving(mem: "Memory", plan: ArrivingPrune) -> list[str]:
+    """Publish a staged append and its prune (``stage_arriving``) by one journal entry;
+    returns the new L2 unit ids. A failure of the entry's barrier undoes the entry, the
+    appended unit included (``Store.drop_entry``), and raises: nothing stored. After it the
+    change is decided: completed here, or else by the next writer lock's recovery."""
+    store, entry = mem.store, plan.entry
+    try:
+        store.journal_commit(entry)
+    except BaseException:
+        store.drop_entry(entry)
+        raise
+    try:   # the trash emptied later, in a batch; the entry's deletion flushed by the next wave
+        store.journal_apply(entry, defer_trash=True, lazy_retire=True)
+    except (OSError, FsmemError) as exc:
+        log.warning("append %s: completing after %s", entry.id, exc)
+        try:
+            store.journal_apply(entry, defer_trash=True, lazy_retire=True)
+        except (OSError, FsmemError) as again:
+            log.error("append %s is durable; applying it failed again (%s): the next "
+                      "writer lock's recovery completes it", entry.id, again)
+            return plan.l2_ids
+    _index_archives(mem, plan.l2_ids, plan.before)
+    return plan.l2_ids
+
+
+def _stage_prune(mem: "Memory", units: list["_Loaded"], query: str, entry: JournalEntry, *,
+                 context_tokens: int | None = None, pinned: frozenset[str] | None = None
+                 ) -> tuple[list[str], list[str]]:
+    """Choose the evictions of L1 (``units``) and build their units in staging, listed in
+    ``entry`` (publish and remove): returns (staging names, new L2 unit ids); ([], []) when
+    L1 is within capacity or nothing can be evicted. On failure nothing staged is left."""
+    if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
+        return [], []
+    if pinned is None:
+        from .turn import read_pins
+        pinned = frozenset(read_pins(mem.store))
+    tokens = context_tokens if context_tokens is not None else \
+        getattr(mem, "context_tokens", None)
+    keep = watermark(mem.context_capacity, mem.context_protected, context_tokens=tokens)
+    evict = select_evictions(units, mem.context_capacity, mem.context_protected,
+                             _similarity(mem, units, query), keep=keep, pinned=pinned)
+    if not evict:
+        return [], []
+    groups = group_evictions([(u, r) for u in units for r in u.manifest.events
+                              if r.id in evict])
+    logged = None   # the access log, read only if a unit keeps some events
+    staged: list[str] = []
+    l2_ids: list[str] = []
+    try:
+        for group in groups:
+            l2_ids.append(_stage(mem, group, entry, "documents", archive=True))
+            staged.append(entry.publish[-1][0])
+        for u in units:
+            ids = {r.id for r in u.manifest.events}
+            if not ids & evict:
+                continue
+            entry.remove.append(("context", u.unit_id))
+            rest = [(u, r) for r in u.manifest.events if r.id not in evict]
+            if rest:   # the remainder keeps the unit's access history
+                logged = mem.access.stats() if logged is None else logged
+                history = mem.access_of(u.manifest, logged.get(u.unit_id))
+                rid = _stage(mem, rest, entry, "context", archive=False, base=u.manifest,
+                             history=history)
+                entry.mtimes[rid] = u.arrival_ns
+                staged.append(entry.publish[-1][0])
+    except BaseException:
+        for name in staged:
+            fsops.rmtree(f"{mem.store.staging}/{name}")
+        raise
+    log.info("pruning %d events from L1 into %s", len(evict), ", ".join(l2_ids))
+    return staged, l2_ids
+
+
+def _index_archives(mem: "Memory", l2_ids: list[str], before: int | None) -> None:
+    """Tell a loaded index about the archive units a prune published."""
+    for l2_id in l2_ids:
+        mem._indexed(l2_id, "documents", added=True)
+    if before is not None and mem._index is not None:
+        mem._index.own_change(before)
 
 
 def _settle_failed(store, entry: JournalEntry, staged: list[str]) -> None:

@@ -18,6 +18,7 @@ import errno
 import fcntl
 import logging
 import os
+import stat
 import threading
 import time
 import uuid
@@ -70,6 +71,9 @@ class Store(Layout):
         self._lock_fd: int | None = None
         self._lock_depth = 0
         self._recovered = False
+        # A journal entry's deletion not yet flushed ("batch": ``journal_apply``'s
+        # ``lazy_retire``): the next wave, or ``flush_retired``, flushes journal/.
+        self._retire_unflushed = False
         # How "full" durability is reached: "batch" (every file and directory of a step flushed
         # at once, one wave, before the publish rename), "syncfs" (one syncfs(2) of the whole
         # filesystem instead) or "fsync" (each file fsynced as it is written, in turn).
@@ -166,9 +170,28 @@ class Store(Layout):
 
     def bump_epoch(self) -> None:
         """Tell lock-free readers that a journaled change begins or ends (not durable: after
-        a crash the journal itself is the truth)."""
-        self.write_file_atomic(os.path.join(self.meta, "epoch"),
-                               str(self.epoch() + 1).encode(), sync=False)
+        a crash the journal itself is the truth). Rewritten in place as a fixed-width number:
+        a rename over the old file would make ext4 start writing the new one back at once
+        (auto_da_alloc), 2-4 ms a bump. A reader racing the write may read a mix of the old
+        and new digits: any digit of the new number differs, so it starts again. Anything
+        but a plain file of its own (a FIFO, a link) is replaced instead, never written
+        through."""
+        path = os.path.join(self.meta, "epoch")
+        data = b"%020d" % (self.epoch() + 1)
+        try:
+            fd = fsops.open_(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                             0o644)
+        except OSError:   # ELOOP (a symlink), ENXIO (a FIFO no one reads), ...
+            fd = -1
+        if fd >= 0:
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= 64:
+                    fsops.write_all(fd, data)
+                    return
+            finally:
+                os.close(fd)
+        self.write_file_atomic(path, data, sync=False)
 
     # -- writing ------------------------------------------------------------------------
     def builder(self, unit_id: str | None = None) -> UnitBuilder:
@@ -276,6 +299,9 @@ class Store(Layout):
                            dirs: tuple[str, ...] = ()) -> Callable[[], None]:
         """``flush_staged`` issued, not awaited: returns its wait (call it exactly once)."""
         names: list[str] = list(files)
+        if self._retire_unflushed:   # a retired journal entry's deletion rides this wave
+            self._retire_unflushed = False
+            dirs = (*dirs, self.journal_dir) if self.journal_dir not in dirs else dirs
         for path in paths:
             with os.scandir(path) as it:
                 names.extend(e.path for e in it if e.is_file(follow_symlinks=False))
@@ -409,9 +435,14 @@ class Store(Layout):
             self.write_file_atomic(path, encode_pretty(entry), sync=True)
         return path
 
-    def journal_apply(self, entry: JournalEntry, *, defer_trash: bool = False) -> None:
+    def journal_apply(self, entry: JournalEntry, *, defer_trash: bool = False,
+                      lazy_retire: bool = False) -> None:
         """Roll a committed entry forward; safe to run again after a crash at any step.
-        ``defer_trash``: removed units stay in the trash (``discard``'s ``defer``)."""
+        ``defer_trash``: removed units stay in the trash (``discard``'s ``defer``).
+        ``lazy_retire`` (the "batch" strategy): the entry's deletion is flushed by the next
+        wave of this store (or ``flush_retired``) instead of a barrier of its own; an entry
+        that comes back after a power loss meanwhile is applied again (idempotent, see
+        below)."""
         touched: set[str] = set()
         for staged, layer, unit_id in entry.publish:
             src = os.path.join(self.staging, staged)
@@ -451,10 +482,20 @@ class Store(Layout):
         # Under fsync (a barrier per directory anyway) and batch (whose publishes do not flush
         # the journal directory) it is flushed, which makes a missing fsync of a removal's
         # parent show in every "all lost" power-loss state.
+        # ``lazy_retire`` takes the syncfs argument for "batch" (an append's own prune: the
+        # ids it removes are L1 units', never reused; the next wave flushes journal/).
         _quiet_unlink(path)
-        if self.sync and self.sync_strategy in ("fsync", "batch"):
+        if self.sync and lazy_retire and self.sync_strategy == "batch":
+            self._retire_unflushed = True
+        elif self.sync and self.sync_strategy in ("fsync", "batch"):
             fsops.fsync_dir(self.journal_dir)
         self.bump_epoch()
+
+    def flush_retired(self) -> None:
+        """Make a lazily retired journal entry's deletion durable (``journal_apply``)."""
+        if self._retire_unflushed:
+            self._retire_unflushed = False
+            fsops.fsync_dir(self.journal_dir)
 
     # -- recovery -----------------------------------------------------------------------
     def recover(self, *, full: bool = True) -> None:
@@ -477,10 +518,11 @@ class Store(Layout):
                 log.error("%s: undecodable journal entry moved to %s: %s", path, dst, exc)
                 continue
             crashed = True
-            torn = self._torn_staged(entry)
+            torn = self._torn_staged(entry) + self.lost_staged(entry)
             if torn:   # its barrier never completed: the change was never decided
-                log.error("recovery: journal entry %s names torn staged units (%s): its "
-                          "barrier never completed; dropping the change whole", path, torn)
+                log.error("recovery: journal entry %s names torn or lost staged units "
+                          "(%s): its barrier never completed; dropping the change whole",
+                          path, torn)
                 self.drop_entry(entry)
                 continue
             log.info("recovery: completing %s %s", entry.op, entry.id)

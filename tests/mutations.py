@@ -105,7 +105,13 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             self._reconcile()""", """\
             self._reconcile()""", POWERLOSS),
     "recover: a journal entry naming a torn staged unit is applied": ("fsmem/store.py",
-        "            torn = self._torn_staged(entry)", "            torn = []", POWERLOSS),
+        "            torn = self._torn_staged(entry) + ", "            torn = [] + ", POWERLOSS),
+    "recover and readers: a journal entry whose staged units are lost is applied": (
+        "fsmem/layout.py", "                lost.append(staged)", "                pass",
+        POWERLOSS),
+    "append: its prune in a journal entry of its own (four barriers, not two)": (
+        "fsmem/flows.py", "            combined = self.auto_prune and self.context_protected >= 1",
+        "            combined = False", ["tests/test_speed_append.py"]),
     "publish: no fsync of the parent directory after the rename": ("fsmem/store.py", """\
                 try:
                     fsops.fsync_dir(os.path.dirname(dst))

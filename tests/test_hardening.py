@@ -107,23 +107,41 @@ def test_append_succeeds_when_prune_fails_at_any_call(tmp_path: Path) -> None:
     assert prune_failed > 0     # the sweep reached the prune step
 
 
-def test_owed_prune_is_repaired_at_open(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["append: ENOSPC staging its prune",
+                                 "append_many: the lock busy at its prune"])
+def test_owed_prune_is_repaired_at_open(tmp_path: Path, monkeypatch, how: str) -> None:
+    """The prune after a durable write fails: the write succeeds, the prune is owed
+    (.fsmem/maintenance) and the next open repairs it. An append prunes in its own journal
+    entry under the lock it holds, so its prune fails by a storage error (injected once, as
+    it stages the evicted events' unit); a burst prunes after releasing the lock, so there
+    another writer may hold it."""
+    import fcntl
+    from fsmem import prune as prune_mod
     template = _full_l1(tmp_path)
     mem = _open(template)
     mem.store.lock_timeout = 0.2
-    import fcntl
     fd = os.open(mem.store.lock_path, os.O_RDWR)
-    orig = mem.prune
+    if how.startswith("append:"):
+        orig_stage = prune_mod._stage
 
-    def busy_prune(query: str = "") -> None:   # the lock is taken by "another writer"
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            return orig(query)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    mem.prune = busy_prune  # type: ignore[method-assign]
-    assert mem.append(Event(input="over", id="e-over")) == "e-over"
+        def failing_stage(*args, **kw):
+            monkeypatch.setattr(prune_mod, "_stage", orig_stage)   # once
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        monkeypatch.setattr(prune_mod, "_stage", failing_stage)
+        assert mem.append(Event(input="over", id="e-over")) == "e-over"
+    else:
+        orig = mem.prune
+
+        def busy_prune(query: str = "") -> None:   # the lock is taken by "another writer"
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                return orig(query)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        mem.prune = busy_prune  # type: ignore[method-assign]
+        assert mem.append_many([Event(input="over", id="e-over")]) == ["e-over"]
     os.close(fd)
+    assert _copies(template, "e-over") == 1
     assert _l1_events(template) == CAP + 1
     assert (template / ".fsmem" / "maintenance").exists()
     mem.close()

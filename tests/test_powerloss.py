@@ -293,14 +293,52 @@ def test_append_with_prune_survives_power_loss(tmp_path, strategy):
     base: set[str] = set()
     pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
 
-    def run() -> None:
+    def run() -> None:   # each append that prunes is one journal entry, whose deletion the
+        # next one's barrier flushes: three appends, two of them pruning
         mem = Memory.open(live, context_capacity=4, context_protected=1, auto_prune=True)
-        mem.append(Event(source="qq", input="topic alpha new", response="fresh"))
-        ack("ack:topic alpha new")
+        for text in ("topic alpha new", "topic gamma later", "topic alpha last"):
+            mem.append(Event(source="qq", input=text, response="fresh"))
+            ack(f"ack:{text}")
     log = record(run)
+    assert sum(op[0] == "rename" and "/journal/" in op[2] for op in log) == 2
     assert any(op[0] == "rename" and os.path.basename(os.path.dirname(op[2])) == "documents"
                for op in log), "the append did not prune"   # (removed L1 units wait in trash)
     assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=12) >= 12
+
+
+@pytest.mark.parametrize("how", ["append", "prune"])
+def test_a_journal_entry_whose_staged_units_were_lost_is_never_applied(tmp_path, monkeypatch,
+                                                                       how):
+    """The crash state a sampled sweep found: the journal entry of a prune is on disk (its
+    file flushed, its rename kept) but the staged units it publishes never reached it (their
+    mkdirs in staging/ unflushed and lost). Applying its removals then would delete the L1
+    units whose events only those staged units held. Recovery must drop such an entry (its
+    barrier never completed), and a reader must not show its after state."""
+    monkeypatch.setenv("FSMEM_SYNC", "batch")
+    base: set[str] = set()
+    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+
+    def run() -> None:
+        mem = Memory.open(live, context_capacity=4, context_protected=1,
+                          auto_prune=how == "append")
+        mem.append(Event(source="qq", input="topic alpha new", response="fresh"))
+        if how == "prune":
+            mem.prune("topic alpha")
+    log = record(run)
+    entry = max(j for j, op in enumerate(log) if op[0] == "rename" and "/journal/" in op[2])
+    k = next(j for j in range(entry, len(log)) if log[j][0] == "fsync") + 1
+    state = tmp_path / "state"
+    build_state(pre, live, log, k, lambda j: not (log[j][0] == "mkdir" and "/staging/"
+                                                 in log[j][1]), state)
+    assert os.listdir(state / ".fsmem" / "journal") and not os.listdir(state / ".fsmem" /
+                                                                           "staging")
+    from fsmem import Reader
+    shown = {e.input for e in Reader.open(state).timeline()}
+    assert base <= shown, base - shown                 # a reader, before any recovery
+    seen, _where = events_by_layer(state)              # reopening runs recovery
+    assert base <= set(seen), base - set(seen)
+    assert all(c == 1 for c in seen.values()), seen
+    assert Memory.open(state, auto_prune=False).fsck() == []
 
 
 @pytest.mark.parametrize("sync", ["batch", "fsync"])   # a move under syncfs is as fsync
@@ -487,11 +525,17 @@ def test_a_failed_append_burst_is_never_half_stored(tmp_path, monkeypatch, faili
     # The end state with the staged files' removals kept and every other unflushed change lost
     # (their directories' removals and the journal entry's among them), then sampled states.
     n = len(log)
+    staged_writes = [j for j, op in enumerate(log) if op[0] == "write"
+                     and "/staging/" in str(log[op[1]][2])]
     targeted = [("staged files' removals kept, rest lost", lambda j: log[j][0] == "unlink"
-                 and "/staging/" in log[j][1])]
-    for name, keep in targeted:
-        state = tmp_path / "targeted"
-        build_state(pre, live, log, n, keep, state)
+                 and "/staging/" in log[j][1]),
+                ("one staged block's bytes lost, the rest kept (the entry too)",
+                 lambda j: j != staged_writes[0])]
+    entry = max(j for j, op in enumerate(log) if op[0] == "rename" and "/journal/" in op[2])
+    for i, (name, keep) in enumerate(targeted):
+        state = tmp_path / f"targeted-{i}"
+        # the first targeted state at the end; the second just after the entry's rename
+        build_state(pre, live, log, n if i == 0 else entry + 1, keep, state)
         seen, _where = events_by_layer(state)
         assert all(c == 1 for c in seen.values()), f"{failing}, {name}: {seen}"
         assert Memory.open(state, auto_prune=False).fsck() == [], f"{failing}, {name}"
