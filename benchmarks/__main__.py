@@ -33,7 +33,8 @@ from _scripts import run_scripts, scripts_markdown  # noqa: E402
 __all__ = ["main", "GROUPS"]
 
 GROUPS = {
-    "commit": rw.commit_rows, "append": rw.append_rows, "query": rr.query_rows,
+    "commit": rw.commit_rows, "append": rw.append_rows, "turn": rw.turn_rows,
+    "query": rr.query_rows,
     "open": rr.open_rows, "cold": rr.cold_open_rows, "restore": rr.restore_open_rows,
     "render": rr.render_rows,
     "recall": rw.recall_rows, "watch": rw.watch_rows, "cli": rr.cli_rows,

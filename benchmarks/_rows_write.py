@@ -23,7 +23,7 @@ from _harness import CHILD_ENV, REPO, Profile, Row, Stat, Workdir, interleave
 
 from fsmem import Event, MediaAttachment, Memory, Timestamp
 
-__all__ = ["commit_rows", "append_rows", "recall_rows", "watch_rows", "CAPACITY", "KEEP"]
+__all__ = ["commit_rows", "append_rows", "turn_rows", "recall_rows", "watch_rows", "CAPACITY", "KEEP"]
 
 CAPACITY, PROTECTED = 30, 10
 KEEP = CAPACITY - 1        # the prune watermark with an unbounded token budget: prune often
@@ -127,18 +127,19 @@ def _turn_events(n: int, seed: int) -> list[Event]:
                   input=text(rng, 120), response=text(rng, 300)) for i in range(n)]
 
 
-def _sqlite_l1(db: sqlite3.Connection) -> Callable[[Event], None]:
-    """Insert one event into L1; when L1 is over capacity, move the oldest down to the same
-    watermark fsmem keeps (a layer column update, one transaction)."""
+def _sqlite_l1(db: sqlite3.Connection) -> Callable[..., None]:
+    """Insert events into L1; when L1 is over capacity, move the oldest down to the same
+    watermark fsmem keeps (a layer column update; all in one transaction)."""
     db.executescript("""
         CREATE TABLE events(id INTEGER PRIMARY KEY, layer INT, ts INT, source TEXT,
                             input TEXT, response TEXT);
         CREATE INDEX ev_layer ON events(layer, ts);""")
 
-    def append(ev: Event) -> None:
+    def append(*events: Event) -> None:
         db.execute("BEGIN")
-        db.execute("INSERT INTO events(layer, ts, source, input, response) VALUES (1,?,?,?,?)",
-                   (ev.timestamp.ns, ev.source, ev.input, ev.response))
+        for ev in events:
+            db.execute("INSERT INTO events(layer, ts, source, input, response) "
+                       "VALUES (1,?,?,?,?)", (ev.timestamp.ns, ev.source, ev.input, ev.response))
         n = db.execute("SELECT count(*) FROM events WHERE layer=1").fetchone()[0]
         if n > CAPACITY:
             db.execute("UPDATE events SET layer=2 WHERE id IN (SELECT id FROM events "
@@ -183,6 +184,39 @@ def append_rows(wd: Workdir, prof: Profile) -> list[Row]:
                         + f"The appends that pruned alone: {pf.median_ms:.2f} ms against "
                           f"{ps.median_ms:.3f} ms ({pf.median_ms / ps.median_ms:.0f}x)"))
     return rows
+
+
+def turn_rows(wd: Workdir, prof: Profile) -> list[Row]:
+    """``Memory.turn`` (input + response, context policy prune, no recall) into a full L1,
+    durable, vs SQLite inserting both and moving the oldest in one transaction."""
+    from fsmem.turn import InjectOptions
+    stream = _turn_events(CAPACITY + 2 * (prof.reps + 1), 4)
+    mem = Memory.open(wd.path("turn/fsmem"), context_capacity=CAPACITY,
+                      context_protected=PROTECTED, context_tokens=10**9)
+    sq = _sqlite_l1(_sqlite(wd.path("turn/sqlite.db"), "FULL"))
+    for ev in stream[:CAPACITY]:
+        mem.append(ev)
+        sq(ev)
+    pairs = list(zip(stream[CAPACITY::2], stream[CAPACITY + 1::2]))
+    opts = InjectOptions(context_policy="prune", recall_policy="none")
+
+    def side(fn: Callable[[Event, Event], object]) -> Callable[[], float]:
+        it = iter(pairs)   # both sides live the same turns in order
+
+        def run() -> float:
+            q, a = next(it)
+            t = time.perf_counter()
+            fn(q, a)
+            return time.perf_counter() - t
+        return run
+    res = interleave({"fsmem": side(lambda q, a: mem.turn(q, a, options=opts)),
+                      "sqlite": side(sq)}, prof.reps)
+    mem.close()
+    return [Row("write", "agent turn (input + response, policy prune), L1 full, durable",
+                Stat(res["fsmem"]), "SQLite WAL FULL: both inserts + move oldest, one "
+                "transaction", Stat(res["sqlite"]), p95=True,
+                note=f"capacity {CAPACITY}/{PROTECTED}, watermark {KEEP}: every turn prunes; "
+                     "no recall (recall_policy none): the write path of a turn")]
 
 
 def _word(i: int) -> str:

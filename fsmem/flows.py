@@ -16,7 +16,6 @@ from . import _fsops as fsops
 from .embed import Embedder, HashEmbedder
 from .errors import FormatError, FsmemError, NotFound, StorageError
 from .index import DEFAULT_RANKER
-from .layout import JournalEntry
 from .lazy_vectors import stores_vectors
 from .model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
                     TextEvent, ToolResult, check_name)
@@ -445,114 +444,53 @@ class Memory(Reader):
         nothing is stored and the id is returned. Once the event is durable, append
         succeeds: a failing prune is logged, owed (``.fsmem/maintenance``) and retried by
         the next write or open (fsmem.maintenance)."""
-        from .maintenance import after_write, stored_event
-        from .turn import _as_event, tick_pins
+        from .appending import pruning_publish
+        from .maintenance import stored_event
+        from .turn import _as_event
         draft = _as_event(event)
         if event_id is not None:
             draft = _with(draft, id=check_name(event_id, "event_id"))
         query = " ".join(self._compute_texts(draft))
-        outcome: list[object] = []   # what the append's own prune did (``_pruning_publish``)
+        outcome: list[object] = []   # what its own prune did (appending.pruning_publish)
         with self.store.locked():
             if draft.id and stored_event(self, draft.id):
                 log.info("%s: event %s already stored; nothing appended", self.root, draft.id)
                 return draft.id
             combined = self.auto_prune and self.context_protected >= 1
-            event_id = self._append_draft(draft, publish_with=self._pruning_publish(
-                query, outcome) if combined else None)
-        if not self.auto_prune or (outcome and outcome[0] is True):
-            after_write(self, lambda: tick_pins(self.store))
-        else:
-            after_write(self, _raiser(outcome[0]) if outcome else
-                        (lambda: self.prune(query=query)), lambda: tick_pins(self.store))
+            event_id = self._append_draft(draft, publish_with=pruning_publish(
+                self, query, outcome) if combined else None)
+        self._after_append(query, outcome[0] if outcome else None)
         return event_id
 
-    def _pruning_publish(self, query: str, outcome: list[object]
-                         ) -> "Callable[[UnitBuilder, Written], bool]":
-        """``write_unit``'s ``publish_with`` for an append into a full L1: the unit and the
-        prune it causes in one journal entry (fsmem.prune.stage_arriving). ``outcome`` gets
-        True when it published them or no prune is due, or the error that stopped the prune
-        before its entry was written: the unit is then published alone and the prune is
-        owed (fsmem.maintenance), except for a damaged L1 unit, which ``prune`` works
-        around at once as before (``outcome`` left empty)."""
-        from .prune import commit_arriving, stage_arriving
-
-        def publish_with(builder: UnitBuilder, written: "Written") -> bool:
-            rows = dict(zip(*written.vectors)) if written.vectors is not None else {}
-            unit = Loaded(builder.unit_id, builder.path, written.manifest, rows,
-                          os.stat(builder.path, follow_symlinks=False).st_mtime_ns)
-            try:
-                plan = stage_arriving(self, query, unit)
-            except OSError as exc:
-                log.warning("%s: the prune of this append failed before it was decided; "
-                            "the event is appended alone: %s", self.root, exc)
-                outcome.append(exc)
-                return False
-            except FsmemError:   # a damaged L1 unit: ``prune`` prunes around it
-                return False
-            outcome.append(True)
-            if plan is None:   # no prune is due: published alone
-                return False
-            commit_arriving(self, plan)
-            return True
-        return publish_with
+    def _after_append(self, query: str, outcome: object) -> None:
+        """The maintenance after a durable append (fsmem.appending): the prune if it did not
+        go with the append's entry (``outcome`` None: prune now; an error: owed), then the
+        recall pins' tick."""
+        from .maintenance import after_write, failed_step
+        from .turn import tick_pins
+        if not self.auto_prune or outcome is True:
+            after_write(self, lambda: tick_pins(self.store))
+        else:
+            after_write(self, failed_step(outcome) if isinstance(outcome, BaseException) else
+                        (lambda: self.prune(query=query)), lambda: tick_pins(self.store))
 
     def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
         """Add a burst of events to L1, each as its own unit (as ``append`` does), with one
         durability barrier for the burst (group commit: one journal entry publishes them
-        all), then prune once; returns the event ids in order.
+        all, and the prune they cause when ``context_protected`` covers the burst; else it
+        prunes after); returns the event ids in order.
 
         All or nothing: a bad event or a failing write stores none of them; after a crash,
         recovery completes the burst or leaves no trace of it. Idempotency keys (an event's
         ``id``) are honoured as in ``append``: an event already stored, or repeated in the
         burst, is not stored again and its id is returned."""
-        from .maintenance import after_write, stored_event
-        from .turn import _as_event, tick_pins
+        from .appending import append_burst
+        from .turn import _as_event
         drafts = [_as_event(e) for e in events]
-        ids: list[str] = []
-        staged: list[tuple[UnitBuilder, list[tuple[str, str]]]] = []
-        with self.store.locked():
-            entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now())
-            try:
-                for draft in drafts:
-                    if draft.id and (draft.id in ids or stored_event(self, draft.id)):
-                        ids.append(draft.id)
-                        continue
-                    draft = _with(draft, id=draft.id or new_unit_id("e"),
-                                  timestamp=Timestamp.coerce(draft.timestamp))
-                    _check_strings(source=draft.source)
-                    builder, _m, texts = self._stage_unit(
-                        self._events_fill([draft], None), None,
-                        {"summary": "", "tags": [], "entities": [], "source": draft.source,
-                         "meta": {}})
-                    staged.append((builder, texts))
-                    entry.publish.append((os.path.basename(builder.path), "context",
-                                          builder.unit_id))
-                    ids.append(draft.id)
-                if entry.publish:   # the commit point: one barrier for the whole burst
-                    self.store.journal_commit(entry)
-            except BaseException:
-                _abort_burst(self.store, entry)
-                raise
-            if entry.publish:
-                try:
-                    self.store.journal_apply(entry)
-                except (OSError, FsmemError) as exc:   # decided: complete it now; if that
-                    # fails too, the entry stays and the next lock's recovery completes it:
-                    # the burst is durable, so the call still succeeds
-                    log.warning("%s: append burst %s: completing after %s", self.root,
-                                entry.id, exc)
-                    try:
-                        self.store.journal_apply(entry)
-                    except (OSError, FsmemError) as again:
-                        log.error("%s: append burst %s is durable; applying it failed again "
-                                  "(%s): the next writer lock's recovery completes it",
-                                  self.root, entry.id, again)
-        if self._filler is not None:
-            for builder, texts in staged:
-                self._filler.submit(builder.unit_id, [t for _k, t in texts])
         query = " ".join(t for d in drafts for t in self._compute_texts(d))
-        after_write(self, lambda: self.prune(query=query) if self.auto_prune else None,
-                    lambda: tick_pins(self.store))
+        ids, _archived, outcome = append_burst(
+            self, drafts, prune=query if self.auto_prune else None)
+        self._after_append(query, outcome)
         return ids
 
     def _append_draft(self, draft: Event, *, plugins: Plugins | None = None,
@@ -798,21 +736,6 @@ def _check_strings(**fields: object) -> None:
         for item in items:
             if not isinstance(item, str):
                 raise FormatError(f"field {name!r}: expected text, got {type(item).__name__}")
-
-
-def _raiser(exc: BaseException) -> Callable[[], None]:
-    """A maintenance step that fails with ``exc`` (a prune that already failed: owed)."""
-    def step() -> None:
-        raise exc
-    return step
-
-
-def _abort_burst(store: Store, entry: JournalEntry) -> None:
-    """An append burst failed before its journal entry was surely durable (at the latest, at
-    its barrier): nothing of it is stored, or, if its entry cannot be removed durably, it is
-    left whole for a power loss to decide (``Store.drop_entry``)."""
-    if store.drop_entry(entry):
-        log.info("append burst %s failed: nothing stored", entry.id)
 
 
 def _remove_tree(path: str) -> None:

@@ -24,7 +24,7 @@ from .unit import read_manifest
 if TYPE_CHECKING:
     from .flows import Memory
 
-__all__ = ["after_write", "repair_owed", "owed", "stored_event", "OWED_FILE",
+__all__ = ["failed_step", "after_write", "repair_owed", "owed", "stored_event", "OWED_FILE",
            "IDEMPOTENCY_WINDOW_S"]
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,14 @@ def after_write(mem: "Memory", *steps: Callable[[], object]) -> bool:
             pass
         log.info("%s: owed maintenance completed", mem.root)
     return True
+
+
+def failed_step(exc: BaseException) -> Callable[[], None]:
+    """A maintenance step that already failed with ``exc`` (for ``after_write``: logged and
+    owed like any other)."""
+    def step() -> None:
+        raise exc
+    return step
 
 
 def repair_owed(mem: "Memory") -> None:

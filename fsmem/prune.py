@@ -14,7 +14,6 @@ with the same arrival time.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
@@ -180,53 +179,62 @@ def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = Non
 
 @dataclass
 class ArrivingPrune:
-    """An append's prune, staged (``stage_arriving``), not yet decided."""
+    """Staged L1 arrivals and their prune in one journal entry, not yet decided."""
 
     entry: JournalEntry
-    l2_ids: list[str]
+    l2_ids: list[str]    # the prune's new L2 units ([]: the arrivals alone)
     before: int | None   # documents/'s stamp before the change (``Memory._index_stamp``)
 
 
-def stage_arriving(mem: "Memory", query: str, arriving: "_Loaded") -> ArrivingPrune | None:
-    """The prune of an append, staged before the appended unit is published: ``arriving``
-    (its finished unit, still in staging) joins L1 as its newest unit and, if L1 then holds
-    more than capacity, the evicted events' units are built in staging and listed with it in
-    one journal entry (``commit_arriving`` publishes them: two barriers, where publishing
-    then pruning takes four). None: no prune is due, as L1 stays within capacity or nothing
-    can be evicted (the caller publishes the unit as usual). The evictions are exactly
-    those of publishing it and then ``prune_context``: the unit arrives last, so it is
-    among the protected most recent events (the caller makes sure ``context_protected``
-    >= 1). Under the writer lock; on failure nothing of the prune is left staged and the
-    unit is untouched."""
-    if mem.context_protected < 1:
-        raise ValueError("stage_arriving: context_protected must be >= 1")
+def stage_arriving(mem: "Memory", query: str, arrivals: list["_Loaded"], entry: JournalEntry,
+                   *, context_tokens: int | None = None) -> list[str] | None:
+    """The prune of an append (or a burst, or a turn), staged before its units are
+    published: ``arrivals`` (finished units still in staging, which ``entry`` publishes)
+    join L1 as its newest units in their order and, if L1 then holds more than capacity, the
+    evicted events' units are built in staging and added to ``entry`` (``commit_arriving``
+    publishes it all: two barriers, where publishing then pruning takes four). Returns the
+    new L2 unit ids; None when no prune is due (L1 stays within capacity, or nothing can be
+    evicted), ``entry`` then unchanged. The evictions are exactly those of publishing the
+    arrivals and then ``prune_context``: they arrive last, so they are among the protected
+    most recent events (the caller makes sure ``context_protected`` covers them). Under the
+    writer lock; on failure ``entry`` is as it was and nothing of the prune is staged."""
+    if mem.context_protected < len(arrivals):
+        raise ValueError("stage_arriving: context_protected must cover the arrivals")
     units = load_context(mem, with_vectors=True)
-    if sum(len(u.manifest.events) for u in units) + len(arriving.manifest.events) \
-            <= mem.context_capacity:
+    if sum(len(u.manifest.events) for u in [*units, *arrivals]) <= mem.context_capacity:
         return None
     newest = max((u.arrival_ns for u in units), default=0)
-    arriving = replace(arriving, arrival_ns=max(arriving.arrival_ns, newest + 1))
-    before = mem._index_stamp("documents")
-    entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now())
-    staged, l2_ids = _stage_prune(mem, [*units, arriving], query, entry)
-    if not l2_ids or ("context", arriving.unit_id) in entry.remove:
-        for name in staged:   # (never with a protected arrival: defensive)
-            fsops.rmtree(f"{mem.store.staging}/{name}")
+    arrivals = [replace(u, arrival_ns=max(u.arrival_ns, newest + 1 + i))
+                for i, u in enumerate(arrivals)]
+    n_publish, n_remove, mtimes = len(entry.publish), len(entry.remove), dict(entry.mtimes)
+    taken = False
+    try:
+        staged, l2_ids = _stage_prune(mem, [*units, *arrivals], query, entry,
+                                      context_tokens=context_tokens)
+        if l2_ids and not {("context", u.unit_id) for u in arrivals} & set(entry.remove):
+            taken = True
+            return l2_ids
+        for name in staged:   # nothing evicted (or, never with protected arrivals, one
+            fsops.rmtree(f"{mem.store.staging}/{name}")   # of them: defensive)
         return None
-    entry.publish.append((os.path.basename(arriving.path), "context", arriving.unit_id))
-    return ArrivingPrune(entry, l2_ids, before)
+    finally:
+        if not taken:   # nothing of the prune goes with the entry: as it was
+            del entry.publish[n_publish:]
+            del entry.remove[n_remove:]
+            entry.mtimes = mtimes
 
 
 def commit_arriving(mem: "Memory", plan: ArrivingPrune) -> list[str]:
-    """Publish a staged append and its prune (``stage_arriving``) by one journal entry;
-    returns the new L2 unit ids. A failure of the entry's barrier undoes the entry, the
-    appended unit included (``Store.drop_entry``), and raises: nothing stored. After it the
+    """Publish staged L1 arrivals and their prune (``stage_arriving``) by one journal entry;
+    returns the new L2 unit ids. A failure up to the entry's barrier undoes the entry, the
+    arrivals included (``Store.drop_entry``), and raises: nothing stored. After it the
     change is decided: completed here, or else by the next writer lock's recovery."""
     store, entry = mem.store, plan.entry
     try:
         store.journal_commit(entry)
     except BaseException:
-        store.drop_entry(entry)
+        if store.drop_entry(entry):
+            log.info("append %s failed: nothing stored", entry.id)
         raise
     try:   # the trash emptied later, in a batch; the entry's deletion flushed by the next wave
         store.journal_apply(entry, defer_trash=True, lazy_retire=True)

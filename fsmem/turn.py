@@ -242,24 +242,27 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     events = [first] + ([_as_event(response_event)] if response_event is not None else [])
     result = TurnResult(priority="L3" if opts.priority == "L4" else opts.priority)
     overlay = _overlay(mem.plugins, first.source, opts)
-    result.event_ids.append(mem._append_draft(first, plugins=overlay))
-    try:
-        for ev in events[1:]:
-            result.event_ids.append(mem._append_draft(ev))
-    except BaseException:   # the turn fails with nothing stored: take the input back out
-        _take_back(mem, result.event_ids)
-        raise
     result.focus = _clean(mem.plugins, first, opts)
     context, recall = _policies(mem.plugins, first.source, opts)
     tool_prune, tool_recall = _tool_focus(mem.plugins, events)
     focus = ([result.focus] if context == "prune" and result.focus else []) + tool_prune
     tokens = context_tokens if context_tokens is not None else mem.context_tokens
-    from .maintenance import after_write
+    due = context == "prune" or bool(tool_prune)
+    from .appending import append_burst
+    from .maintenance import after_write, failed_step
     from .prune import prune_context
+    # All of the turn's events or none, by one journal entry, with the prune the policies
+    # ask for when it can go with them (fsmem.appending).
+    ids, archived, outcome = append_burst(
+        mem, events, plugins=[overlay, *[None] * (len(events) - 1)], dedupe=False,
+        prune=" ".join(focus) if due else None, context_tokens=tokens)
+    result.event_ids.extend(ids)
+    result.archived.extend(archived)
     # The events are durable: a failing prune is logged and owed, never the turn's failure.
-    if context == "prune" or tool_prune:
-        after_write(mem, lambda: result.archived.extend(
-            prune_context(mem, " ".join(focus), context_tokens=tokens)))
+    if due and outcome is not True:
+        after_write(mem, failed_step(outcome) if isinstance(outcome, BaseException) else
+                    lambda: result.archived.extend(
+                        prune_context(mem, " ".join(focus), context_tokens=tokens)))
     if _l1_events(mem) > 2 * mem.context_capacity:
         after_write(mem, lambda: result.archived.extend(   # maintenance
             prune_context(mem, "", context_tokens=tokens)))
@@ -276,19 +279,6 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
         log.warning("%s: pins not released after a durable turn (the next write "
                     "releases them): %s", mem.root, exc)
     return result
-
-
-def _take_back(mem: "Memory", event_ids: list[str]) -> None:
-    """Remove the L1 units of events this failing turn stored (each event its own unit)."""
-    from .maintenance import stored_event
-    for event_id in event_ids:
-        try:
-            uid = stored_event(mem, event_id)
-            if uid:
-                mem.remove(uid, layer="context")
-        except (OSError, FsmemError) as exc:
-            log.error("%s: a failed turn could not take back event %s: %s", mem.root,
-                      event_id, exc)
 
 
 def hit_views(mem: "Memory", hits: Iterable[Hit]) -> list["HitView"]:

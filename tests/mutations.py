@@ -238,9 +238,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
                     raise""", """\
                 raise""", HARDENING),
     "turn: a response that cannot be stored leaves the input stored": ("fsmem/turn.py", """\
-        _take_back(mem, result.event_ids)
-        raise""", """\
-        raise""", HARDENING),
+    ids, archived, outcome = append_burst(""", """\
+    for _ev in events[:-1]:
+        mem._append_draft(_ev)
+    ids, archived, outcome = append_burst(""", HARDENING),
     "discard: delete in place instead of one rename out of sight": ("fsmem/store.py", """\
         fsops.rename(path, trash)
         if self.sync if sync is None else sync:""", """\

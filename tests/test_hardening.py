@@ -108,27 +108,33 @@ def test_append_succeeds_when_prune_fails_at_any_call(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["append: ENOSPC staging its prune",
-                                 "append_many: the lock busy at its prune"])
+                                 "append_many: ENOSPC staging its prune",
+                                 "recall: the lock busy at its prune"])
 def test_owed_prune_is_repaired_at_open(tmp_path: Path, monkeypatch, how: str) -> None:
     """The prune after a durable write fails: the write succeeds, the prune is owed
     (.fsmem/maintenance) and the next open repairs it. An append prunes in its own journal
-    entry under the lock it holds, so its prune fails by a storage error (injected once, as
-    it stages the evicted events' unit); a burst prunes after releasing the lock, so there
-    another writer may hold it."""
+    entry under the lock it holds (so does a burst), so its prune fails by a storage error
+    (injected once, as it stages the evicted events' unit); a recall prunes after releasing
+    the lock, so there another writer may hold it."""
     import fcntl
     from fsmem import prune as prune_mod
     template = _full_l1(tmp_path)
     mem = _open(template)
     mem.store.lock_timeout = 0.2
     fd = os.open(mem.store.lock_path, os.O_RDWR)
-    if how.startswith("append:"):
+    if how.startswith("recall"):
+        uid = mem.commit("pears and plums from the market")
+    if how.startswith("append"):
         orig_stage = prune_mod._stage
 
         def failing_stage(*args, **kw):
             monkeypatch.setattr(prune_mod, "_stage", orig_stage)   # once
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         monkeypatch.setattr(prune_mod, "_stage", failing_stage)
-        assert mem.append(Event(input="over", id="e-over")) == "e-over"
+        if how.startswith("append:"):
+            assert mem.append(Event(input="over", id="e-over")) == "e-over"
+        else:
+            assert mem.append_many([Event(input="over", id="e-over")]) == ["e-over"]
     else:
         orig = mem.prune
 
@@ -139,9 +145,10 @@ def test_owed_prune_is_repaired_at_open(tmp_path: Path, monkeypatch, how: str) -
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         mem.prune = busy_prune  # type: ignore[method-assign]
-        assert mem.append_many([Event(input="over", id="e-over")]) == ["e-over"]
+        assert mem.recall("pears plums", top_k=1) == [uid]
     os.close(fd)
-    assert _copies(template, "e-over") == 1
+    if not how.startswith("recall"):
+        assert _copies(template, "e-over") == 1
     assert _l1_events(template) == CAP + 1
     assert (template / ".fsmem" / "maintenance").exists()
     mem.close()
@@ -588,9 +595,13 @@ def test_turn_whose_response_cannot_be_stored_fails_with_nothing_stored(tmp_path
     mem.append(Event(input="before", id="e-before"))
     before = sorted(p.name for p in (root / "context").iterdir())
 
-    def hook(op: str) -> None:   # the disk fills once the input's unit is published
-        if op in ("open", "write", "mkdir") and len(os.listdir(root / "context")) > 1:
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    mkdirs = []
+
+    def hook(op: str) -> None:   # the disk fills once the input's unit is written: the
+        if op == "mkdir":        # response's unit cannot be made
+            mkdirs.append(op)
+            if len(mkdirs) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
     fsops.set_hook(hook)
     try:
         with pytest.raises(OSError):

@@ -306,6 +306,35 @@ def test_append_with_prune_survives_power_loss(tmp_path, strategy):
     assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=12) >= 12
 
 
+def test_a_pruning_turn_survives_power_loss(tmp_path, strategy):
+    """A turn (input and response) whose policy prunes: its events and the prune are one
+    journal entry; every crash state holds both events or neither, and nothing of L1 lost."""
+    from fsmem.turn import InjectOptions
+    base: set[str] = set()
+    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+
+    def run() -> None:
+        mem = Memory.open(live, context_capacity=4, context_protected=2, auto_prune=True)
+        mem.turn(Event(source="qq", input="topic alpha question"),
+                 Event(source="qq", input="topic alpha answer"),
+                 options=InjectOptions(context_policy="prune"))
+        ack("ack:topic alpha question")
+        ack("ack:topic alpha answer")
+    log = record(run)
+    entry = next(j for j, op in enumerate(log) if op[0] == "rename" and "/journal/" in op[2])
+    assert sum(op[0] == "rename" and "/journal/" in op[2] for op in log) == 1
+    assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=8) >= 8
+    # both events or neither: around the entry's barrier, where the turn is decided
+    for k in range(entry, min(len(log), entry + 12), 3):
+        for name, keep in choosers(3 + k, 1):
+            state = tmp_path / f"pair-{k}-{name}"
+            build_state(pre, live, log, k, keep, state)
+            seen, _where = events_by_layer(state)
+            pair = {"topic alpha question", "topic alpha answer"} & set(seen)
+            assert len(pair) in (0, 2), f"crash at {k}, {name}: {pair}"
+            shutil.rmtree(state)
+
+
 @pytest.mark.parametrize("how", ["append", "prune"])
 def test_a_journal_entry_whose_staged_units_were_lost_is_never_applied(tmp_path, monkeypatch,
                                                                        how):

@@ -182,3 +182,37 @@ def test_an_odd_epoch_file_is_replaced_not_followed(root, tmp_path, odd):
     assert not os.path.islink(path) and os.path.isfile(path) and os.stat(path).st_nlink == 1
     assert mem.store.epoch() >= (41 + 2 if odd == "old text" else 2)
     mem.close()
+
+
+@pytest.mark.parametrize("call", ["turn", "append_many"])
+def test_a_pruning_turn_or_burst_is_one_journal_entry_and_two_barriers(tmp_path, monkeypatch,
+                                                                       call):
+    """A turn (input + response) whose policy prunes, or a burst that overflows L1, makes
+    its events and the prune durable in one journal entry: two barriers (a turn took two
+    publishes of two and a prune of three before)."""
+    from fsmem import _fsops
+    from fsmem.turn import InjectOptions
+    monkeypatch.setenv("FSMEM_SYNC", "batch")
+    mem = Memory.open(tmp_path / "m", context_capacity=4, context_protected=2,
+                      context_tokens=2 * 2000)
+    for i in range(4):
+        mem.append(_mixed_event(i))
+    q, a = _mixed_event(4), _mixed_event(5)
+    ops: list[str] = []
+    _fsops.set_hook(ops.append)
+    try:
+        if call == "turn":
+            archived = mem.turn(q, a, options=InjectOptions(context_policy="prune")).archived
+        else:
+            mem.append_many([q, a])
+            archived = [u for u in mem.units("documents")]
+    finally:
+        _fsops.set_hook(None)
+    assert archived and ops.count("fsync") == 2, (archived, ops)
+    l1 = {e.id for e in mem.timeline()}
+    assert {"ev-4", "ev-5"} <= l1 and len(l1) <= 4
+    stored = l1 | {r.id for u in mem._load_layer("documents", with_vectors=True)
+                   for r in u.manifest.events}
+    assert stored == {f"ev-{i}" for i in range(6)}
+    mem.close()
+

@@ -232,11 +232,11 @@ def test_a_decided_burst_whose_apply_fails_twice_still_succeeds(tmp_path, monkey
     applying = {"calls": 0, "now": False}
     real_apply = Store.journal_apply
 
-    def journal_apply(self, entry):   # the real apply; its renames fail in the first two
+    def journal_apply(self, entry, **kw):   # the real apply; its renames fail in the first two
         applying["calls"] += 1
         applying["now"] = applying["calls"] <= 2
         try:
-            return real_apply(self, entry)
+            return real_apply(self, entry, **kw)
         finally:
             applying["now"] = False
 
