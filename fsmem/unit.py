@@ -11,10 +11,9 @@ import io
 import os
 import stat
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
-import numpy as np
 
 from . import _fsops as fsops
 from .blocks import (block_filename, check_digest, hash_bytes, link_block, verify_block,
@@ -25,6 +24,9 @@ from .media import image_size, modality_of
 from .model import (FORMAT_VERSION, BlockRef, Manifest, VectorsRef, check_name,
                     decode_manifest, encode_pretty)
 from .timestamps import Timestamp
+
+if TYPE_CHECKING:   # numpy loads where vectors are written or read (CLI start-up)
+    import numpy as np
 
 __all__ = [
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
@@ -107,6 +109,7 @@ class UnitBuilder:
 
     def set_vectors(self, rows: list[str], matrix: np.ndarray, embedder: str) -> VectorsRef:
         """Write ``vectors.npy`` (float32, one row per key) and return its reference."""
+        import numpy as np
         mat = np.ascontiguousarray(matrix, dtype=np.float32)
         if mat.ndim != 2 or mat.shape[0] != len(rows):
             raise ValueError(f"vectors: {mat.shape} does not match {len(rows)} rows")
@@ -201,6 +204,7 @@ def _check_refs(manifest: Manifest, path: str) -> None:
 
 def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarray] | None:
     """The unit's stored vectors as (row keys, float32 matrix), or None if it has none."""
+    import numpy as np
     ref = manifest.vectors
     if ref is None:
         return None

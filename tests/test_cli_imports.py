@@ -1,0 +1,95 @@
+"""CLI start-up: the everyday read verbs import only what they use.
+
+Listing, showing and reading L1 back run in a fresh interpreter, and after the verb's ``main``
+returns, ``sys.modules`` must hold none of the heavy modules those verbs never need (numpy, the
+search index, the stemmers, the embedders, watchdog, the write side). A test about imports,
+not timing (wall times are benchmarks/_rows_read.py's CLI rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PKG_ROOT, REPO
+from fsmem import Event, Memory, Timestamp
+
+#: modules a listing or a transcript never needs (each costs tens of ms to import)
+HEAVY = ("numpy", "watchdog", "snowballstemmer", "Stemmer", "sentence_transformers",
+         "fsmem.index", "fsmem.analyze", "fsmem.embed", "fsmem.embedders", "fsmem.ranking",
+         "fsmem.vector_cache", "fsmem.flows", "fsmem.store", "fsmem.watch")
+
+_CHILD = """
+import json, sys
+from fsmem.cli import main
+rc = main(sys.argv[1:])
+sys.stdout.flush()
+print("\\n" + json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
+"""
+
+
+def _run_verb(*argv: str) -> tuple[int, str, list[str]]:
+    """Run one verb through ``fsmem.cli.main`` in a fresh interpreter: exit code, what it
+    printed, and every module imported by then."""
+    env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
+    for key in ("FSMEM_ROOT", "FSMEM_CAPACITY", "FSMEM_PROTECTED", "FSMEM_DURABILITY"):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True,
+                          text=True, timeout=60, cwd=str(REPO), env=env)
+    out, _, last = proc.stdout.rstrip("\n").rpartition("\n")
+    report = json.loads(last)
+    assert report["rc"] == proc.returncode == 0, proc.stderr
+    return report["rc"], out, report["modules"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> tuple[str, str, str]:
+    """A small store: two L2 documents and two L1 events (a context unit has no summary, so
+    ``ls`` reads its blocks for a first line)."""
+    root = str(tmp_path_factory.mktemp("imports") / "m")
+    mem = Memory.open(root)
+    doc = mem.commit("the tomato seedlings went out on the balcony", summary="garden")
+    mem.commit("second note about the heat pump")
+    mem.append(Event(timestamp=Timestamp.now(), source="cli", input="water the tomatoes?",
+                     response="yes, twice a week"))
+    mem.append(Event(timestamp=Timestamp.now(), source="cli", input="and the basil?"))
+    ctx = mem.units("context")[0]
+    mem.close()
+    return root, doc, ctx
+
+
+@pytest.mark.parametrize("verb", ["ls", "ls --json", "show DOC", "show --json CTX", "timeline",
+                                  "stats", "render --budget 200"])
+def test_read_verbs_import_no_heavy_module(store, verb):
+    root, doc, ctx = store
+    argv = [a.replace("DOC", doc).replace("CTX", ctx) for a in verb.split()]
+    rc, out, modules = _run_verb("--root", root, *argv)
+    assert out.strip(), f"`fsmem {verb}` printed nothing"   # the verb really ran
+    if argv[0] == "ls":
+        assert doc in out and ctx in out
+    elif argv[0] == "show":
+        assert argv[-1] in out
+    # render's token estimate is one numpy pass over the events (fsmem.render): fair there
+    heavy = [m for m in HEAVY if not (argv[0] == "render" and m == "numpy")]
+    loaded = sorted(m for m in heavy if m in modules)
+    assert not loaded, f"`fsmem {verb}` imported {loaded}"
+
+
+def test_query_still_works_after_the_lazy_imports(store):
+    """The index (and numpy) come in when a query needs them."""
+    root, doc, _ = store
+    rc, out, modules = _run_verb("--root", root, "--json", "query", "tomato seedlings")
+    assert json.loads(out)[0]["unit_id"] == doc
+    assert "numpy" in modules and "fsmem.index" in modules   # the guard above can fail
+
+
+def test_python_dash_m_fsmem_runs_the_command(store):
+    root, doc, _ = store
+    proc = subprocess.run([sys.executable, "-m", "fsmem", "--root", root, "ls"],
+                          capture_output=True, text=True, timeout=60, cwd=str(REPO),
+                          env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
+    assert proc.returncode == 0 and doc in proc.stdout, proc.stderr
