@@ -295,7 +295,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     as_json=args.json)
 
 
-def _parser(core_only: bool = False) -> argparse.ArgumentParser:
+class _Unbuilt:
+    """Stands in for the parser of a verb not on this command line: its arguments are not
+    built (each argparse parser costs gettext look-ups at every start-up)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _parser(core_only: bool = False, only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; ``core_only``: without the verbs of the heavy modules;
+    ``only``: with that one core verb alone (the one on the command line)."""
     common = argparse.ArgumentParser(add_help=False)
     add_globals(common, suppress=True)        # after the verb: override only when given
     capacity = argparse.ArgumentParser(add_help=False)
@@ -308,7 +318,9 @@ def _parser(core_only: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=version_string())
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def verb(name: str, fn: Callable, help: str, parents: Sequence = ()) -> argparse.ArgumentParser:
+    def verb(name: str, fn: Callable, help: str, parents: Sequence = ()) -> Any:
+        if only is not None and name != only:
+            return _Unbuilt()
         sp = sub.add_parser(name, parents=[common, *parents], help=help, description=help)
         sp.set_defaults(fn=fn)
         return sp
@@ -389,17 +401,25 @@ _CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor
                          "reindex", "snapshot", "adopt", "demo"})
 
 
-def _verb_of(argv: Sequence[str]) -> str | None:
-    """The verb in ``argv`` (global flags may come first; ``--root`` takes a value)."""
-    skip = False
-    for tok in argv:
+_PLAIN_GLOBALS = frozenset({"--json", "-v", "--verbose"})
+
+
+def _verb_at(argv: Sequence[str]) -> tuple[int | None, bool]:
+    """Where the verb is in ``argv`` (global flags may come first; ``--root``, or a prefix
+    of it as argparse accepts, takes a value), and whether the flags before it are plain
+    (``--root``, ``--json``, ``-v``: no help asked for, which would list every verb)."""
+    skip, plain = False, True
+    for i, tok in enumerate(argv):
+        name = tok.split("=", 1)[0]
         if skip:
             skip = False
-        elif tok == "--root":
-            skip = True
-        elif not tok.startswith("-"):
-            return tok
-    return None
+        elif len(name) >= 3 and "--root".startswith(name):
+            skip = "=" not in tok
+        elif tok.startswith("-"):
+            plain = plain and tok in _PLAIN_GLOBALS
+        else:
+            return i, plain
+    return None, plain
 
 
 def _legacy_summary(args: argparse.Namespace) -> None:
@@ -439,7 +459,10 @@ def _main(argv: Sequence[str] | None) -> int:
         print(version_string())
         return 0
     completing = "_ARGCOMPLETE" in os.environ
-    parser = _parser(core_only=not completing and _verb_of(argv) in _CORE_VERBS)
+    at, plain = (None, False) if completing else _verb_at(argv)
+    verb = argv[at] if at is not None else None
+    core = verb in _CORE_VERBS   # a core verb alone: only its own arguments are built
+    parser = _parser(core_only=core, only=verb if core and plain else None)
     try:
         import argcomplete   # optional extra "completion"
         argcomplete.autocomplete(parser)
