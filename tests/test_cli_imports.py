@@ -2,7 +2,7 @@
 
 Listing, showing and reading L1 back run in a fresh interpreter, and after the verb's ``main``
 returns, ``sys.modules`` must hold none of the heavy modules those verbs never need (numpy, the
-search index, the stemmers, the embedders, watchdog, the write side). A test about imports,
+search index, the stemmers, the embedders, watchdog, the write flows). A test about imports,
 not timing (wall times are benchmarks/_rows_read.py's CLI rows).
 """
 
@@ -21,7 +21,7 @@ from fsmem import Event, Memory, Timestamp
 #: modules a listing or a transcript never needs (each costs tens of ms to import)
 HEAVY = ("numpy", "watchdog", "snowballstemmer", "Stemmer", "sentence_transformers",
          "fsmem.index", "fsmem.analyze", "fsmem.embed", "fsmem.embedders", "fsmem.ranking",
-         "fsmem.vector_cache", "fsmem.flows", "fsmem.store", "fsmem.watch")
+         "fsmem.vector_cache", "fsmem.flows", "fsmem.watch")
 
 _CHILD = """
 import json, sys
@@ -63,7 +63,7 @@ def store(tmp_path_factory) -> tuple[str, str, str]:
 
 
 @pytest.mark.parametrize("verb", ["ls", "ls --json", "show DOC", "show --json CTX", "timeline",
-                                  "stats", "render --budget 200"])
+                                  "stats", "fsck", "fsck --quick", "render --budget 200"])
 def test_read_verbs_import_no_heavy_module(store, verb):
     root, doc, ctx = store
     argv = [a.replace("DOC", doc).replace("CTX", ctx) for a in verb.split()]
