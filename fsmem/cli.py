@@ -125,8 +125,23 @@ def _first_text(mem: "Reader", unit: Any) -> str:
     return ""
 
 
+def _no_legacy(root: str) -> bool:
+    """Whether documents/ holds no ``*.json`` name at all: then the legacy fallback has
+    nothing to read or report, and fsmem.legacy (milliseconds of dataclasses) stays
+    unimported. Any doubt (an unreadable directory) answers False: fsmem.legacy decides."""
+    try:
+        with os.scandir(os.path.join(root, "documents")) as it:
+            return not any(e.name.endswith(".json") for e in it)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def _legacy_rows(root: str) -> list[dict]:
     """HomeAgent JSON documents still in documents/ (read through the logged fallback)."""
+    if _no_legacy(root):
+        return []
     from .errors import FsmemError
     from .legacy import legacy_doc_files, legacy_id, read_legacy
     rows = []
@@ -426,9 +441,11 @@ def _legacy_summary(args: argparse.Namespace) -> None:
     """One line per command about legacy documents served (per-document warnings come once
     per store: fsmem.legacy)."""
     import logging
-    from .legacy import summary_line
     root = getattr(args, "root", None)
-    line = summary_line(root) if root and os.path.isdir(root) else None
+    if not root or ("fsmem.legacy" not in sys.modules and _no_legacy(root)):
+        return   # none served (the module never loaded), none left
+    from .legacy import summary_line
+    line = summary_line(root) if os.path.isdir(root) else None
     if line:
         logging.getLogger("fsmem.legacy").warning(line)
 

@@ -22,16 +22,16 @@ from .blocks import DIGEST_RE
 from .errors import AmbiguousDigest, FsmemError, InvalidName, NotFound
 from .layout import LAYERS, Layout, Vanished, View
 from .model import BlockRef, Event, Manifest, check_name
-from .plugins import ChannelDef, Plugins, ToolDef
 from .timestamps import Timestamp
 from .unit import block_path, read_manifest, read_vectors
 from .views import Document, Hit, hydrate_event
 
-if TYPE_CHECKING:   # numpy, the index and the embedders load on first use (CLI start-up)
+if TYPE_CHECKING:   # numpy, the index, embedders and plugins load on first use (CLI start-up)
     import numpy as np
 
     from .embed import Embedder
     from .index import Index
+    from .plugins import ChannelDef, Plugins, ToolDef
 
 __all__ = ["Reader", "Loaded", "MEDIA_STORE", "default_ranker"]
 
@@ -66,10 +66,10 @@ class Reader:
 
     writable = False
 
-    def __init__(self, layout: Layout, *, plugins: Plugins, embedder: Embedder | None,
+    def __init__(self, layout: Layout, *, plugins: Plugins | None, embedder: Embedder | None,
                  ranker: str | None) -> None:
         self.layout = layout
-        self.plugins = plugins
+        self._plugins = plugins   # None: an empty registry, made on first use
         self._embedder = embedder   # None: the hashed default, built on first use
         self._ranker = ranker or (default_ranker(embedder) if embedder is not None else None)
         self.access = AccessLog(layout.meta)
@@ -85,7 +85,23 @@ class Reader:
         memory directory. Nothing is created, locked or written."""
         layout = Layout(root)
         layout.require_readable()
-        return cls(layout, plugins=Plugins.of(plugins), embedder=embedder, ranker=ranker)
+        if plugins is not None:
+            from .plugins import Plugins
+            plugins = Plugins.of(plugins)
+        return cls(layout, plugins=plugins, embedder=embedder, ranker=ranker)
+
+    @property
+    def plugins(self) -> Plugins:
+        """The host's tool and channel declarations (none given: an empty registry, made on
+        first use, as listing and reading units never consult it)."""
+        if self._plugins is None:
+            from .plugins import Plugins
+            self._plugins = Plugins()
+        return self._plugins
+
+    @plugins.setter
+    def plugins(self, value: Plugins) -> None:
+        self._plugins = value
 
     @property
     def embedder(self) -> Embedder:
