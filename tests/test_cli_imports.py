@@ -75,8 +75,7 @@ def test_read_verbs_import_no_heavy_module(store, verb):
         assert doc in out and ctx in out
     elif argv[0] == "show":
         assert argv[-1] in out
-    # render's token estimate is one numpy pass over the events (fsmem.render): fair there
-    heavy = [m for m in HEAVY if not (argv[0] == "render" and m == "numpy")]
+    heavy = list(HEAVY)
     if argv[0] in ("ls", "show", "timeline"):
         heavy += LISTING_NEEDS_NOT
     loaded = sorted(m for m in heavy if m in modules)
@@ -97,3 +96,41 @@ def test_python_dash_m_fsmem_runs_the_command(store):
                           capture_output=True, text=True, timeout=60, cwd=str(REPO),
                           env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
     assert proc.returncode == 0 and doc in proc.stdout, proc.stderr
+
+
+def test_render_without_numpy_cuts_exactly_as_with_it(tmp_path):
+    """``fsmem render`` weighs a small L1 without numpy (fsmem.render._heuristic_many_py):
+    the text it prints is the one the numpy pass gives, at budgets that keep everything,
+    cap the bodies, and collapse the oldest events."""
+    import random
+    from fsmem import render
+    root = str(tmp_path / "m")
+    mem = Memory.open(root)
+    rng = random.Random(18)
+    words = ["tomato", "热泵", "12.5 kWh", "🐱", "naïve", "—", "x\ty", "수리", "?!", "\U0001f600"]
+    for i in range(8):
+        mem.append(Event(timestamp=Timestamp.now(), source="cli", role="user",
+                         input=" ".join(rng.choice(words) for _ in range(rng.randint(5, 120))),
+                         response=" ".join(rng.choice(words) for _ in range(rng.randint(0, 60)))))
+    events = mem.timeline()
+    mem.close()
+    for budget in (30, 120, 400, 100_000):
+        rc, out, modules = _run_verb("--root", root, "--json", "render", "--budget", str(budget))
+        assert "numpy" not in modules
+        assert json.loads(out)["text"] == render(events, budget), budget   # numpy loaded here
+
+
+def test_heuristic_weights_agree_with_the_numpy_pass():
+    """The loop and the numpy pass: the same (units, keep, kept) for every text and limit,
+    over every weight class (ASCII classes, 2-, 3-, 4-byte characters, lone surrogates)."""
+    import random
+    mod = sys.modules["fsmem.render"]
+    assert "numpy" in sys.modules   # so _heuristic_many takes the numpy pass
+    rng = random.Random(7)
+    alphabet = "aZ 09\t\n.,!-_\x00\x7f" + "éß\u07ff" + "\u0800中한\uffff" + "😀\U0010ffff" + "\ud800\udfff"
+    for _ in range(500):
+        texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+                 for _ in range(rng.randint(1, 5))]
+        limits = [rng.randint(-2, 150) for _ in texts]
+        assert mod._heuristic_many_py(texts, limits) == tuple(
+            list(x) for x in mod._heuristic_many(texts, limits)), (texts, limits)
