@@ -306,7 +306,7 @@ _VERBS: list[tuple[str, list[str], float | None, str]] = [
     ("fsmem stats", ["stats"], None, ""),
     ("fsmem fsck", ["fsck"], None, "re-hashes every block"),
     ("fsmem render --budget 2000", ["render", "--budget", "2000"], None,
-     "numpy: render's token estimate is one numpy pass"),
+     "a small L1 is weighed without numpy"),
     ("fsmem query (bm25)", ["query", "note"], None, "numpy, the index and the stemmer: needed"),
     ("fsmem append (durable)", ["append", "--input", "hi", "--response", "ok"], None,
      "the write path (fsmem.flows imports the index); a store of its own"),
