@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
 
-from . import _fsops as fsops
 from .blocks import (block_filename, check_digest, hash_bytes, link_block, verify_block,
                      write_block, write_block_from_fd)
 from .errors import FormatError, NotFound
@@ -63,6 +62,7 @@ class UnitBuilder:
     """Builds one unit directory in staging; ``finish`` writes the manifest last."""
 
     def __init__(self, staging_root: str, unit_id: str, *, sync: bool) -> None:
+        from . import _fsops as fsops
         self.unit_id = check_name(unit_id)
         self.sync = sync
         self.path = os.path.join(staging_root, staging_name(unit_id))
@@ -123,6 +123,7 @@ class UnitBuilder:
 
     def finish(self, manifest: Manifest) -> str:
         """Write the manifest (the commit record) and make the directory durable."""
+        from . import _fsops as fsops
         if manifest.id != self.unit_id:
             raise ValueError(f"manifest id {manifest.id!r} != unit id {self.unit_id!r}")
         data = encode_pretty(manifest)
@@ -139,6 +140,7 @@ class UnitBuilder:
         since nothing reads a staged directory before it is published (a staged unit left
         by a crash is dead staging, removed whole by recovery; one a journal entry names was
         finished, and under ``sync`` flushed, before the entry was written)."""
+        from . import _fsops as fsops
         path = os.path.join(self.path, name)
         fd = fsops.open_(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
