@@ -12,12 +12,13 @@ sweep learns how many points there are).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:   # the flush pool's threads start on the first flush (CLI start-up)
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "set_hook", "call_count", "open_", "write_all", "fsync", "fsync_dir", "syncfs", "close",
@@ -160,7 +161,9 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+# dlopen(NULL): the C library the interpreter runs on, as ctypes.util.find_library("c") found
+# it, without the ldconfig child process find_library starts at import (CLI start-up)
+_libc = ctypes.CDLL(None, use_errno=True)
 _syncfs = getattr(_libc, "syncfs", None)
 _renameat2 = getattr(_libc, "renameat2", None)
 if _renameat2 is not None:
@@ -201,6 +204,7 @@ _pool_lock = threading.Lock()
 
 def _flush_pool() -> ThreadPoolExecutor:
     global _pool
+    from concurrent.futures import ThreadPoolExecutor
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="fsmem-flush")

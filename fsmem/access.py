@@ -24,7 +24,6 @@ from typing import Iterable, Mapping
 
 import msgspec
 
-from . import _fsops as fsops
 from .layout import read_small
 from .model import NAME_RE
 
@@ -69,6 +68,7 @@ class AccessLog:
     # -- writing a statistic (readers too) -------------------------------------------------
     def create(self) -> None:
         """Writers make the log at open, so readers never have to create it."""
+        from . import _fsops as fsops
         try:
             fd = fsops.open_(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o666)
@@ -79,6 +79,7 @@ class AccessLog:
     def record(self, unit_ids: Iterable[str], when_ns: int | None = None) -> bool:
         """Append one line per unit; False (and nothing raised) where the log is missing or
         not writable (a read-only store just answers)."""
+        from . import _fsops as fsops
         ns = time.time_ns() if when_ns is None else when_ns
         data = "".join(f"{u} {ns}\n" for u in unit_ids if NAME_RE.match(u)).encode()
         if not data:
@@ -172,6 +173,7 @@ class AccessLog:
     def compact(self, *, force: bool = False) -> bool:
         """Fold sealed logs into the state when the log has grown (or ``force``); True if
         it did. The caller holds the writer lock."""
+        from . import _fsops as fsops
         try:
             size = os.stat(self.path).st_size
         except FileNotFoundError:
@@ -204,6 +206,7 @@ class AccessLog:
         return True
 
     def _write_state(self, state: _State) -> None:
+        from . import _fsops as fsops
         path = os.path.join(self.meta, STATE)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as fh:

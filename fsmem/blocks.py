@@ -15,7 +15,6 @@ import stat
 
 import blake3
 
-from . import _fsops as fsops
 from .errors import ChecksumMismatch, InvalidName, NotFound
 from .errors import FormatError
 from .layout import open_regular, read_fd
@@ -59,6 +58,7 @@ def _tmp_name() -> str:
 
 def _finish(dir_path: str, tmp: str, digest: str, mime: str) -> str:
     """Link the finished temp file to its digest name; an existing name is a dedupe hit."""
+    from . import _fsops as fsops
     final = os.path.join(dir_path, block_filename(digest, mime))
     try:
         fsops.link(tmp, final)
@@ -75,6 +75,7 @@ def write_block(dir_path: str, data: bytes | memoryview, mime: str, *, sync: boo
     The digest is known before the bytes are written, so they go straight to the block's
     name (no temp file, link and unlink: two metadata operations fewer per block); an
     existing name is a dedupe hit. A write that fails removes its partial file."""
+    from . import _fsops as fsops
     digest = hash_bytes(data)
     final = os.path.join(dir_path, block_filename(digest, mime))
     try:
@@ -97,6 +98,7 @@ def write_block(dir_path: str, data: bytes | memoryview, mime: str, *, sync: boo
 def write_block_from_fd(dir_path: str, src_fd: int, mime: str, *, sync: bool,
                         size_cap: int | None = None) -> tuple[str, str, int]:
     """Copy an open file into a block, hashing the same bytes it writes: (digest, path, size)."""
+    from . import _fsops as fsops
     tmp = os.path.join(dir_path, _tmp_name())
     fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, BLOCK_MODE)
     hasher = blake3.blake3()
@@ -131,6 +133,7 @@ def link_block(src_path: str, dir_path: str, digest: str, mime: str, *, sync: bo
 
     Across filesystems (EXDEV) the bytes are copied, re-hashed and checked instead.
     """
+    from . import _fsops as fsops
     final = os.path.join(dir_path, block_filename(digest, mime))
     try:
         fsops.link(src_path, final)

@@ -125,8 +125,23 @@ def _first_text(mem: "Reader", unit: Any) -> str:
     return ""
 
 
+def _no_legacy(root: str) -> bool:
+    """Whether documents/ holds no ``*.json`` name at all: then the legacy fallback has
+    nothing to read or report, and fsmem.legacy (milliseconds of dataclasses) stays
+    unimported. Any doubt (an unreadable directory) answers False: fsmem.legacy decides."""
+    try:
+        with os.scandir(os.path.join(root, "documents")) as it:
+            return not any(e.name.endswith(".json") for e in it)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def _legacy_rows(root: str) -> list[dict]:
     """HomeAgent JSON documents still in documents/ (read through the logged fallback)."""
+    if _no_legacy(root):
+        return []
     from .errors import FsmemError
     from .legacy import legacy_doc_files, legacy_id, read_legacy
     rows = []
@@ -295,7 +310,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     as_json=args.json)
 
 
-def _parser(core_only: bool = False) -> argparse.ArgumentParser:
+class _Unbuilt:
+    """Stands in for the parser of a verb not on this command line: its arguments are not
+    built (each argparse parser costs gettext look-ups at every start-up)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _parser(core_only: bool = False, only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; ``core_only``: without the verbs of the heavy modules;
+    ``only``: with that one core verb alone (the one on the command line)."""
     common = argparse.ArgumentParser(add_help=False)
     add_globals(common, suppress=True)        # after the verb: override only when given
     capacity = argparse.ArgumentParser(add_help=False)
@@ -308,7 +333,9 @@ def _parser(core_only: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=version_string())
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def verb(name: str, fn: Callable, help: str, parents: Sequence = ()) -> argparse.ArgumentParser:
+    def verb(name: str, fn: Callable, help: str, parents: Sequence = ()) -> Any:
+        if only is not None and name != only:
+            return _Unbuilt()
         sp = sub.add_parser(name, parents=[common, *parents], help=help, description=help)
         sp.set_defaults(fn=fn)
         return sp
@@ -389,26 +416,36 @@ _CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor
                          "reindex", "snapshot", "adopt", "demo"})
 
 
-def _verb_of(argv: Sequence[str]) -> str | None:
-    """The verb in ``argv`` (global flags may come first; ``--root`` takes a value)."""
-    skip = False
-    for tok in argv:
+_PLAIN_GLOBALS = frozenset({"--json", "-v", "--verbose"})
+
+
+def _verb_at(argv: Sequence[str]) -> tuple[int | None, bool]:
+    """Where the verb is in ``argv`` (global flags may come first; ``--root``, or a prefix
+    of it as argparse accepts, takes a value), and whether the flags before it are plain
+    (``--root``, ``--json``, ``-v``: no help asked for, which would list every verb)."""
+    skip, plain = False, True
+    for i, tok in enumerate(argv):
+        name = tok.split("=", 1)[0]
         if skip:
             skip = False
-        elif tok == "--root":
-            skip = True
-        elif not tok.startswith("-"):
-            return tok
-    return None
+        elif len(name) >= 3 and "--root".startswith(name):
+            skip = "=" not in tok
+        elif tok.startswith("-"):
+            plain = plain and tok in _PLAIN_GLOBALS
+        else:
+            return i, plain
+    return None, plain
 
 
 def _legacy_summary(args: argparse.Namespace) -> None:
     """One line per command about legacy documents served (per-document warnings come once
     per store: fsmem.legacy)."""
     import logging
-    from .legacy import summary_line
     root = getattr(args, "root", None)
-    line = summary_line(root) if root and os.path.isdir(root) else None
+    if not root or ("fsmem.legacy" not in sys.modules and _no_legacy(root)):
+        return   # none served (the module never loaded), none left
+    from .legacy import summary_line
+    line = summary_line(root) if os.path.isdir(root) else None
     if line:
         logging.getLogger("fsmem.legacy").warning(line)
 
@@ -439,7 +476,10 @@ def _main(argv: Sequence[str] | None) -> int:
         print(version_string())
         return 0
     completing = "_ARGCOMPLETE" in os.environ
-    parser = _parser(core_only=not completing and _verb_of(argv) in _CORE_VERBS)
+    at, plain = (None, False) if completing else _verb_at(argv)
+    verb = argv[at] if at is not None else None
+    core = verb in _CORE_VERBS   # a core verb alone: only its own arguments are built
+    parser = _parser(core_only=core, only=verb if core and plain else None)
     try:
         import argcomplete   # optional extra "completion"
         argcomplete.autocomplete(parser)

@@ -158,9 +158,10 @@ def _check_meta(layout: Layout, view: View) -> list[Finding]:
         if name not in pending and layout.staging_is_dead(name):
             findings.append(Finding(kind="stray-staging", path=os.path.join(layout.staging, name),
                                     detail="left by a writer that is gone"))
-    from .vector_cache import check_cache
-    findings.extend(Finding(kind="derived-vector", path=p, detail=d)
-                    for p, d in check_cache(layout.meta))
+    if os.path.isdir(os.path.join(layout.meta, "vectors")):   # none: nothing to check
+        from .vector_cache import check_cache   # (and numpy stays unloaded: CLI start-up)
+        findings.extend(Finding(kind="derived-vector", path=p, detail=d)
+                        for p, d in check_cache(layout.meta))
     if live_writer:
         return findings   # its journal entries are being applied right now
     _, bad = layout.pending_journals()

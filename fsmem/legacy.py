@@ -14,11 +14,8 @@ Nothing legacy is changed by a read: a recalled or removed legacy document is mo
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import sqlite3
 import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,7 +26,9 @@ from .media import sniff_mime
 from .model import NAME_RE, BlockRef, EventRecord
 from .timestamps import Timestamp
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # hashlib, json and sqlite3 load where legacy content is read (CLI start-up)
+    import sqlite3
+
     from .flows import Memory
     from .views import Document
 
@@ -102,6 +101,7 @@ class LegacyDoc:
 def legacy_id(filename: str) -> str:
     """The unit id a legacy file is known by: its name without ``.json`` when that is a valid
     id (HomeAgent names files ``<doc.id>.json``), else a stable hash of the name."""
+    import hashlib
     stem = filename[:-5] if filename.endswith(".json") else filename
     if NAME_RE.match(stem):
         return stem
@@ -182,6 +182,7 @@ def _media_of_block(b: Any, where: str, dropped: list[str]) -> LegacyMedia | Non
 
 
 def _read_json(path: str) -> Any:
+    import json
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
@@ -339,6 +340,7 @@ def sqlite_readonly(path: str, *, timeout: float = 10.0) -> sqlite3.Connection:
     """A read-only SQLite connection that creates nothing next to ``path``: ``mode=ro`` when a
     ``-wal`` file exists (a writer is active: its sidecar files are already there), else
     ``immutable=1`` (everything is in the main file; ``mode=ro`` would leave -wal/-shm)."""
+    import sqlite3
     uri = "file:" + path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     mode = "mode=ro" if os.path.exists(path + "-wal") else "immutable=1"
     return sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=timeout,
@@ -348,6 +350,7 @@ def sqlite_readonly(path: str, *, timeout: float = 10.0) -> sqlite3.Connection:
 def media_info(root: str) -> dict[str, dict[str, Any]]:
     """``media/media.db``'s rows by sha256 digest (both schemas: with or without the
     ``vec``/``vec_model`` columns), read-only; {} when there is no media.db."""
+    import sqlite3
     path = os.path.join(root, "media", "media.db")
     try:
         mtime = os.stat(path).st_mtime_ns
@@ -374,6 +377,7 @@ def media_info(root: str) -> dict[str, dict[str, Any]]:
 def read_blob(root: str, m: LegacyMedia) -> tuple[bytes, str] | None:
     """The bytes and MIME type of a media reference, or None if the blob is missing. The
     type is the block's own, else media.db's, else sniffed from the bytes."""
+    import hashlib
     path = blob_path(root, m.sha256)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -400,6 +404,7 @@ def legacy_texts(doc: LegacyDoc) -> list[str]:
 def block_ref(ref: BlockRef, m: LegacyMedia, root: str) -> BlockRef:
     """``ref`` with the legacy block's own fields (format 2), and media.db's vector when the
     block has none."""
+    import json
     row = media_info(root).get(m.sha256) or {} if m.sha256 else {}
     vector, fp = m.vector, m.fingerprint
     if not vector and row.get("vec"):
@@ -467,6 +472,7 @@ def recall_legacy(mem: "Memory", filename: str, layer: str = "context") -> str |
     content, its blocks with every field; then move the JSON aside (``.fsmem/legacy-recalled/``).
 
     Must run under the writer lock. Returns the unit id, or None if the file is gone."""
+    import hashlib
     path = os.path.join(mem.root, "documents", filename)
     if not os.path.isfile(path):
         return None
@@ -578,6 +584,7 @@ def legacy_document(root: str, unit_id: str) -> "Document":
     """A legacy document as a read-only Document (layer ``legacy``), through the fallback
     reader: one ``cold_storage`` event, as recall would make it; nothing is converted.
     Media blocks are named by their sha256 (what find_block and media_digests accept)."""
+    import hashlib
     from .model import Event
     from .views import Document
     name = legacy_file_of(root, unit_id)

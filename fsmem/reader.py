@@ -17,22 +17,21 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
-import numpy as np
-
 from .access import AccessLog, AccessStats
 from .blocks import DIGEST_RE
-from .embed import Embedder, HashEmbedder
 from .errors import AmbiguousDigest, FsmemError, InvalidName, NotFound
-from .index import DEFAULT_RANKER
 from .layout import LAYERS, Layout, Vanished, View
 from .model import BlockRef, Event, Manifest, check_name
-from .plugins import ChannelDef, Plugins, ToolDef
 from .timestamps import Timestamp
 from .unit import block_path, read_manifest, read_vectors
 from .views import Document, Hit, hydrate_event
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # numpy, the index, embedders and plugins load on first use (CLI start-up)
+    import numpy as np
+
+    from .embed import Embedder
     from .index import Index
+    from .plugins import ChannelDef, Plugins, ToolDef
 
 __all__ = ["Reader", "Loaded", "MEDIA_STORE", "default_ranker"]
 
@@ -45,6 +44,8 @@ T = TypeVar("T")
 def default_ranker(embedder: Embedder | None) -> str:
     """BM25 alone beats every fusion with the hashed dense signal; with a real embedder,
     fusion wins (docs/BENCHMARKS.md)."""
+    from .embed import HashEmbedder
+    from .index import DEFAULT_RANKER
     return DEFAULT_RANKER if embedder is None or isinstance(embedder, HashEmbedder) \
         else "fusion"
 
@@ -65,12 +66,12 @@ class Reader:
 
     writable = False
 
-    def __init__(self, layout: Layout, *, plugins: Plugins, embedder: Embedder,
-                 ranker: str) -> None:
+    def __init__(self, layout: Layout, *, plugins: Plugins | None, embedder: Embedder | None,
+                 ranker: str | None) -> None:
         self.layout = layout
-        self.plugins = plugins
-        self.embedder = embedder
-        self.ranker = ranker
+        self._plugins = plugins   # None: an empty registry, made on first use
+        self._embedder = embedder   # None: the hashed default, built on first use
+        self._ranker = ranker or (default_ranker(embedder) if embedder is not None else None)
         self.access = AccessLog(layout.meta)
         self._index: "Index | None" = None
         self._index_lock = threading.RLock()   # threads querying one Memory: see ``index``
@@ -84,8 +85,47 @@ class Reader:
         memory directory. Nothing is created, locked or written."""
         layout = Layout(root)
         layout.require_readable()
-        return cls(layout, plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
-                   ranker=ranker or default_ranker(embedder))
+        if plugins is not None:
+            from .plugins import Plugins
+            plugins = Plugins.of(plugins)
+        return cls(layout, plugins=plugins, embedder=embedder, ranker=ranker)
+
+    @property
+    def plugins(self) -> Plugins:
+        """The host's tool and channel declarations (none given: an empty registry, made on
+        first use, as listing and reading units never consult it)."""
+        if self._plugins is None:
+            from .plugins import Plugins
+            self._plugins = Plugins()
+        return self._plugins
+
+    @plugins.setter
+    def plugins(self, value: Plugins) -> None:
+        self._plugins = value
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder of vectors and queries; the default (fsmem.embed.HashEmbedder) is
+        built on first use, so listing and reading units never import numpy."""
+        if self._embedder is None:
+            from .embed import HashEmbedder
+            self._embedder = HashEmbedder()
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, value: Embedder) -> None:
+        self._embedder = value
+
+    @property
+    def ranker(self) -> str:
+        """The ranker of queries (``default_ranker`` of the embedder given to ``open``)."""
+        if self._ranker is None:
+            self._ranker = default_ranker(None)
+        return self._ranker
+
+    @ranker.setter
+    def ranker(self, value: str) -> None:
+        self._ranker = value
 
     def __enter__(self) -> "Reader":
         return self

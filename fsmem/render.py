@@ -9,6 +9,7 @@ events collapse into one line. docs/RENDER.md describes the layout and the rules
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter
@@ -74,9 +75,32 @@ def _class_units(cls: bytes) -> int:
     return 3 * len(cls) - cls.count(b"a") - 2 * cls.count(b" ") + 3 * cls.count(b"p")
 
 
+_PY_CHARS = 50_000   # below, a loop costs less than importing numpy (the render command)
+
+
+def _heuristic_many_py(texts: list[str], limits: list[int]) -> tuple[list[int], ...]:
+    """``_heuristic_many`` without numpy: the same weights, sums and cuts, one character at a
+    time (for a process that has not loaded numpy and few characters to weigh)."""
+    totals, keeps, kepts = [], [], []
+    for text, limit in zip(texts, limits):
+        units = keep = kept = 0
+        for ch in text:
+            cp = ord(ch)
+            units += _ASCII_UNITS[cp] if cp < 128 else 6 if cp < 0x800 else 9 if cp < 0x10000 \
+                else 12
+            if units <= limit:   # every weight is positive: the kept prefix ends at the first miss
+                keep, kept = keep + 1, units
+        totals.append(units)
+        keeps.append(keep)
+        kepts.append(kept)
+    return totals, keeps, kepts
+
+
 def _heuristic_many(texts: list[str], limits: list[int]) -> tuple[list[int], ...]:
     """``HeuristicEstimator`` over many texts in one numpy pass: (units, keep, kept) of each,
     with (keep, kept) = prefix(text, limit). A character weighs what its UTF-8 bytes weigh."""
+    if "numpy" not in sys.modules and sum(map(len, texts)) <= _PY_CHARS:
+        return _heuristic_many_py(texts, limits)
     import numpy as np
 
     lens = np.fromiter(map(len, texts), np.int64, len(texts))

@@ -11,12 +11,10 @@ import io
 import os
 import stat
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
-import numpy as np
 
-from . import _fsops as fsops
 from .blocks import (block_filename, check_digest, hash_bytes, link_block, verify_block,
                      write_block, write_block_from_fd)
 from .errors import FormatError, NotFound
@@ -25,6 +23,9 @@ from .media import image_size, modality_of
 from .model import (FORMAT_VERSION, BlockRef, Manifest, VectorsRef, check_name,
                     decode_manifest, encode_pretty)
 from .timestamps import Timestamp
+
+if TYPE_CHECKING:   # numpy loads where vectors are written or read (CLI start-up)
+    import numpy as np
 
 __all__ = [
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
@@ -61,6 +62,7 @@ class UnitBuilder:
     """Builds one unit directory in staging; ``finish`` writes the manifest last."""
 
     def __init__(self, staging_root: str, unit_id: str, *, sync: bool) -> None:
+        from . import _fsops as fsops
         self.unit_id = check_name(unit_id)
         self.sync = sync
         self.path = os.path.join(staging_root, staging_name(unit_id))
@@ -107,6 +109,7 @@ class UnitBuilder:
 
     def set_vectors(self, rows: list[str], matrix: np.ndarray, embedder: str) -> VectorsRef:
         """Write ``vectors.npy`` (float32, one row per key) and return its reference."""
+        import numpy as np
         mat = np.ascontiguousarray(matrix, dtype=np.float32)
         if mat.ndim != 2 or mat.shape[0] != len(rows):
             raise ValueError(f"vectors: {mat.shape} does not match {len(rows)} rows")
@@ -120,6 +123,7 @@ class UnitBuilder:
 
     def finish(self, manifest: Manifest) -> str:
         """Write the manifest (the commit record) and make the directory durable."""
+        from . import _fsops as fsops
         if manifest.id != self.unit_id:
             raise ValueError(f"manifest id {manifest.id!r} != unit id {self.unit_id!r}")
         data = encode_pretty(manifest)
@@ -136,6 +140,7 @@ class UnitBuilder:
         since nothing reads a staged directory before it is published (a staged unit left
         by a crash is dead staging, removed whole by recovery; one a journal entry names was
         finished, and under ``sync`` flushed, before the entry was written)."""
+        from . import _fsops as fsops
         path = os.path.join(self.path, name)
         fd = fsops.open_(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -201,6 +206,7 @@ def _check_refs(manifest: Manifest, path: str) -> None:
 
 def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarray] | None:
     """The unit's stored vectors as (row keys, float32 matrix), or None if it has none."""
+    import numpy as np
     ref = manifest.vectors
     if ref is None:
         return None

@@ -1,0 +1,12 @@
+"""``python -m fsmem``: the ``fsmem`` command (fsmem.cli), with its lazy imports."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+__all__: list[str] = []
+
+if __name__ == "__main__":
+    sys.exit(main())
