@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
-           "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
+__all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
+           "KIND_EVENT", "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
            "link_neighbours", "bm25_add_term", "smooth", "unit_max", "minmax", "coverage",
            "dense_weight", "fuse", "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
+PAIR_WEIGHT = 0.3         # a query's word pair terms (fsmem.analyze) count at this share
+                          # of their idf: phrase evidence, not a second copy of the words
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
 WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
 SMOOTH_FUSED = True       # with an embedder, smooth the fused score (measured better than
