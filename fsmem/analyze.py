@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
-           "cjk_unigram_mask", "is_pair", "PAIRS", "PAIR_BIT"]
+           "cjk_unigram_mask", "is_pair", "PAIR_BIT"]
 
 ANALYZER_VERSION = 3   # part of the index version: a change here rebuilds saved indexes
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
@@ -61,8 +61,6 @@ _MONTH_OF["sept"] = 9
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _ORDINAL_RE = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
 _CACHE_MAX = 1_000_000
-PAIR_SPAN = 1
-PAIRS = True   # adjacent word terms (after stop words) also give one pair term each
 
 
 def _load_stemmer() -> Callable[[str], str]:
@@ -166,9 +164,7 @@ def analyze(text: str) -> list[str]:
             seq.append(out[-1])
     if words:
         out += _dates(words)
-    if PAIRS:
-        out += [" ".join(sorted(p)) for k in range(1, PAIR_SPAN + 1)
-                for p in zip(seq, seq[k:])]
+    out += [" ".join(sorted(p)) for p in zip(seq, seq[1:])]   # word pairs
     return out
 
 
@@ -328,8 +324,7 @@ def _text_hashes(norm: str, out: list[int], pairs: bool = True) -> None:
         out.extend(_date_hashes(norm, tokens))
     if pairs:
         seq = list(chain.from_iterable(map(itemgetter(3), hits)))
-        for k in range(1, PAIR_SPAN + 1):
-            out.extend(map(_pair_hash, seq[:-k], seq[k:]))
+        out.extend(map(_pair_hash, seq[:-1], seq[1:]))
 
 
 def _date_hashes(norm: str, tokens: list[str]) -> list[int]:
@@ -349,13 +344,12 @@ def _normal(text: str) -> str:
     return unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
 
 
-def term_hashes(texts: Sequence[str], pairs: bool | None = None) -> np.ndarray:
+def term_hashes(texts: Sequence[str], pairs: bool = True) -> np.ndarray:
     """The hashed BM25 terms of every text, concatenated: the multiset of
     ``hash_terms(analyze(text))`` (in another order), several times faster. ``pairs=False``
     leaves out the word pair terms."""
     other: list[int] = []
     norms = list(map(_normal, texts))
-    pairs = PAIRS if pairs is None else pairs
     for norm in norms:
         _text_hashes(norm, other, pairs)
     cjk = _cjk_hashes("\n".join(norms))
@@ -396,7 +390,7 @@ def term_hashes_rows(rows: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndar
         start = len(other)
         norms = list(map(_normal, texts))
         for norm in norms:
-            _text_hashes(norm, other, PAIRS)
+            _text_hashes(norm, other)
         n_other.append(len(other) - start)
         joined.append("\n".join(norms) + "\n")   # the newline: no bigram spans two rows
     cjk, cjk_rows = _cjk_hashes("".join(joined), [len(j) for j in joined])

@@ -476,12 +476,15 @@ class Index(IndexFiles):
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
+            cov = ranking.coverage(float(raw.max()) if raw is not None and len(raw) else 0.0,
+                                   idf_mass)
             if weight is None:
-                weight = self._fusion_weight(raw, idf_mass)
+                weight = self._fusion_weight(cov)
             dense = self.dense_rows(text, pend)
             reach = self._reach(text, pend) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
-                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
+                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach,
+                             lexical_share=ranking.lexical_share(cov))
             if ranking.SMOOTH_FUSED or ranker == "dense":
                 ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
@@ -511,16 +514,13 @@ class Index(IndexFiles):
             if ranker != "dense":
                 self.post
 
-    def _fusion_weight(self, raw: np.ndarray | None, idf_mass: float) -> float:
-        """The dense weight of "fusion" for the query just scored lexically (``raw``, with
-        the sum of its terms' idf, ``idf_mass``)."""
+    def _fusion_weight(self, cov: float) -> float:
+        """The dense weight of "fusion" for a query of lexical coverage ``cov``."""
         emb = self.mem.embedder
         fixed = getattr(emb, "fusion_weight", DEFAULT_WEIGHT)
         if fixed is not None:
             return float(fixed)
-        best = float(raw.max()) if raw is not None and len(raw) else 0.0
-        return ranking.dense_weight(ranking.coverage(best, idf_mass),
-                                    getattr(emb, "fusion_weights", None))
+        return ranking.dense_weight(cov, getattr(emb, "fusion_weights", None))
 
     def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray | None:
         """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``; None
