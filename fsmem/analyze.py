@@ -2,7 +2,10 @@
 
 Latin text: NFKC, lowercase, words; English stop words dropped; every other word stemmed with
 the Snowball English stemmer (``snowballstemmer``, which runs on PyStemmer's C code when that
-is installed); numbers normalised ("1,000" -> "1000", "07" -> "7", "7th" -> "7"); written
+is installed); every two words adjacent once stop words are dropped also give one pair term
+("group support", either order: phrase evidence; its hash has ``PAIR_BIT`` set, so BM25 can
+leave pairs out of a document's length and weigh them apart); numbers normalised ("1,000" ->
+"1000", "07" -> "7", "7th" -> "7"); written
 dates ("7 May 2023", "May 7th, 2023", "2023-05-07"; not "7/5", which is ambiguous) also give one canonical day term (``@2023-05-07``) and month term (``@2023-05``). CJK text:
 character unigrams and bigrams (word segmentation with jieba was measured and did not win:
 docs/BENCHMARKS.md). The dense features of ``HashEmbedder`` are a separate vector space and
