@@ -183,8 +183,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
     as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
     standing in for the rest: a row in the query's script is fused as before, one wholly in
-    the other script by the embedder alone. ``lexical_share`` (``lexical_share``) scales the
-    min-max scaled lexical scores before that."""
+    the other script by the embedder alone. ``lexical_share`` (the query's, from the
+    function of that name) multiplies the min-max scaled lexical scores first."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
