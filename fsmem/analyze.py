@@ -2,7 +2,10 @@
 
 Latin text: NFKC, lowercase, words; English stop words dropped; every other word stemmed with
 the Snowball English stemmer (``snowballstemmer``, which runs on PyStemmer's C code when that
-is installed); numbers normalised ("1,000" -> "1000", "07" -> "7", "7th" -> "7"); written
+is installed); every two words adjacent once stop words are dropped also give one pair term
+("group support", either order: phrase evidence; its hash has ``PAIR_BIT`` set, so BM25 can
+leave pairs out of a document's length and weigh them apart); numbers normalised ("1,000" ->
+"1000", "07" -> "7", "7th" -> "7"); written
 dates ("7 May 2023", "May 7th, 2023", "2023-05-07"; not "7/5", which is ambiguous) also give one canonical day term (``@2023-05-07``) and month term (``@2023-05``). CJK text:
 character unigrams and bigrams (word segmentation with jieba was measured and did not win:
 docs/BENCHMARKS.md). The dense features of ``HashEmbedder`` are a separate vector space and
@@ -26,10 +29,11 @@ import numpy as np
 
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
-           "cjk_unigram_mask"]
+           "cjk_unigram_mask", "is_pair", "PAIR_BIT"]
 
-ANALYZER_VERSION = 2   # part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 3   # part of the index version: a change here rebuilds saved indexes
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
+# 3: word pair terms (``PAIR_BIT`` set; every other term's top bit clear)
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
 STOP_WORDS = frozenset("""
@@ -139,6 +143,7 @@ def analyze(text: str) -> list[str]:
     norm = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
     out: list[str] = []
     words: list[str] = []
+    seq: list[str] = []   # the word terms in text order, for the pair terms
     for cjk, iso, word in _TOKEN_RE.findall(norm):
         if cjk:
             out.extend(cjk)
@@ -155,11 +160,14 @@ def analyze(text: str) -> list[str]:
                 word = _number(word)
                 words.append(word)
                 out.append(word)
+                seq.append(word)
                 continue
             words.append(word)
             out.append(_stem(word))
+            seq.append(out[-1])
     if words:
         out += _dates(words)
+    out += [" ".join(sorted(p)) for p in zip(seq, seq[1:])]   # word pairs
     return out
 
 
@@ -176,8 +184,13 @@ _CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x3040, 0x
                (0xAC00, 0xD7AF), (0x20000, 0x2FFFF))   # the ranges of ``_CJK``
 _UNI, _BI = 1 << 42, 2 << 42     # tags: code points are < 2**21, so keys never collide
 _SEED = 0x9E3779B97F4A7C15
+# Word pair terms have the top bit set, every other term has it clear: a document's length
+# and a query's idf mass count words only, and a pair is weighed apart (``is_pair``).
+PAIR_BIT = 1 << 63
+_WORD_MASK = PAIR_BIT - 1
+_PAIR_MUL, _PAIR_TAG = 0xD6E8FEB86659FD93, 0x5851F42D4C957F2D
 _WORD_RE = re.compile(_ISO_WORD)   # ``_TOKEN_RE`` without CJK runs (hashed by numpy)
-_tokens: dict[str, "tuple[list[int], list[str], bool]"] = {}
+_tokens: dict[str, "tuple[list[int], list[str], bool, list[int]]"] = {}
 _date_memo: dict[str, list[int]] = {}   # short text holding a month -> its date term hashes
 
 
@@ -191,7 +204,7 @@ def _mix(key: int) -> int:
     z = (key ^ _SEED) & _M64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
+    return (z ^ (z >> 31)) & _WORD_MASK
 
 
 def _mix_array(keys: np.ndarray) -> np.ndarray:
@@ -199,7 +212,7 @@ def _mix_array(keys: np.ndarray) -> np.ndarray:
     z = keys ^ np.uint64(_SEED)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    return (z ^ (z >> np.uint64(31))) & np.uint64(_WORD_MASK)
 
 
 def _hash(term: str) -> int:
@@ -213,10 +226,21 @@ def _hash(term: str) -> int:
             h = _mix(ord(term) | _UNI)
         elif len(term) == 2 and _is_cjk(term[0]) and _is_cjk(term[1]):
             h = _mix((ord(term[0]) << 21) | ord(term[1]) | _BI)
+        elif " " in term:   # a word pair of ``analyze``
+            a, b = term.split(" ")
+            h = _pair_hash(_hash(a), _hash(b))
         else:
-            h = int.from_bytes(blake2b(term.encode("utf-8"), digest_size=8).digest(), "little")
+            h = int.from_bytes(blake2b(term.encode("utf-8"), digest_size=8).digest(),
+                               "little") & _WORD_MASK
         _hashes[term] = h
     return h
+
+
+def _pair_hash(a: int, b: int) -> int:
+    """The term of two adjacent words (either order): their hashes combined, then mixed."""
+    if a > b:
+        a, b = b, a
+    return _mix(((a * _PAIR_MUL) ^ b ^ _PAIR_TAG) & _M64) | PAIR_BIT
 
 
 def hash_terms(terms: Iterable[str]) -> np.ndarray:
@@ -261,7 +285,7 @@ def _cjk_hashes(norm: str, lengths: list[int] | None = None):
     return hashes, np.concatenate([row[mask], row[:-1][pair]])
 
 
-def _token(token: str) -> "tuple[list[int], list[str], bool]":
+def _token(token: str) -> "tuple[list[int], list[str], bool, list[int]]":
     """One whitespace-free token's non-CJK term hashes, its date-parsing words and whether
     one is a month name, cached (a match of ``_WORD_RE`` never spans whitespace, so a
     text's matches are its tokens' matches in turn)."""
@@ -273,6 +297,7 @@ def _token(token: str) -> "tuple[list[int], list[str], bool]":
         _tokens.clear()
     hashes: list[int] = []
     words: list[str] = []
+    seq: list[int] = []
     for iso, word in _WORD_RE.findall(token):
         if iso:
             y, m, d = (int(p) for p in iso.split("-"))
@@ -284,12 +309,13 @@ def _token(token: str) -> "tuple[list[int], list[str], bool]":
                 hashes.append(_hash(w))
             else:
                 hashes.append(_hash(_stem(w)))
+            seq.append(hashes[-1])
             words.append(w)
-    out = _tokens[token] = (hashes, words, not _MONTH_OF.keys().isdisjoint(words))
+    out = _tokens[token] = (hashes, words, not _MONTH_OF.keys().isdisjoint(words), seq)
     return out
 
 
-def _text_hashes(norm: str, out: list[int]) -> None:
+def _text_hashes(norm: str, out: list[int], pairs: bool = True) -> None:
     """Append the hashes of the non-CJK terms of one normalised text to ``out`` (the token
     memo looked up by ``map``, the hashes chained: no Python-level loop per token)."""
     tokens = norm.split()
@@ -299,6 +325,9 @@ def _text_hashes(norm: str, out: list[int]) -> None:
     out.extend(chain.from_iterable(map(itemgetter(0), hits)))
     if any(map(itemgetter(2), hits)):   # rare: the words of the whole text give the dates
         out.extend(_date_hashes(norm, tokens))
+    if pairs:
+        seq = list(chain.from_iterable(map(itemgetter(3), hits)))
+        out.extend(map(_pair_hash, seq[:-1], seq[1:]))
 
 
 def _date_hashes(norm: str, tokens: list[str]) -> list[int]:
@@ -318,13 +347,14 @@ def _normal(text: str) -> str:
     return unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
 
 
-def term_hashes(texts: Sequence[str]) -> np.ndarray:
+def term_hashes(texts: Sequence[str], pairs: bool = True) -> np.ndarray:
     """The hashed BM25 terms of every text, concatenated: the multiset of
-    ``hash_terms(analyze(text))`` (in another order), several times faster."""
+    ``hash_terms(analyze(text))`` (in another order), several times faster. ``pairs=False``
+    leaves out the word pair terms."""
     other: list[int] = []
     norms = list(map(_normal, texts))
     for norm in norms:
-        _text_hashes(norm, other)
+        _text_hashes(norm, other, pairs)
     cjk = _cjk_hashes("\n".join(norms))
     return np.concatenate([cjk, np.array(other, dtype=np.uint64)])
 
@@ -384,3 +414,9 @@ def trim_memos(limit: int) -> None:
     for table in (_stems, _hashes, _tokens, _date_memo):
         if len(table) > limit:
             table.clear()
+
+
+
+def is_pair(hashes: np.ndarray) -> np.ndarray:
+    """Which of ``hashes`` are word pair terms (``PAIR_BIT`` set)."""
+    return (np.asarray(hashes, np.uint64) & np.uint64(PAIR_BIT)) != 0

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from . import ranking
-from .analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, term_hashes
+from .analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, is_pair, term_hashes
 from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
 from .lazy_vectors import embed_index, embed_rows, missing_text_rows, on_demand
@@ -476,12 +476,15 @@ class Index(IndexFiles):
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
+            cov = ranking.coverage(float(raw.max()) if raw is not None and len(raw) else 0.0,
+                                   idf_mass)
             if weight is None:
-                weight = self._fusion_weight(raw, idf_mass)
+                weight = self._fusion_weight(cov)
             dense = self.dense_rows(text, pend)
             reach = self._reach(text, pend) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
-                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach)
+                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach,
+                             lexical_share=ranking.lexical_share(cov))
             if ranking.SMOOTH_FUSED or ranker == "dense":
                 ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
@@ -511,21 +514,18 @@ class Index(IndexFiles):
             if ranker != "dense":
                 self.post
 
-    def _fusion_weight(self, raw: np.ndarray | None, idf_mass: float) -> float:
-        """The dense weight of "fusion" for the query just scored lexically (``raw``, with
-        the sum of its terms' idf, ``idf_mass``)."""
+    def _fusion_weight(self, cov: float) -> float:
+        """The dense weight of "fusion" for a query of lexical coverage ``cov``."""
         emb = self.mem.embedder
         fixed = getattr(emb, "fusion_weight", DEFAULT_WEIGHT)
         if fixed is not None:
             return float(fixed)
-        best = float(raw.max()) if raw is not None and len(raw) else 0.0
-        return ranking.dense_weight(ranking.coverage(best, idf_mass),
-                                    getattr(emb, "fusion_weights", None))
+        return ranking.dense_weight(cov, getattr(emb, "fusion_weights", None))
 
     def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray | None:
         """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``; None
         when the lexical signal reaches every row (one script throughout)."""
-        q = term_hashes([text])
+        q = term_hashes([text], pairs=False)
         q_share = float(ranking.cjk_share(np.float32(cjk_unigram_mask(q).sum()),
                                           np.float32(len(q))))
         c = self._share_cache
@@ -612,9 +612,12 @@ class Index(IndexFiles):
         total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
         avgdl = max(total / max(n_live, 1), 1e-9)
         idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
+        pair = is_pair(q_terms)
+        mass = float(idf[~pair].sum())   # coverage: the words' evidence, not their pairs'
+        idf[pair] *= np.float32(ranking.PAIR_WEIGHT)
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
-        return scores, float(idf.sum())
+        return scores, mass
 
     def _event_alive(self) -> tuple[np.ndarray, bool]:
         """Per compacted event row, whether its unit is live, and whether all are: kept

@@ -12,7 +12,7 @@ import blake3
 import numpy as np
 
 from . import ranking
-from .analyze import term_hashes, term_hashes_rows
+from .analyze import is_pair, term_hashes, term_hashes_rows
 from .index_files import _Postings
 from .unit import block_path
 
@@ -97,9 +97,10 @@ def clamp_ns(ns: int) -> int:
 
 
 def _row_lengths(e: IndexEntry) -> np.ndarray:
-    """BM25 document length of each event row of an entry."""
+    """BM25 document length of each event row of an entry: its words (pair terms left out)."""
     n = len(e.rows.ids)
-    return np.bincount(np.repeat(np.arange(n), np.diff(e.rows.ptr)), weights=e.tfs,
+    words = np.where(is_pair(e.terms), np.float32(0), e.tfs)
+    return np.bincount(np.repeat(np.arange(n), np.diff(e.rows.ptr)), weights=words,
                        minlength=n).astype(np.float32)
 
 
@@ -171,10 +172,12 @@ def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.nda
     hit = q_terms[j] == terms
     tf = np.zeros((len(docs), len(q_terms)), np.float32)
     tf[doc[hit], j[hit]] = tfs[hit]
-    dl = np.bincount(doc, weights=tfs, minlength=len(docs)).astype(np.float32)
+    dl = np.bincount(doc, weights=np.where(is_pair(terms), 0, tfs),
+                     minlength=len(docs)).astype(np.float32)   # words: pairs left out
     avgdl = max(float(dl.mean()), 1e-9)
     df = (tf > 0).sum(axis=0)
     idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))
+    idf[is_pair(q_terms)] *= ranking.PAIR_WEIGHT
     return (idf[None, :] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl[:, None] / avgdl))).sum(1)
 
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["K1", "B", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO", "KIND_EVENT",
-           "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "conversation_key", "event_kind",
-           "link_neighbours", "bm25_add_term", "smooth", "unit_max", "minmax", "coverage",
-           "dense_weight", "fuse", "cjk_share", "reach"]
+__all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
+           "KIND_EVENT", "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE",
+           "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
+           "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
+           "cjk_share", "reach"]
 
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
+PAIR_WEIGHT = 0.3         # a query's word pair terms (fsmem.analyze) count at this share
+                          # of their idf: phrase evidence, not a second copy of the words
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
 WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours
 SMOOTH_FUSED = True       # with an embedder, smooth the fused score (measured better than
@@ -38,6 +41,11 @@ DENSE_WEIGHTS = (0.3, 0.9)
 # similarities of unrelated notes sit mid-band). 1 (d itself) pushed such notes past English
 # ones on paraphrase questions; 2.5 was chosen from 1-4 (docs/DECISIONS.md "Search").
 REACH_POWER = 2.5
+# Lexical share (``lexical_share``): min-max scaling makes the best lexical row 1 however
+# little of the query it holds (a row naming only the speakers of a chat, whose names are in
+# every question). Below this coverage the lexical scores count in proportion to it.
+# Chosen on our sets from 0.2-1 (docs/DECISIONS.md "Search").
+FULL_COVERAGE = 0.5
 
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
 _DEFAULT_CHAT = ("user", "agent", "assistant")
@@ -141,6 +149,15 @@ def dense_weight(cov: float, weights: tuple[float, float] | None = None) -> floa
     return hi - (hi - lo) * min(max(cov, 0.0), 1.0)
 
 
+def lexical_share(cov: float) -> float:
+    """How much of its min-max scaled lexical signal a query of coverage ``cov`` fuses: all
+    from ``FULL_COVERAGE`` up, below it cov / FULL_COVERAGE (the best row's share of the
+    query's evidence, relative to a match that counts in full)."""
+    if FULL_COVERAGE <= 0:
+        return 1.0
+    return min(max(cov, 0.0) / FULL_COVERAGE, 1.0)
+
+
 def cjk_share(unigrams: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Per row (or query), the share of its lexical terms that are CJK, from its count of CJK
     character terms and its count of all terms: a character gives a unigram and about one
@@ -158,7 +175,7 @@ def reach(query_share: float, row_share: np.ndarray) -> np.ndarray:
 
 def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
          live: np.ndarray | None = None, rrf_k: int = 60,
-         reach: np.ndarray | None = None) -> np.ndarray:
+         reach: np.ndarray | None = None, lexical_share: float = 1.0) -> np.ndarray:
     """Combine the two signals: ``fusion`` = weighted sum of min-max scaled scores (a real
     embedder's similarities sit in a narrow band, so dividing by the maximum would flatten
     them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
@@ -166,7 +183,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
     as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
     standing in for the rest: a row in the query's script is fused as before, one wholly in
-    the other script by the embedder alone."""
+    the other script by the embedder alone. ``lexical_share`` (the query's, from the
+    function of that name) multiplies the min-max scaled lexical scores first."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
@@ -179,6 +197,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     has = dense != 0 if live is None else live & (dense != 0)
     d = np.where(has, minmax(dense, has), np.float32(0))
     lex = minmax(lexical, live)
+    if lexical_share < 1:
+        lex = (lex * np.float32(max(lexical_share, 0.0))).astype(np.float32)
     if reach is not None:   # only the rows out of full reach change
         sel = np.flatnonzero(has & (reach < 1))
         r = reach[sel]

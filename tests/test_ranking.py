@@ -99,7 +99,8 @@ def test_events_matched_lists_the_matching_events_best_first(tmp_path):
     assert mem.query("taxes", top_k=1)[0].events_matched   # single-event units name theirs
 
 
-def test_an_index_of_an_older_version_is_rebuilt_on_open(tmp_path):
+@pytest.mark.parametrize("version", [1, INDEX_VERSION - 1])   # unit postings; no word pairs
+def test_an_index_of_an_older_version_is_rebuilt_on_open(tmp_path, version):
     root = tmp_path / "m"
     mem = Memory.open(root, auto_prune=False)
     uid = mem.commit("The running shoes are in the hallway cupboard")
@@ -111,7 +112,7 @@ def test_an_index_of_an_older_version_is_rebuilt_on_open(tmp_path):
     meta_path = os.path.join(index_dir, gen, "meta.json")
     with open(meta_path, encoding="utf-8") as fh:
         meta = json.load(fh)
-    meta["version"] = 1     # what the previous release wrote (unit-level postings)
+    meta["version"] = version     # what an earlier release wrote
     with open(meta_path, "w", encoding="utf-8") as fh:
         json.dump(meta, fh)
     again = Memory.open(root, auto_prune=False)
@@ -213,3 +214,36 @@ def test_fusion_ranks_a_row_out_of_lexical_reach_by_the_embedder():
     assert np.allclose(fused[1:3], plain[1:3])
     assert np.allclose(ranking.reach(0.0, np.array([0.0, 1.0, 0.25], np.float32)),
                        [1.0, 0.0, 0.75])
+
+
+def test_a_query_phrase_ranks_the_row_holding_it_first(tmp_path, monkeypatch):
+    """Word pair terms: the row holding the query's words side by side ("support group")
+    outranks a shorter row holding both apart, which wins on the words alone."""
+    from fsmem import ranking
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    phrase = mem.commit("Maya joined a support group for new dog owners at the library on Friday")
+    apart = mem.commit("Group chat: we support you")
+    for i in range(6):
+        mem.commit(f"Notes about gardening and tomato plants, batch {i}")
+        mem.commit(f"Budget for the kitchen renovation, estimate {i}")
+    assert _ids(mem.query("support group", top_k=2)) == [phrase, apart]
+    monkeypatch.setattr(ranking, "PAIR_WEIGHT", 0.0)
+    assert _ids(mem.query("support group", top_k=2)) == [apart, phrase]
+
+
+def test_the_lexical_signal_counts_by_the_query_coverage_below_full_coverage():
+    """ranking.lexical_share / fuse: a query whose best row holds little of its evidence
+    (coverage below FULL_COVERAGE) fuses its min-max scaled lexical scores in proportion,
+    so a weak best match (min-max makes it 1) no longer outweighs the embedder's order."""
+    import numpy as np
+    from fsmem import ranking
+    assert ranking.lexical_share(1.0) == ranking.lexical_share(ranking.FULL_COVERAGE) == 1.0
+    assert ranking.lexical_share(0.0) == 0.0
+    assert np.isclose(ranking.lexical_share(ranking.FULL_COVERAGE / 4), 0.25)
+    lexical = np.array([1.4, 0.7, 0.0], np.float32)   # row 0: the speakers' names only
+    dense = np.array([0.85, 0.86, 0.70], np.float32)
+    plain = ranking.fuse(lexical, dense, "fusion", weight=0.8)
+    shared = ranking.fuse(lexical, dense, "fusion", weight=0.8, lexical_share=0.3)
+    assert plain[0] > plain[1] and shared[1] > shared[0]
+    assert np.allclose(ranking.fuse(lexical, dense, "fusion", weight=0.8, lexical_share=1.0),
+                       plain)

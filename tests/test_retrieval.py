@@ -66,7 +66,8 @@ def test_default_fusion_is_not_worse_than_lexical_on_conversations(tmp_path):
     mem, answers = build_direct(str(tmp_path / "m"), sessions, RecordedE5())
     mem.flush_vectors()
     assert mem.ranker == "fusion"
-    floors = (0.75, 1.0)   # what is reached with the recorded vectors (0.758, 1.000)
+    floors = (0.77, 1.0)   # what is reached with the recorded vectors (0.775, 1.000;
+    #                        0.758 without ranking.FULL_COVERAGE)
     for items, floor in zip((conversation_items(questions), keyword_items(sessions, questions)),
                             floors):
         lexical = evaluate_items(mem, answers, items, "bm25")["recall@5"]
