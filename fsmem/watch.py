@@ -242,16 +242,17 @@ class Watcher:
             first = False
             now = time.monotonic()
             self._handle(self._ready(now))
-            self._flush()
+            last = once and (not self._candidates or now - started > ONCE_WAIT_S)
+            if not last:   # --once's last batch: at the exit, beside the index save (_finish)
+                self._flush()
             self._told()
             self._housekeep(once)
-            if once:
-                if not self._candidates or now - started > ONCE_WAIT_S:
-                    for name in sorted(self._candidates):
-                        log.warning("%s: still being written; left for the next run",
-                                    _display(name))
-                    return
-            elif now >= next_rescan or (had and not self._candidates):
+            if last:
+                for name in sorted(self._candidates):
+                    log.warning("%s: still being written; left for the next run",
+                                _display(name))
+                return
+            if not once and (now >= next_rescan or (had and not self._candidates)):
                 # periodic, and right after a burst: events lost to a queue overflow
                 next_rescan = now + self.rescan_s
                 self._scan_inbox()
@@ -269,7 +270,7 @@ class Watcher:
         self._housekept = time.monotonic()
         self._acknowledge(wait=False)   # an overlapped batch done: its files told now
         # the age bound keeps a daemon's acknowledgements prompt; --once acknowledges at its
-        # exit anyway, so it syncs only per full batch (one syncfs per BATCH files)
+        # exit anyway (the batches that go to the sync thread on their own aside: _process)
         if self._batch and not once and self._housekept - self._batch_t > BATCH_AGE_S:
             self._flush()
         self._drain(0.0)
