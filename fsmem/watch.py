@@ -33,8 +33,8 @@ from . import _fsops as fsops
 from .errors import FsmemError, StoreLocked
 from .flows import Memory
 from .inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
-from .inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _InboxDirs,
-                         _LockSlice, _stat_key, _writer_holds, ignored_name)
+from .inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _in_thread,
+                         _InboxDirs, _LockSlice, _stat_key, _writer_holds, ignored_name)
 from .store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
@@ -628,21 +628,7 @@ class Watcher:
         self._settled = True
         if not self.durable:
             return lambda: None
-        failed: list[BaseException] = []
-
-        def write() -> None:
-            try:
-                self._mark(sync=True)
-            except BaseException as exc:   # raised by the wait, in the caller's thread
-                failed.append(exc)
-        writer = threading.Thread(target=write, name="fsmem-watch-mark", daemon=True)
-        writer.start()
-
-        def wait() -> None:
-            writer.join()
-            if failed:
-                raise failed[0]
-        return wait
+        return _in_thread(lambda: self._mark(sync=True), "fsmem-watch-mark")
 
     def _withdraw(self, batch: list[tuple[str, Outcome]], exc: OSError) -> None:
         log.error("syncfs failed (%s): withdrawing %d units; their files will be retried",
