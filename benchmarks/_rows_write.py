@@ -331,7 +331,7 @@ for name in sorted(os.listdir(src)):
     done.append(path)
     n += 1
     if n % 256 == 0:
-        sync_then_remove()   # one syncfs per 256 files, as the daemon
+        sync_then_remove()   # one syncfs per 256 files, the daemon's largest batch
 sync_then_remove()
 mem.close()
 print(json.dumps({"n": n, "s": time.perf_counter() - t0}))
@@ -409,7 +409,9 @@ def watch_rows(wd: Workdir, prof: Profile) -> list[Row]:
                      "from spawn to exit on stores that grow by N units a run, both index "
                      "every unit, both remove a source only after the syncfs that made its "
                      "unit durable; watch also claims each file (one rename) and writes a "
-                     "durable run mark (2 fsyncs), and makes a full batch durable and "
-                     "releases it in a second thread while it ingests the next; target: time ratio <= 1; after one small "
+                     "durable run mark (2 fsyncs), and makes each batch durable and "
+                     "releases it in a second thread while it ingests on (a batch of at "
+                     "least 32 goes as soon as that thread is free); target: time ratio "
+                     "<= 1; after one small "
                      "unmeasured warm-up run each (bytecode compiled, indexes built)",
                 extra={"pair_ratios": [f / a for f, a in zip(res["fsmem"], res["api"])]})]

@@ -18,7 +18,7 @@ import stat
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import blake3
 
@@ -252,6 +252,26 @@ class _BatchSync(threading.Thread):
             self.error = exc
         finally:
             os.close(self.proc_fd)
+
+
+def _in_thread(work: Callable[[], None], name: str) -> Callable[[], None]:
+    """Run ``work`` in a thread of its own; returns the wait, which joins it and raises in the
+    caller what ``work`` raised (e.g. a durable write beside CPU work in the caller)."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            failed.append(exc)
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+
+    def wait() -> None:
+        thread.join()
+        if failed:
+            raise failed[0]
+    return wait
 
 
 def _open_dir(path: str, create_in: int | None = None) -> int:

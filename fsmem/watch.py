@@ -33,8 +33,8 @@ from . import _fsops as fsops
 from .errors import FsmemError, StoreLocked
 from .flows import Memory
 from .inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
-from .inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _InboxDirs,
-                         _LockSlice, _stat_key, _writer_holds, ignored_name)
+from .inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _in_thread,
+                         _InboxDirs, _LockSlice, _stat_key, _writer_holds, ignored_name)
 from .store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "add_cli", "main", "DEFAULT_SIZE_CAP",
@@ -51,6 +51,7 @@ QUIET_NO_CLOSE_S = 5.0    # ...and longer still if a write was seen but never it
 LAYER_SETTLE_S = 0.3      # a changed unit directory unchanged this long is reconciled
 ONCE_WAIT_S = 10.0        # --once leaves files still being written after this long
 BATCH = 256               # at most this many files made durable by one syncfs...
+BATCH_MIN = 32            # ...and at least this many go to the sync thread once it is free
 _CTIME_SLACK_NS = 2_000_000_000   # inode ctimes come from a coarse clock: a margin
 _CTIME_MARGIN_NS = 50_000_000     # ...and a file's age from its ctime is trusted less this
 BATCH_AGE_S = 1.0         # ...or those stored in this long (group commit)
@@ -107,6 +108,7 @@ class Watcher:
         self._stored_since_save = 0
         self._slice = _LockSlice(mem.store, LOCK_SLICE_S)
         self.durable = mem.store.sync
+        self._settled = False   # the start-up check of an interrupted run's mark is done
 
     # -- lifecycle --------------------------------------------------------------------------
     def run(self, *, once: bool = False) -> dict[str, int]:
@@ -122,8 +124,11 @@ class Watcher:
             self.ingestor = Ingestor(self.mem, self.dirs, ledger, self.size_cap)
             self._ledger = ledger
             observer = None if once else self._observe()
-            self._settle_torn()
-            self._reconcile()
+            marked = self._settle_torn()
+            try:
+                self._reconcile()   # the index loaded while the run mark is flushed
+            finally:
+                marked()   # durable before anything is published
             self._resume()
             self._scan_inbox()
             if not once:
@@ -131,8 +136,7 @@ class Watcher:
             self._loop(once)
         finally:
             try:
-                self._flush()
-                self._unmark()   # everything published is durable
+                self._finish()
                 self._told()
             finally:
                 self.mem.store.durability = "full" if self.durable else "off"
@@ -155,6 +159,22 @@ class Watcher:
 
     def stop(self) -> None:
         self._stopping = True
+
+    def _finish(self) -> None:
+        """The exit: the last batch made durable and released in the sync thread while this
+        thread saves the index snapshot (derived: ``Memory.close`` would save it after, in
+        turn); then, everything published being durable, the run mark goes."""
+        if not hasattr(self, "ingestor"):
+            return
+        self._flush(overlap=True)
+        try:
+            if self._stored_since_save:
+                self.mem.index.save()   # logs and goes on if it cannot be written
+                self._stored_since_save = 0
+        finally:
+            self._acknowledge(wait=True)
+        if self._settled:   # (a mark this run did not settle stays for the next start)
+            self._unmark()   # everything published is durable
 
     def _lock(self) -> int:
         path = os.path.join(self.mem.store.meta, "watch.lock")
@@ -222,16 +242,17 @@ class Watcher:
             first = False
             now = time.monotonic()
             self._handle(self._ready(now))
-            self._flush()
+            last = once and (not self._candidates or now - started > ONCE_WAIT_S)
+            if not last:   # --once's last batch: at the exit, beside the index save (_finish)
+                self._flush()
             self._told()
             self._housekeep(once)
-            if once:
-                if not self._candidates or now - started > ONCE_WAIT_S:
-                    for name in sorted(self._candidates):
-                        log.warning("%s: still being written; left for the next run",
-                                    _display(name))
-                    return
-            elif now >= next_rescan or (had and not self._candidates):
+            if last:
+                for name in sorted(self._candidates):
+                    log.warning("%s: still being written; left for the next run",
+                                _display(name))
+                return
+            if not once and (now >= next_rescan or (had and not self._candidates)):
                 # periodic, and right after a burst: events lost to a queue overflow
                 next_rescan = now + self.rescan_s
                 self._scan_inbox()
@@ -249,7 +270,7 @@ class Watcher:
         self._housekept = time.monotonic()
         self._acknowledge(wait=False)   # an overlapped batch done: its files told now
         # the age bound keeps a daemon's acknowledgements prompt; --once acknowledges at its
-        # exit anyway, so it syncs only per full batch (one syncfs per BATCH files)
+        # exit anyway (the batches that go to the sync thread on their own aside: _process)
         if self._batch and not once and self._housekept - self._batch_t > BATCH_AGE_S:
             self._flush()
         self._drain(0.0)
@@ -476,8 +497,13 @@ class Watcher:
         if not self._batch:
             self._batch_t = now
         self._batch.append((claim, out))
-        if len(self._batch) >= BATCH:
+        if len(self._batch) >= BATCH or (len(self._batch) >= BATCH_MIN and self._sync_idle()):
             self._flush(overlap=True)
+
+    def _sync_idle(self) -> bool:
+        """True if no batch is being made durable beside the ingest (the sync thread is free:
+        the batch gathered so far goes to it now rather than waiting to be full)."""
+        return self._inflight is None or not self._inflight[0].is_alive()
 
     def _defer(self, claim: str, name: str, exc: BaseException) -> Outcome:
         """A transient failure: retry later with backoff. Waiting for space (ENOSPC, EDQUOT)
@@ -569,10 +595,12 @@ class Watcher:
         except FileNotFoundError:
             pass
 
-    def _settle_torn(self) -> None:
+    def _settle_torn(self) -> Callable[[], None]:
         """After an interrupted run (its mark is still there), quarantine (never delete) each
         unit published since the mark that does not verify: its file is still in the inbox or
-        claimed, and is stored again. Then mark this run's start."""
+        claimed, and is stored again. Then mark this run's start: the durable write runs in a
+        thread; returns its wait (raises what the write raised), to be called before the
+        first publish."""
         from .layout import read_small
         from .unit import damaged
         try:
@@ -597,8 +625,10 @@ class Watcher:
                             log.warning("%s: unit %s left torn by an interrupted run (%s)",
                                         self.mem.root, uid, problems[0])
                             store.quarantine(path, f"torn-{uid}")
-        if self.durable:
-            self._mark(sync=True)
+        self._settled = True
+        if not self.durable:
+            return lambda: None
+        return _in_thread(lambda: self._mark(sync=True), "fsmem-watch-mark")
 
     def _withdraw(self, batch: list[tuple[str, Outcome]], exc: OSError) -> None:
         log.error("syncfs failed (%s): withdrawing %d units; their files will be retried",

@@ -684,12 +684,14 @@ def test_once_takes_the_writer_lock_per_slice_not_per_file_and_writes_the_ledger
 
 # -- group commit beside the ingest (a full batch's syncfs runs while the next is stored) ----
 
-def _overlap_run(tmp_path: Path, monkeypatch, n: int, hook=None) -> tuple[Path, dict, list, list]:
-    """``watch --once`` in this process over ``n`` text files with batches of 8, recording
-    every filesystem call (and each report, as a mark) and running ``hook(op)`` before each."""
+def _overlap_run(tmp_path: Path, monkeypatch, n: int, hook=None,
+                 batch: int = 8) -> tuple[Path, dict, list, list]:
+    """``watch --once`` in this process over ``n`` text files with batches of ``batch``,
+    recording every filesystem call (and each report, as a mark) and running ``hook(op)``
+    before each."""
     import fsmem.watch as watch
     from fsmem import _fsops
-    monkeypatch.setattr(watch, "BATCH", 8)
+    monkeypatch.setattr(watch, "BATCH", batch)
     root, inbox = store(tmp_path)
     files = drop_burst(inbox, n)
     log: list[tuple] = []
@@ -723,6 +725,37 @@ def test_a_claim_is_released_only_after_a_syncfs_that_began_after_its_unit_was_p
     assert "fsmem-watch-sync" in syncers   # the overlap happened
     assert [o.status for o in outs] == ["ingested"] * 40
     syncs = [j for j, op in enumerate(log) if op[0] == "syncfs"]
+    for out in outs:
+        (where,) = out.units
+        published = next(j for j, op in enumerate(log)
+                         if op[0] == "rename" and op[2].endswith("/" + where))
+        released = next(j for j, op in enumerate(log) if op[0] == "unlink"
+                        and "/inbox/.processing/" in op[1] and op[1].endswith("~" + out.name))
+        told = log.index(("mark", f"told ingested {out.name}"))
+        assert any(published < s < released for s in syncs), out.name
+        assert released < told, out.name
+    assert_each_once(root, files)
+    assert_clean(root)
+
+
+def test_a_run_shorter_than_a_batch_still_syncs_beside_the_ingest(tmp_path, monkeypatch):
+    """Fewer files than BATCH: once BATCH_MIN are stored and the sync thread is free, they are
+    made durable there while the ingest goes on (continuous group commit), so the run's last,
+    in-line syncfs covers only what came after; each file is still released only after a
+    syncfs that began after its unit's publish rename, and told only after that."""
+    import threading
+
+    import fsmem.watch as watch
+    monkeypatch.setattr(watch, "BATCH_MIN", 8)
+    syncers = set()
+
+    def hook(op: str) -> None:
+        if op == "fsync":
+            syncers.add(threading.current_thread().name)
+    root, files, log, outs = _overlap_run(tmp_path, monkeypatch, 40, hook, batch=256)
+    assert [o.status for o in outs] == ["ingested"] * 40
+    syncs = [j for j, op in enumerate(log) if op[0] == "syncfs"]
+    assert len(syncs) >= 2 and "fsmem-watch-sync" in syncers, (len(syncs), syncers)
     for out in outs:
         (where,) = out.units
         published = next(j for j, op in enumerate(log)
