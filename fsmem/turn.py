@@ -297,4 +297,7 @@ def hit_views(mem: "Memory", hits: Iterable[Hit]) -> list["HitView"]:
 
 
 def _l1_events(mem: "Memory") -> int:
-    return sum(len(u.manifest.events) for u in mem._load_layer("context", with_vectors=False))
+    """L1's event count, from the writer's L1 cache (fsmem.l1cache: only units changed since
+    are read; reading every manifest here cost ~30 reads a turn)."""
+    from .l1cache import load_context
+    return sum(len(u.manifest.events) for u in load_context(mem, with_vectors=False))
