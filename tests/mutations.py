@@ -101,9 +101,8 @@ HARDENING = ["tests/test_hardening.py"]
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "watch: a torn unit left by a power loss before the batch's syncfs is not settled": (
         "fsmem/watch.py", """\
-            self._settle_torn()
-            self._reconcile()""", """\
-            self._reconcile()""", POWERLOSS),
+                            store.quarantine(path, f"torn-{uid}")""", """\
+                            pass""", POWERLOSS),
     "recover: a journal entry naming a torn staged unit is applied": ("fsmem/store.py",
         "            torn = self._torn_staged(entry) + ", "            torn = [] + ", POWERLOSS),
     "recover and readers: a journal entry whose staged units are lost is applied": (

@@ -216,11 +216,12 @@ def events_by_layer(root: Path) -> tuple[Counter, dict[str, str]]:
 def check_states(tmp: Path, pre: Path, live: Path, log: list[tuple],
                  acked_at: Callable[[list[tuple], int], set[str]], *, budget: int = 12,
                  seed: int = 1, expect_units: Callable[[list[tuple], int], dict[str, str]]
-                 = lambda log, k: {}) -> int:
-    """Build and check the crash states; returns how many were checked."""
+                 = lambda log, k: {}, points: list[int] | None = None) -> int:
+    """Build and check the crash states (at ``points``, default a sample: ``crash_points``);
+    returns how many were checked."""
     n_random = 6 if STRESS else 1
     checked = 0
-    for k in crash_points(log, budget, seed):
+    for k in crash_points(log, budget, seed) if points is None else points:
         for name, keep in choosers(seed + k, n_random):
             state = tmp / f"state-{k}-{checked}"
             build_state(pre, live, log, k, keep, state)
@@ -304,6 +305,30 @@ def test_append_with_prune_survives_power_loss(tmp_path, strategy):
     assert any(op[0] == "rename" and os.path.basename(os.path.dirname(op[2])) == "documents"
                for op in log), "the append did not prune"   # (removed L1 units wait in trash)
     assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=12) >= 12
+    # Right after each flush of journal/ (under "batch" the next append's first wave makes
+    # the previous entry's deletion durable): the entry is gone for good, so whatever it
+    # removed must be durable by then too, not left to a re-application.
+    flushed = [j + 1 for j, op in enumerate(log) if op[0] == "fsync_dir"
+               and op[1].endswith("/journal")]
+    assert check_states(tmp_path, pre, live, log, acked_inputs(base),
+                        points=flushed) == len(flushed) * (8 if STRESS else 3)   # (syncfs: none)
+
+
+def test_an_explicit_prune_survives_power_loss(tmp_path, strategy):
+    """``Memory.prune`` on its own entry (no remainder units, so the entry publishes into
+    documents/ only): the L1 originals it removes must be durable before its entry goes."""
+    base: set[str] = set()
+    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+
+    def run() -> None:
+        mem = Memory.open(live, context_capacity=4, context_protected=1, auto_prune=False)
+        mem.append(Event(source="qq", input="topic alpha new", response="fresh"))
+        ack("ack:topic alpha new")
+        assert mem.prune("topic alpha")
+    log = record(run)
+    entry_gone = [j + 1 for j, op in enumerate(log) if op[0] in ("fsync_dir", "syncfs")]
+    assert check_states(tmp_path, pre, live, log, acked_inputs(base), budget=6,
+                        points=sorted(set(entry_gone[-3:]))) >= 1
 
 
 def test_a_pruning_turn_survives_power_loss(tmp_path, strategy):
