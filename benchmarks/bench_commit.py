@@ -25,6 +25,7 @@ import tempfile
 import time
 
 from _data import sqlite_commit, ten_event_unit
+from _harness import rotate
 from _rows_write import NOISE
 
 from fsmem import Memory
@@ -57,15 +58,7 @@ def run(base: str, units) -> dict[str, list[float]]:
         "fsmem durability off": fsmem_writer(base, "off", "fsync"),
         "sqlite WAL synchronous=OFF": sqlite_writer(base, "OFF"),
     }
-    names = list(writers)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for i, events in enumerate(units):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            t = time.perf_counter()
-            writers[name][1](events)
-            if i:   # the first unit of each writer is a warm-up
-                times[name].append(time.perf_counter() - t)
+    times = rotate({name: write for name, (_h, write) in writers.items()}, units)
     for name, (handle, _) in writers.items():
         if name.startswith("fsmem"):
             assert handle.fsck(read_data=False) == []

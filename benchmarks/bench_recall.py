@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from _data import text
+from _harness import rotate
 
 from fsmem import Event, MediaAttachment, Memory
 
@@ -123,15 +124,7 @@ def run_size(base: str, units: list[list[Event]], tags: list[str]) -> dict[str, 
     rotating; the first recall of each is a warm-up."""
     sides = {"fsmem": fsmem_recaller(base, units), "sqlite": sqlite_recaller(base, units),
              "legacy": legacy_consumer(base, units, tags)}
-    names = list(sides)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for i, tag in enumerate(tags):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            t = time.perf_counter()
-            sides[name][1](tag)
-            if i:
-                times[name].append(time.perf_counter() - t)
+    times = rotate({name: run for name, (_h, run) in sides.items()}, tags)
     for handle, _ in sides.values():
         if handle is not None:
             handle.close()
