@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .plugins import Plugins
     from .unit import UnitBuilder, Written
 
-__all__ = ["pruning_publish", "append_burst"]
+__all__ = ["pruning_publish", "append_burst", "prune_after"]
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +139,14 @@ def append_burst(mem: "Memory", drafts: Sequence["Event"], *,
         for builder, _manifest, texts in staged:
             mem._filler.submit(builder.unit_id, [t for _k, t in texts])
     return ids, l2_ids, outcome
+
+
+def prune_after(outcome: object, prune: Callable[[], object]) -> Callable[[], object] | None:
+    """The maintenance step an append still owes for its prune, by the prune's ``outcome``
+    (``_stage_with``): None when it went with the append's entry or none was due; the error
+    when it failed before its entry (``after_write`` logs it and owes the prune); else
+    ``prune`` itself (not tried, or a damaged L1 unit: it prunes around it)."""
+    from .maintenance import failed_step
+    if outcome is True:
+        return None
+    return failed_step(outcome) if isinstance(outcome, BaseException) else prune

@@ -466,13 +466,12 @@ class Memory(Reader):
         """The maintenance after a durable append (fsmem.appending): the prune if it did not
         go with the append's entry (``outcome`` None: prune now; an error: owed), then the
         recall pins' tick."""
-        from .maintenance import after_write, failed_step
+        from .appending import prune_after
+        from .maintenance import after_write
         from .turn import tick_pins
-        if not self.auto_prune or outcome is True:
-            after_write(self, lambda: tick_pins(self.store))
-        else:
-            after_write(self, failed_step(outcome) if isinstance(outcome, BaseException) else
-                        (lambda: self.prune(query=query)), lambda: tick_pins(self.store))
+        step = prune_after(outcome, lambda: self.prune(query=query)) if self.auto_prune \
+            else None
+        after_write(self, *([step] if step is not None else []), lambda: tick_pins(self.store))
 
     def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
         """Add a burst of events to L1, each as its own unit (as ``append`` does), with one

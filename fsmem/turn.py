@@ -248,8 +248,8 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     focus = ([result.focus] if context == "prune" and result.focus else []) + tool_prune
     tokens = context_tokens if context_tokens is not None else mem.context_tokens
     due = context == "prune" or bool(tool_prune)
-    from .appending import append_burst
-    from .maintenance import after_write, failed_step
+    from .appending import append_burst, prune_after
+    from .maintenance import after_write
     from .prune import prune_context
     # All of the turn's events or none, by one journal entry, with the prune the policies
     # ask for when it can go with them (fsmem.appending).
@@ -259,10 +259,10 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     result.event_ids.extend(ids)
     result.archived.extend(archived)
     # The events are durable: a failing prune is logged and owed, never the turn's failure.
-    if due and outcome is not True:
-        after_write(mem, failed_step(outcome) if isinstance(outcome, BaseException) else
-                    lambda: result.archived.extend(
-                        prune_context(mem, " ".join(focus), context_tokens=tokens)))
+    step = prune_after(outcome, lambda: result.archived.extend(
+        prune_context(mem, " ".join(focus), context_tokens=tokens))) if due else None
+    if step is not None:
+        after_write(mem, step)
     if _l1_events(mem) > 2 * mem.context_capacity:
         after_write(mem, lambda: result.archived.extend(   # maintenance
             prune_context(mem, "", context_tokens=tokens)))
