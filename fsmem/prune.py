@@ -31,7 +31,8 @@ from .timestamps import Timestamp
 if TYPE_CHECKING:
     from .flows import Memory, _Loaded
 
-__all__ = ["prune_context", "stage_arriving", "commit_arriving", "ArrivingPrune", "select_evictions", "watermark", "group_evictions",
+__all__ = ["prune_context", "stage_arriving", "commit_arriving", "ArrivingPrune",
+           "select_evictions", "watermark", "group_evictions",
            "AVG_EVENT_TOKENS", "SESSION_GAP_NS"]
 
 log = logging.getLogger(__name__)
@@ -201,8 +202,6 @@ def stage_arriving(mem: "Memory", query: str, arrivals: list["_Loaded"], entry: 
     if mem.context_protected < len(arrivals):
         raise ValueError("stage_arriving: context_protected must cover the arrivals")
     units = load_context(mem, with_vectors=True)
-    if sum(len(u.manifest.events) for u in [*units, *arrivals]) <= mem.context_capacity:
-        return None
     newest = max((u.arrival_ns for u in units), default=0)
     arrivals = [replace(u, arrival_ns=max(u.arrival_ns, newest + 1 + i))
                 for i, u in enumerate(arrivals)]
