@@ -315,9 +315,10 @@ def _token(token: str) -> "tuple[list[int], list[str], bool, list[int]]":
     return out
 
 
-def _text_hashes(norm: str, out: list[int], pairs: bool = True) -> None:
+def _text_hashes(norm: str, out: list[int], seqs: list[list[int]] | None = None) -> None:
     """Append the hashes of the non-CJK terms of one normalised text to ``out`` (the token
-    memo looked up by ``map``, the hashes chained: no Python-level loop per token)."""
+    memo looked up by ``map``, the hashes chained: no Python-level loop per token), and its
+    words' hashes in text order to ``seqs`` (their pair terms: ``_pair_hashes``)."""
     tokens = norm.split()
     hits = list(map(_tokens.get, tokens))
     if None in hits:
@@ -325,9 +326,20 @@ def _text_hashes(norm: str, out: list[int], pairs: bool = True) -> None:
     out.extend(chain.from_iterable(map(itemgetter(0), hits)))
     if any(map(itemgetter(2), hits)):   # rare: the words of the whole text give the dates
         out.extend(_date_hashes(norm, tokens))
-    if pairs:
-        seq = list(chain.from_iterable(map(itemgetter(3), hits)))
-        out.extend(map(_pair_hash, seq[:-1], seq[1:]))
+    if seqs is not None:
+        seqs.append(list(chain.from_iterable(map(itemgetter(3), hits))))
+
+
+def _pair_hashes(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``_pair_hash`` of every two adjacent words of each sequence (never across two), in
+    one numpy pass, and the sequence each pair term comes from."""
+    lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
+    flat = np.fromiter(chain.from_iterable(seqs), np.uint64, int(lengths.sum()))
+    which = np.repeat(np.arange(len(seqs), dtype=np.int64), lengths)
+    inner = which[:-1] == which[1:]
+    a, b = flat[:-1][inner], flat[1:][inner]
+    key = (np.minimum(a, b) * np.uint64(_PAIR_MUL)) ^ np.maximum(a, b) ^ np.uint64(_PAIR_TAG)
+    return _mix_array(key) | np.uint64(PAIR_BIT), which[:-1][inner]
 
 
 def _date_hashes(norm: str, tokens: list[str]) -> list[int]:
@@ -352,11 +364,13 @@ def term_hashes(texts: Sequence[str], pairs: bool = True) -> np.ndarray:
     ``hash_terms(analyze(text))`` (in another order), several times faster. ``pairs=False``
     leaves out the word pair terms."""
     other: list[int] = []
+    seqs: list[list[int]] | None = [] if pairs else None
     norms = list(map(_normal, texts))
     for norm in norms:
-        _text_hashes(norm, other, pairs)
+        _text_hashes(norm, other, seqs)
     cjk = _cjk_hashes("\n".join(norms))
-    return np.concatenate([cjk, np.array(other, dtype=np.uint64)])
+    pair = _pair_hashes(seqs)[0] if seqs else np.zeros(0, np.uint64)
+    return np.concatenate([cjk, np.array(other, dtype=np.uint64), pair])
 
 
 _uni_sorted: np.ndarray | None = None
@@ -388,18 +402,23 @@ def term_hashes_rows(rows: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndar
     text of every row instead of one per row (an index entry's events are its rows)."""
     other: list[int] = []
     n_other: list[int] = []
+    seqs: list[list[int]] = []
+    seq_row: list[int] = []
     joined: list[str] = []
-    for texts in rows:
+    for i, texts in enumerate(rows):
         start = len(other)
         norms = list(map(_normal, texts))
         for norm in norms:
-            _text_hashes(norm, other)
+            _text_hashes(norm, other, seqs)
+        seq_row.extend([i] * len(norms))
         n_other.append(len(other) - start)
         joined.append("\n".join(norms) + "\n")   # the newline: no bigram spans two rows
     cjk, cjk_rows = _cjk_hashes("".join(joined), [len(j) for j in joined])
     row_ids = np.arange(len(rows), dtype=np.int64)
-    return (np.concatenate([cjk, np.array(other, dtype=np.uint64)]),
-            np.concatenate([cjk_rows, np.repeat(row_ids, n_other)]))
+    pair, pair_seq = _pair_hashes(seqs)
+    return (np.concatenate([cjk, np.array(other, dtype=np.uint64), pair]),
+            np.concatenate([cjk_rows, np.repeat(row_ids, n_other),
+                            np.array(seq_row, dtype=np.int64)[pair_seq]]))
 
 
 def memo_sizes() -> dict[str, int]:
