@@ -19,6 +19,7 @@ import time
 from typing import Callable
 
 from _data import sqlite_commit, ten_event_unit, text
+from _floor import AppendFloor, CommitFloor
 from _harness import CHILD_ENV, REPO, Profile, Row, Stat, Workdir, interleave
 
 from fsmem import Event, MediaAttachment, Memory, Timestamp
@@ -52,15 +53,17 @@ while True:
 """
 
 
-def _commit_pair(wd: Workdir, name: str, reps: int) -> dict[str, list[float]]:
+def _commit_sides(wd: Workdir, name: str, reps: int) -> dict[str, list[float]]:
+    """fsmem, its format's floor and SQLite committing the same units, interleaved."""
     rng = random.Random(7)
     data = [ten_event_unit(rng) for _ in range(reps + 1)]
     mem = Memory.open(wd.path(f"{name}/fsmem"), auto_prune=False)
     mem.index   # loaded, as in a running agent: each commit also indexes its unit
     sq = sqlite_commit(_sqlite(wd.path(f"{name}/sqlite.db"), "FULL"))
+    floor = CommitFloor(wd.path(f"{name}/floor"), durable=True)
 
-    def side(fn: Callable[[list[Event]], object], key: str) -> Callable[[], float]:
-        units = iter(data)   # both sides write the same units in the same order
+    def side(fn: Callable[[list[Event]], object]) -> Callable[[], float]:
+        units = iter(data)   # every side writes the same units in the same order
 
         def run() -> float:
             ev = next(units)
@@ -69,21 +72,21 @@ def _commit_pair(wd: Workdir, name: str, reps: int) -> dict[str, list[float]]:
             return time.perf_counter() - t
         return run
     try:
-        return interleave({"fsmem": side(mem.commit_events, "f"), "sqlite": side(sq, "s")},
-                          reps)
+        return interleave({"fsmem": side(mem.commit_events), "floor": side(floor.commit),
+                           "sqlite": side(sq)}, reps)
     finally:
         mem.close()
 
 
 def commit_rows(wd: Workdir, prof: Profile) -> list[Row]:
     """Durable commit of a 10-event unit with a 200 KB image, quiet and beside a writer."""
-    quiet = _commit_pair(wd, "commit", prof.reps)
+    quiet = _commit_sides(wd, "commit", prof.reps)
     noise = subprocess.Popen([sys.executable, "-c", NOISE, wd.path("noise/data"),
                               str(NOISE_MB_S)], env=CHILD_ENV)
     t0 = time.perf_counter()
     try:
         time.sleep(0.5)
-        noisy = _commit_pair(wd, "commit-noisy", prof.reps)
+        noisy = _commit_sides(wd, "commit-noisy", prof.reps)
         rate = _written(noise.pid) / (time.perf_counter() - t0) / 2**20
     finally:
         noise.send_signal(signal.SIGTERM)
@@ -93,14 +96,33 @@ def commit_rows(wd: Workdir, prof: Profile) -> list[Row]:
         Row("write", f"durable commit ({unit})", Stat(quiet["fsmem"]), "SQLite WAL FULL",
             Stat(quiet["sqlite"]), target_ratio=2, p95=True,
             note=f"sync strategy {_default_strategy()} (the default; FSMEM_SYNC chooses; "
-                 "every strategy side by side: bench_commit.py)"),
+                 "every strategy side by side: bench_commit.py); "
+                 + _floor_note(quiet)),
+        _floor_row(f"durable commit ({unit})", quiet, "SQLite WAL FULL",
+                   "25 block files + a manifest in a staged directory, the batch barrier, "
+                   "the publish rename, the barrier of documents/ (benchmarks/_floor.py)"),
         Row("write", f"durable commit, noisy neighbour ({NOISE_MB_S} MB/s + fsync)",
             Stat(noisy["fsmem"]), "SQLite WAL FULL, same neighbour", Stat(noisy["sqlite"]),
             target_ratio=3, p95=True,
             note=f"a child process rewrites a 64 MB file on the same filesystem at "
                  f"{NOISE_MB_S} MB/s, fsync after every 4 MB (it achieved {rate:.0f} MB/s "
-                 "written to disk, /proc/PID/io)"),
+                 "written to disk, /proc/PID/io); " + _floor_note(noisy)),
+        _floor_row(f"durable commit, noisy neighbour ({NOISE_MB_S} MB/s + fsync)", noisy,
+                   "SQLite WAL FULL, same neighbour", "as above, beside the same neighbour"),
     ]
+
+
+def _floor_note(res: dict[str, list[float]]) -> str:
+    f, fl = Stat(res["fsmem"]).median_ms, Stat(res["floor"]).median_ms
+    return f"fsmem / its format's floor (interleaved with both): {f / fl:.2f}x"
+
+
+def _floor_row(what: str, res: dict[str, list[float]], anchor: str, how: str) -> Row:
+    """The format's floor of a row (``_floor``: plain Python, fsmem's files and barriers,
+    none of its CPU) against the same anchor, from the same interleaved run."""
+    return Row("write", f"floor of the format (not fsmem): {what}", Stat(res["floor"]), anchor,
+               Stat(res["sqlite"]), p95=True,
+               note=f"not fsmem: the least its on-disk format needs, in plain Python: {how}")
 
 
 def _default_strategy() -> str:
@@ -149,40 +171,51 @@ def _sqlite_l1(db: sqlite3.Connection) -> Callable[..., None]:
 
 
 def append_rows(wd: Workdir, prof: Profile) -> list[Row]:
-    """``Memory.append`` into a full L1 (auto prune on), durable and not, vs SQLite."""
+    """``Memory.append`` into a full L1 (auto prune on), durable and not, vs SQLite and the
+    format's floor. Every second append prunes, so a sample is two appends in a row (one
+    prunes) and the row gives its time per append: a median over single appends would land
+    on one mode or the other."""
     rows = []
     for durability, sync in (("full", "FULL"), ("off", "OFF")):
-        stream = _turn_events(CAPACITY + prof.reps + 1, 3)
+        stream = _turn_events(CAPACITY + 2 * (prof.reps + 1), 3)
         mem = Memory.open(wd.path(f"append-{durability}/fsmem"), durability=durability,
                           context_capacity=CAPACITY, context_protected=PROTECTED,
                           context_tokens=10**9)
         sq = _sqlite_l1(_sqlite(wd.path(f"append-{durability}/sqlite.db"), sync))
+        floor = AppendFloor(wd.path(f"append-{durability}/floor"), durability == "full",
+                            CAPACITY, KEEP)
         for ev in stream[:CAPACITY]:
-            mem.append(ev)
-            sq(ev)
+            for fn in (mem.append, sq, floor.append):
+                fn(ev)
 
-        def side(fn: Callable[[Event], object], key: str) -> Callable[[], float]:
-            events = iter(stream[CAPACITY:])   # both sides append the same stream in order
+        def side(fn: Callable[[Event], object]) -> Callable[[], float]:
+            events = iter(stream[CAPACITY:])   # every side appends the same stream in order
 
             def run() -> float:
-                ev = next(events)
+                a, b = next(events), next(events)
                 t = time.perf_counter()
-                fn(ev)
-                return time.perf_counter() - t
+                fn(a)
+                fn(b)
+                return (time.perf_counter() - t) / 2
             return run
-        res = interleave({"fsmem": side(mem.append, "f"), "sqlite": side(sq, "s")}, prof.reps)
+        res = interleave({"fsmem": side(mem.append), "floor": side(floor.append),
+                          "sqlite": side(sq)}, prof.reps)
         mem.close()
-        # the warm-up append took L1 to 31 and pruned; from there every second one prunes
-        pf, ps = Stat(res["fsmem"][1::2]), Stat(res["sqlite"][1::2])
         label = "durable" if durability == "full" else "durability off"
-        rows.append(Row("write", f"append, L1 full (auto prune), {label}", Stat(res["fsmem"]),
-                        f"SQLite WAL {sync} insert + move oldest", Stat(res["sqlite"]),
+        what = f"append, L1 full (auto prune), {label}"
+        anchor = f"SQLite WAL {sync} insert + move oldest"
+        rows.append(Row("write", what, Stat(res["fsmem"]), anchor, Stat(res["sqlite"]),
                         target_ratio=3, p95=True,
                         note=(f"capacity {CAPACITY}/{PROTECTED}, watermark {KEEP} (the "
                               "highest the policy allows): every second append prunes; SQLite "
-                              "keeps the same watermark. " if durability == "full" else "")
-                        + f"The appends that pruned alone: {pf.median_ms:.2f} ms against "
-                          f"{ps.median_ms:.3f} ms ({pf.median_ms / ps.median_ms:.0f}x)"))
+                              "keeps the same watermark; a sample is two appends in a row "
+                              "(one prunes), given per append. " if durability == "full"
+                              else "") + _floor_note(res)))
+        rows.append(_floor_row(what, res, anchor, "per append a staged unit (2 blocks + "
+                               "manifest); per prune also an L2 unit of hard links and one "
+                               "journal entry; the batch barrier, the renames (into context/, "
+                               "documents/, the trash), the barrier; the trash emptied"
+                               if durability == "full" else "the same, no barrier"))
     return rows
 
 
