@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -103,16 +103,29 @@ class L1Cache:
             entry.events = events
         return events
 
-    def terms(self, mem: "Reader", unit: "Loaded", ev) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 term counts of one L1 event, tokenised once per unit version."""
-        from .index_entry import event_texts, term_counts
-        entry = self._entries.get(unit.path)
-        cached = entry.terms.get(ev.id) if entry is not None and entry.unit is unit else None
-        if cached is None:
-            cached = term_counts(event_texts(mem, unit.path, ev))
-            if entry is not None and entry.unit is unit:
-                entry.terms[ev.id] = cached
-        return cached
+    def terms(self, mem: "Reader", pairs: "list[tuple[Loaded, Any]]"
+              ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """BM25 term counts of each (unit, event) of L1, tokenised once per unit version:
+        the events not cached yet read and tokenised together (one ``term_rows`` pass)."""
+        from .index_entry import event_texts, term_rows
+        out: list[tuple[np.ndarray, np.ndarray] | None] = []
+        todo: list[int] = []
+        for unit, ev in pairs:
+            entry = self._entries.get(unit.path)
+            cached = entry.terms.get(ev.id) if entry is not None and entry.unit is unit else None
+            if cached is None:
+                todo.append(len(out))
+            out.append(cached)
+        if todo:
+            terms, tfs, ptr = term_rows([event_texts(mem, pairs[i][0].path, pairs[i][1])
+                                         for i in todo])
+            for k, i in enumerate(todo):
+                unit, ev = pairs[i]
+                got = out[i] = (terms[ptr[k]:ptr[k + 1]], tfs[ptr[k]:ptr[k + 1]])
+                entry = self._entries.get(unit.path)
+                if entry is not None and entry.unit is unit:
+                    entry.terms[ev.id] = got
+        return out   # type: ignore[return-value]   (every None was filled)
 
 
 def seed_written(mem: "Reader", path: str, written: "Written") -> None:
@@ -185,6 +198,7 @@ def context_timeline(mem: "Reader") -> "list[Event]":
     return mem.consistent(read, ("context",))
 
 
-def event_terms(mem: "Reader", unit: "Loaded", ev) -> tuple[np.ndarray, np.ndarray]:
-    """BM25 term counts of an L1 event (cached with its unit)."""
-    return _cache_of(mem).terms(mem, unit, ev)
+def event_terms(mem: "Reader", pairs: "list[tuple[Loaded, Any]]"
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """BM25 term counts of each (unit, event) of L1 (cached with its unit)."""
+    return _cache_of(mem).terms(mem, pairs)

@@ -132,7 +132,7 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
         from .index_entry import bm25_scores
         from .l1cache import event_terms
         pairs = [(u, r) for u in units for r in u.manifest.events]
-        docs = [event_terms(mem, u, r) for u, r in pairs]
+        docs = event_terms(mem, pairs)
         scores = dict(zip((r.id for _, r in pairs), bm25_scores(docs, query)))
         return lambda unit, rec: float(scores.get(rec.id, 0.0))
     if on_demand(mem):   # units stored without vectors (fsmem.lazy_vectors)

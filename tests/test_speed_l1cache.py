@@ -54,7 +54,7 @@ def test_appends_read_nothing_back(root):
         assert sorted(unit.rows) == sorted(disk.rows)
         assert all(np.array_equal(unit.rows[k], disk.rows[k]) for k in disk.rows)
         for ev in unit.manifest.events:
-            seeded, read = event_terms(mem, unit, ev), term_counts(event_texts(mem, disk.path, ev))
+            seeded, read = event_terms(mem, [(unit, ev)])[0], term_counts(event_texts(mem, disk.path, ev))
             assert np.array_equal(seeded[0], read[0]) and np.array_equal(seeded[1], read[1])
 
 
@@ -86,7 +86,7 @@ def test_unit_replaced_under_the_same_id_onto_a_reused_inode_is_reread(root, tmp
     uid = next(u for u, unit in units.items()
                if "parrot" in " ".join(e.input for e in mem.document(u).events))
     unit = units[uid]
-    old_terms = event_terms(mem, unit, unit.manifest.events[0])[0]
+    old_terms = event_terms(mem, [(unit, unit.manifest.events[0])])[0][0]
     assert set(term_hashes(["squeaks"])) <= set(old_terms.tolist())
     path = os.path.join(root, "context", uid)
     _same_size_replacement(path, str(tmp_path / "copy"), b"squeaks", b"rattles")
@@ -95,7 +95,7 @@ def test_unit_replaced_under_the_same_id_onto_a_reused_inode_is_reread(root, tmp
     shutil.copystat(tmp_path / "copy", path)
     fresh = {u.unit_id: u for u in load_context(mem)}[uid]
     assert fresh is not unit
-    terms = event_terms(mem, fresh, fresh.manifest.events[0])[0]
+    terms = event_terms(mem, [(fresh, fresh.manifest.events[0])])[0][0]
     assert set(term_hashes(["rattles"])) <= set(terms.tolist())
     assert not set(term_hashes(["squeaks"])) & set(terms.tolist())
 
