@@ -36,9 +36,12 @@ __all__ = ["pruning_publish", "append_burst", "prune_after"]
 log = logging.getLogger(__name__)
 
 
-def _arrival(builder: "UnitBuilder", manifest: "Manifest",
+def _arrival(mem: "Memory", builder: "UnitBuilder", manifest: "Manifest",
              vectors: "tuple[list[str], np.ndarray] | None") -> Loaded:
-    """A finished staged unit as L1 will hold it (for the prune's ranking)."""
+    """A finished staged unit as L1 will hold it (for the prune's ranking, which takes its
+    text from what the builder wrote: nothing is read back)."""
+    from .l1cache import note_written
+    note_written(mem, builder.unit_id, builder.texts)
     rows = dict(zip(*vectors)) if vectors is not None else {}
     return Loaded(builder.unit_id, builder.path, manifest, rows,
                   os.stat(builder.path, follow_symlinks=False).st_mtime_ns)
@@ -69,7 +72,7 @@ def pruning_publish(mem: "Memory", query: str, outcome: list[object]
                              publish=[(os.path.basename(builder.path), "context",
                                        builder.unit_id)])
         before = mem._index_stamp("documents")
-        result, l2_ids = _stage_with(mem, query, [_arrival(builder, written.manifest,
+        result, l2_ids = _stage_with(mem, query, [_arrival(mem, builder, written.manifest,
                                                            written.vectors)], entry, None)
         outcome.append(result)
         if not l2_ids:   # no prune due, or it failed: the unit is published alone
@@ -115,7 +118,7 @@ def append_burst(mem: "Memory", drafts: Sequence["Event"], *,
                     {"summary": "", "tags": [], "entities": [], "source": draft.source,
                      "meta": {}})
                 staged.append((builder, manifest, texts))
-                arrivals.append(_arrival(builder, manifest, builder.vectors))
+                arrivals.append(_arrival(mem, builder, manifest, builder.vectors))
                 entry.publish.append((os.path.basename(builder.path), "context",
                                       builder.unit_id))
                 ids.append(draft.id)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .unit import Written
 
 __all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms",
-           "seed_written"]
+           "seed_written", "note_written"]
 
 Stamp = tuple[int, int, int, int]
 
@@ -53,6 +53,12 @@ class L1Cache:
         self._entries: dict[str, _Entry] = {}
         self.hits = 0
         self.misses = 0
+        # What this process wrote, so that nothing it wrote is read back to be ranked: unit
+        # id -> text block digest -> text (units staged to arrive in L1, and seeded ones),
+        # and the term counts of a staged arrival's events, (unit id, event id) -> counts,
+        # which ``seed_written`` moves into the published unit's entry.
+        self.written: dict[str, dict[str, str]] = {}
+        self.fresh: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
     def units(self, mem: "Reader", view: View, *, with_vectors: bool) -> list["Loaded"]:
         """The readable units of ``view``'s context layer, from the cache where still valid;
@@ -64,7 +70,9 @@ class L1Cache:
             if entry is not None:
                 out.append(entry.unit)
         for path in [p for p in list(self._entries) if p not in seen]:
-            self._entries.pop(path, None)   # (a snapshot of the keys: threads may share it)
+            gone = self._entries.pop(path, None)   # (a snapshot: threads may share it)
+            if gone is not None:
+                self.written.pop(gone.unit.unit_id, None)
         return out
 
     def _get(self, mem: "Reader", uid: str, path: str, with_vectors: bool) -> _Entry | None:
@@ -106,18 +114,25 @@ class L1Cache:
     def terms(self, mem: "Reader", pairs: "list[tuple[Loaded, Any]]"
               ) -> list[tuple[np.ndarray, np.ndarray]]:
         """BM25 term counts of each (unit, event) of L1, tokenised once per unit version:
-        the events not cached yet read and tokenised together (one ``term_rows`` pass)."""
+        the events not cached yet tokenised together (one ``term_rows`` pass), from the
+        text this process wrote where it has it (``written``), else from their blocks, read
+        and verified. A unit not in the cache (one staged to arrive) keeps its counts in
+        ``fresh`` until it is published and seeded."""
         from .index_entry import event_texts, term_rows
         out: list[tuple[np.ndarray, np.ndarray] | None] = []
         todo: list[int] = []
         for unit, ev in pairs:
             entry = self._entries.get(unit.path)
-            cached = entry.terms.get(ev.id) if entry is not None and entry.unit is unit else None
+            if entry is not None and entry.unit is unit:
+                cached = entry.terms.get(ev.id)
+            else:
+                cached = self.fresh.get((unit.unit_id, ev.id))
             if cached is None:
                 todo.append(len(out))
             out.append(cached)
         if todo:
-            terms, tfs, ptr = term_rows([event_texts(mem, pairs[i][0].path, pairs[i][1])
+            terms, tfs, ptr = term_rows([event_texts(mem, pairs[i][0].path, pairs[i][1],
+                                                     self.written.get(pairs[i][0].unit_id))
                                          for i in todo])
             for k, i in enumerate(todo):
                 unit, ev = pairs[i]
@@ -125,16 +140,29 @@ class L1Cache:
                 entry = self._entries.get(unit.path)
                 if entry is not None and entry.unit is unit:
                     entry.terms[ev.id] = got
+                else:
+                    self.fresh[(unit.unit_id, ev.id)] = got
         return out   # type: ignore[return-value]   (every None was filled)
+
+    def note_written(self, unit_id: str, texts: dict[str, str]) -> None:
+        """Text blocks this process wrote for a unit about to join L1 (digest -> text)."""
+        if len(self.written) > _WRITTEN_MAX:   # left by appends that failed: start again
+            self.written.clear()
+            self.fresh.clear()
+        self.written[unit_id] = texts
+
+
+_WRITTEN_MAX = 4096
 
 
 def seed_written(mem: "Reader", path: str, written: "Written") -> None:
     """Cache an L1 unit this process has just published (under the writer lock) from what it
-    wrote: its manifest and vectors, so the next prune or turn does not read them back.
-    Seeded only when its vectors are all in hand (else it is read as usual). Its term counts
-    are still computed from its blocks, read and verified once, when a prune first ranks it:
-    a block damaged since the write then fails the prune (tests/test_hardening.py) instead of
-    being archived unnoticed."""
+    wrote: its manifest, vectors and text, so no prune or turn reads them back (issue 18:
+    "append and prune never re-read L1"). Seeded only when its vectors are all in hand (else
+    it is read as usual). Its events' term counts come with it when a prune ranked it while
+    it was staged, else they are tokenised from its text in hand when a prune first ranks
+    it. A unit of another process, or one read after a restart, is read from its blocks and
+    verified (a damaged block fails the prune: tests/test_hardening.py)."""
     from .reader import Loaded
     manifest = written.manifest
     rows: dict[str, np.ndarray] = {}
@@ -149,7 +177,17 @@ def seed_written(mem: "Reader", path: str, written: "Written") -> None:
     except OSError:
         return
     unit = Loaded(manifest.id, path, manifest, rows, stamp[2])
-    _cache_of(mem)._entries[path] = _Entry(stamp, unit, True)
+    cache = _cache_of(mem)
+    cache.note_written(manifest.id, written.texts)
+    terms = {ev.id: got for ev in manifest.events
+             if (got := cache.fresh.pop((manifest.id, ev.id), None)) is not None}
+    cache._entries[path] = _Entry(stamp, unit, True, terms)
+
+
+def note_written(mem: "Reader", unit_id: str, texts: dict[str, str]) -> None:
+    """A unit this process staged to arrive in L1: its text blocks (digest -> text), so
+    ranking it reads nothing back (``L1Cache.note_written``)."""
+    _cache_of(mem).note_written(unit_id, texts)
 
 
 def _cache_of(mem: "Reader") -> L1Cache:

@@ -247,6 +247,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         fsops.rmtree(path)
         return
         if self.sync if sync is None else sync:""", FLOW_CRASH + POWERLOSS),
+    "l1cache: an appended unit's terms tokenised from its blocks read back": (
+        "fsmem/l1cache.py", """                                                     self.written.get(pairs[i][0].unit_id))""",
+        """                                                     None)""",
+        ["tests/test_speed_l1cache.py"]),
 }
 
 

@@ -332,7 +332,12 @@ def test_turn_succeeds_when_its_prune_fails(tmp_path: Path, caplog) -> None:
     mem = Memory.open(tmp_path / "s", context_capacity=2, context_protected=0, auto_prune=False)
     for i in range(5):
         mem.append(Event(input=f"old {i}", id=f"e-old-{i}"))
+    mem.close()
     _damage_one_block(next((tmp_path / "s" / "context").iterdir()))
+    # The damage is found by a process that did not write the unit: the writer ranks its own
+    # units from the text it wrote (l1cache.seed_written: nothing is read back), as it trusts
+    # the manifest it wrote.
+    mem = Memory.open(tmp_path / "s", context_capacity=2, context_protected=0, auto_prune=False)
     from fsmem.turn import InjectOptions
     with caplog.at_level(logging.WARNING):
         result = mem.turn(Event(input="old news again", id="e-turn"),

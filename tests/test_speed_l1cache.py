@@ -7,6 +7,7 @@ import os
 import shutil
 
 import numpy as np
+import pytest
 
 from fsmem import Event, Memory, Timestamp
 from fsmem.l1cache import _cache_of, event_terms, load_context
@@ -56,6 +57,47 @@ def test_appends_read_nothing_back(root):
         for ev in unit.manifest.events:
             seeded, read = event_terms(mem, [(unit, ev)])[0], term_counts(event_texts(mem, disk.path, ev))
             assert np.array_equal(seeded[0], read[0]) and np.array_equal(seeded[1], read[1])
+
+
+@pytest.mark.parametrize("how", ["append", "turn", "append_many"])
+def test_appends_and_their_prunes_read_no_block_back(root, monkeypatch, how):
+    """Issue 18: "append and prune never re-read L1". Every append here prunes and ranks all
+    of L1 by its terms: each event is tokenised from the text this process wrote, once, and
+    no block of L1 is read. The prunes decide as a cold cache (blocks read) would."""
+    import fsmem.blocks
+    from fsmem.turn import InjectOptions
+    reads: list[str] = []
+    real = fsmem.blocks.read_block
+
+    def counting(path, *a, **k):
+        reads.append(path)
+        return real(path, *a, **k)
+    opts = InjectOptions(context_policy="prune", recall_policy="none")
+
+    def live(where, cold: bool) -> tuple[set[str], set[str]]:
+        mem = Memory.open(where, durability="off", context_capacity=8, context_protected=2)
+        for i in range(0, 30, 2):
+            if cold:
+                mem._l1_cache = None
+            a, b = (Event(id=f"e-{j:03d}", timestamp=Timestamp(T0 + j * 10**9, 0),
+                          source="alice", input=f"turn {j} about "
+                          f"{['the boat', 'bread', 'rain', 'the harbour'][j % 4]}")
+                    for j in (i, i + 1))
+            if how == "turn":
+                mem.turn(a, b, options=opts)
+            elif how == "append_many":
+                mem.append_many([a, b])
+            else:
+                mem.append(a)
+                mem.append(b)
+        l1 = {e.id for e in mem.timeline()}
+        l2 = {e.id for u in mem.units("documents") for e in mem.document(u).events}
+        return l1, l2
+    cold = live(root / "cold", cold=True)
+    monkeypatch.setattr(fsmem.blocks, "read_block", counting)
+    warm = live(root / "warm", cold=False)
+    assert [r for r in reads if "/context/" in r or "/staging/" in r] == []
+    assert warm == cold and len(warm[1]) > 10   # it did prune, as often as a cold cache
 
 
 def test_another_process_appending_and_pruning_is_seen(root):
