@@ -18,6 +18,7 @@ words plus the canonical terms, so "what did we do on 7 May" finds the turns of 
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from datetime import datetime, timedelta, timezone
 from hashlib import blake2b
@@ -72,6 +73,10 @@ def _load_stemmer() -> Callable[[str], str]:
 
 
 _stem_word: Callable[[str], str] | None = None   # loaded on first use: ~90 ms of a CLI start
+# A snowball stemmer object keeps the word it works on in itself: two threads stemming at
+# once corrupt each other's word (wrong stems, or IndexError inside the stemmer). Memo hits
+# need no lock; a miss stems under it.
+_stem_lock = threading.Lock()
 _stems: dict[str, str] = {}
 _hashes: dict[str, int] = {}
 
@@ -80,11 +85,13 @@ def _stem(word: str) -> str:
     global _stem_word
     s = _stems.get(word)
     if s is None:
-        if _stem_word is None:
-            _stem_word = _load_stemmer()
+        with _stem_lock:
+            if _stem_word is None:
+                _stem_word = _load_stemmer()
+            s = _stem_word(word)
         if len(_stems) > _CACHE_MAX:
             _stems.clear()
-        s = _stems[word] = _stem_word(word)
+        _stems[word] = s
     return s
 
 

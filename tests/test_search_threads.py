@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import traceback
 
 import pytest
 
@@ -127,3 +128,61 @@ def test_two_queries_interleaved_between_lexical_and_fusion_steps(store):
     mem.close()
     assert got[a] == expected[a, "fusion"]
     assert got[b] == expected[b, "fusion"]
+
+
+def test_queries_while_another_thread_appends_commits_and_prunes(store):
+    """One thread writes (appends into a small L1, so its prunes archive into documents/, and
+    commits) while four threads query the same Memory: no query raises, every hit names a
+    unit of documents/ (which only grows here), and once the writer stops every query equals the same query on a fresh Memory."""
+    mem = Memory.open(store, auto_prune=True, ranker="fusion", durability="off",
+                      context_capacity=6, context_protected=2)
+    errors: list[str] = []
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def writer() -> None:
+        try:
+            for i in range(60):
+                text = _TOPICS[i % len(_TOPICS)]
+                mem.append(Event(id=f"w{i:03d}", source="chat", role="user",
+                                 timestamp=f"2023-06-01T10:{i:02d}:00+00:00",
+                                 input=f"again: {text}"))
+                if i % 5 == 0:
+                    mem.commit(f"note {i}: {text}", source="notes")
+        except BaseException:   # noqa: BLE001 - reported by the main thread
+            errors.append(traceback.format_exc())
+        finally:
+            done.set()
+
+    def reader(k: int) -> None:
+        try:
+            i = k
+            while not done.is_set():
+                for ranker in ("fusion", "bm25"):
+                    for unit, _s, _m in mem.index.search_events(QUERIES[i % len(QUERIES)],
+                                                                5, ranker):
+                        seen.add(unit)
+                    mem.query(QUERIES[i % len(QUERIES)], top_k=5)
+                i += 1
+        except BaseException:   # noqa: BLE001 - reported by the main thread
+            errors.append(traceback.format_exc())
+
+    threads = [threading.Thread(target=writer)] + [
+        threading.Thread(target=reader, args=(k,)) for k in range(4)]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)   # many thread switches inside each search and write
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, "\n".join(errors)
+    assert all(not t.is_alive() for t in threads)
+    docs = set(mem.units("documents"))
+    assert seen <= docs   # nothing here takes a unit out of documents/
+    assert len(docs) > 2 * len(_TOPICS)   # the prunes and commits reached documents/
+    got = {(q, r): _run(mem, q, r) for q in QUERIES for r in ("fusion", "bm25")}
+    mem.close()
+    assert got == _alone(store)
