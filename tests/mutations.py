@@ -251,6 +251,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/l1cache.py", """                                                     self.written.get(pairs[i][0].unit_id))""",
         """                                                     None)""",
         ["tests/test_speed_l1cache.py"]),
+    "analyze: the stemmer called from two threads at once": (
+        "fsmem/analyze.py", """        with _stem_lock:""", """        if True:""", ["tests/test_search_threads.py"]),
 }
 
 

@@ -134,6 +134,8 @@ def test_queries_while_another_thread_appends_commits_and_prunes(store):
     """One thread writes (appends into a small L1, so its prunes archive into documents/, and
     commits) while four threads query the same Memory: no query raises, every hit names a
     unit of documents/ (which only grows here), and once the writer stops every query equals the same query on a fresh Memory."""
+    from fsmem.analyze import trim_memos
+    trim_memos(0)   # every word is stemmed again, whatever ran before in this process
     mem = Memory.open(store, auto_prune=True, ranker="fusion", durability="off",
                       context_capacity=6, context_protected=2)
     errors: list[str] = []
