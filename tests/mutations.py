@@ -248,11 +248,13 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         return
         if self.sync if sync is None else sync:""", FLOW_CRASH + POWERLOSS),
     "l1cache: an appended unit's terms tokenised from its blocks read back": (
-        "fsmem/l1cache.py", """                                                     self.written.get(pairs[i][0].unit_id))""",
-        """                                                     None)""",
+        "fsmem/l1cache.py",
+        "self.written.get(pairs[i][0].unit_id))",
+        "None)",
         ["tests/test_speed_l1cache.py"]),
     "analyze: the stemmer called from two threads at once": (
-        "fsmem/analyze.py", """        with _stem_lock:""", """        if True:""", ["tests/test_search_threads.py"]),
+        "fsmem/analyze.py", "        with _stem_lock:", "        if True:",
+        ["tests/test_analyze.py", "tests/test_search_threads.py"]),
 }
 
 

@@ -134,3 +134,46 @@ def test_term_rows_are_each_rows_term_counts(rows):
                                   np.uint64), return_counts=True)
         assert terms[ptr[i]:ptr[i + 1]].tolist() == want[0].tolist()
         assert tfs[ptr[i]:ptr[i + 1]].tolist() == want[1].tolist()
+
+
+def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
+    """A snowball stemmer object holds the word it is working on: the analyzer's stemmer is
+    shared, so threads indexing at once (a query's catch-up beside a writer) must not stem
+    through it at the same time. Every stem equals a private stemmer's, and nothing raises."""
+    import random
+    import sys
+    import threading
+
+    import snowballstemmer
+    from fsmem import analyze
+    bases = ["connect", "relate", "organ", "nation", "run", "happy", "generous", "argue",
+             "general", "operate", "condition", "author", "hope", "fish", "arm", "cloud"]
+    suffixes = ["", "s", "ing", "ed", "ation", "ations", "ness", "ly", "ional", "izer",
+                "fulness", "ousness", "iveness", "icate", "ement", "alism"]
+    words = [b + s for b in bases for s in suffixes]
+    alone = snowballstemmer.stemmer("english")
+    want = {w: alone.stemWord(w) for w in words}
+    errors: list[str] = []
+    got: list[dict[str, str]] = []
+
+    def stem_all(seed: int) -> None:
+        order = random.Random(seed).sample(words, len(words))
+        try:
+            got.append({w: analyze._stem(w) for w in order})
+        except Exception as exc:   # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for round_ in range(5):
+            analyze.trim_memos(0)   # every word a memo miss again
+            threads = [threading.Thread(target=stem_all, args=(round_ * 8 + k,))
+                       for k in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
+    assert all(g == want for g in got) and len(got) == 40
