@@ -130,10 +130,11 @@ def test_two_queries_interleaved_between_lexical_and_fusion_steps(store):
     assert got[b] == expected[b, "fusion"]
 
 
-def test_queries_while_another_thread_appends_commits_and_prunes(store):
-    """One thread writes (appends into a small L1, so its prunes archive into documents/, and
-    commits) while four threads query the same Memory: no query raises, every hit names a
-    unit of documents/ (which only grows here), and once the writer stops every query equals the same query on a fresh Memory."""
+def test_queries_while_other_threads_append_commit_and_prune(store):
+    """Two threads write (append into a small L1, so the prunes archive into documents/, and
+    commit) while four threads query, list and render the same Memory: nothing raises, L1
+    holds whole events only, every hit names a unit of documents/ (which only grows here),
+    and once the writers stop every query equals the same query on a fresh Memory."""
     from fsmem.analyze import trim_memos
     trim_memos(0)   # every word is stemmed again, whatever ran before in this process
     mem = Memory.open(store, auto_prune=True, ranker="fusion", durability="off",
@@ -141,20 +142,26 @@ def test_queries_while_another_thread_appends_commits_and_prunes(store):
     errors: list[str] = []
     seen: set[str] = set()
     done = threading.Event()
+    lock = threading.Lock()
 
-    def writer() -> None:
+    writers_left = [2]
+
+    def writer(w: int) -> None:   # two writers: their writes take turns on the writer lock
         try:
-            for i in range(60):
+            for i in range(30):
                 text = _TOPICS[i % len(_TOPICS)]
-                mem.append(Event(id=f"w{i:03d}", source="chat", role="user",
-                                 timestamp=f"2023-06-01T10:{i:02d}:00+00:00",
+                mem.append(Event(id=f"w{w}-{i:03d}", source="chat", role="user",
+                                 timestamp=f"2023-06-01T1{w}:{i:02d}:00+00:00",
                                  input=f"again: {text}"))
                 if i % 5 == 0:
-                    mem.commit(f"note {i}: {text}", source="notes")
+                    mem.commit(f"note {w} {i}: {text}", source="notes")
         except BaseException:   # noqa: BLE001 - reported by the main thread
             errors.append(traceback.format_exc())
         finally:
-            done.set()
+            with lock:
+                writers_left[0] -= 1
+                if not writers_left[0]:
+                    done.set()
 
     def reader(k: int) -> None:
         try:
@@ -165,11 +172,14 @@ def test_queries_while_another_thread_appends_commits_and_prunes(store):
                                                                 5, ranker):
                         seen.add(unit)
                     mem.query(QUERIES[i % len(QUERIES)], top_k=5)
+                events = mem.timeline()   # L1 as the writer changes it: whole events only
+                assert all(e.id.startswith("w") for e in events), [e.id for e in events]
+                mem.render(2000)
                 i += 1
         except BaseException:   # noqa: BLE001 - reported by the main thread
             errors.append(traceback.format_exc())
 
-    threads = [threading.Thread(target=writer)] + [
+    threads = [threading.Thread(target=writer, args=(w,)) for w in (1, 2)] + [
         threading.Thread(target=reader, args=(k,)) for k in range(4)]
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)   # many thread switches inside each search and write
