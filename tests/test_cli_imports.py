@@ -100,8 +100,9 @@ def test_query_still_works_after_the_lazy_imports(store):
     assert json.loads(out)[0]["unit_id"] == doc
     assert "numpy" in modules and "fsmem.index" in modules   # the guard above can fail
     # a query is a read (it only appends its hits to the access log): no writer, no watcher,
-    # no embedding model; nor numpy's masked arrays (numpy >= 2.3's np.unique loads them)
-    needless = ("fsmem.flows", "fsmem.store", "watchdog", "fsmem.watch",
+    # no embedding model, no shutil (it saves no index, draws no bar); nor numpy's masked
+    # arrays (numpy >= 2.3's plain np.unique loads them)
+    needless = ("fsmem.flows", "fsmem.store", "watchdog", "fsmem.watch", "shutil",
                 "sentence_transformers", "fsmem.embedders", "numpy.ma")
     loaded = sorted(m for m in needless if m in modules)
     assert not loaded, f"`fsmem query` imported {loaded}"
