@@ -191,7 +191,6 @@ class Index(IndexFiles):
         """{id: inode} of unit directories and legacy JSON files in documents/, and
         {id: file name} for the legacy ones (a JSON whose unit already exists is left out:
         it is a leftover of an interrupted legacy recall)."""
-        from .legacy import legacy_id
         base = self.layout.layer_dir("documents")
         listing: dict[str, int] = {}
         json_files: list[tuple[str, int]] = []
@@ -205,6 +204,8 @@ class Index(IndexFiles):
                 elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
                     json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
         legacy_files = {}
+        if json_files:   # (fsmem.legacy is not loaded for a store without any)
+            from .legacy import legacy_id
         for fname, ino in sorted(json_files):
             uid = legacy_id(fname)
             if uid in listing or any(os.path.isdir(self.layout.unit_dir(layer, uid))

@@ -120,7 +120,8 @@ def test_query_still_works_after_the_lazy_imports(store):
     # arrays (numpy >= 2.3's plain np.unique loads them), nor hashlib (the analyzer's blake2b
     # comes without it)
     needless = ("fsmem.flows", "fsmem.store", "watchdog", "fsmem.watch", "shutil",
-                "sentence_transformers", "fsmem.embedders", "numpy.ma", "hashlib")
+                "sentence_transformers", "fsmem.embedders", "numpy.ma", "hashlib",
+                "fsmem.legacy")   # the store holds no HomeAgent documents
     loaded = _needless(modules, needless)
     assert not loaded, f"`fsmem query` imported {loaded}"
 
