@@ -1,5 +1,5 @@
-"""Argument types and input helpers of the ``fsmem`` command (stdlib only, so importing the
-command stays fast): usage errors exit 2 and name the argument at fault."""
+"""The parser class, argument types and input helpers of the ``fsmem`` command (stdlib only,
+so importing the command stays fast): usage errors exit 2 and name the argument at fault."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ class HelpFormatter(argparse.HelpFormatter):
     for every ``add_argument``, and its own asks shutil for the width."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
-                 width: int | None = None) -> None:
+                 width: int | None = None, **kwargs: Any) -> None:
         super().__init__(prog, indent_increment, max_help_position,
-                         _columns() - 2 if width is None else width)
+                         _columns() - 2 if width is None else width, **kwargs)
 
 
 class Parser(argparse.ArgumentParser):
