@@ -1,8 +1,9 @@
-"""CLI start-up: the everyday read verbs import only what they use.
+"""CLI start-up: the everyday verbs import only what they use.
 
 Listing, showing and reading L1 back run in a fresh interpreter, and after the verb's ``main``
 returns, ``sys.modules`` must hold none of the heavy modules those verbs never need (numpy, the
-search index, the stemmers, the embedders, watchdog, the write flows). A test about imports,
+search index, the stemmers, the embedders, watchdog, the write flows). A query needs numpy and
+the index but no writer; an append writes without the search index. A test about imports,
 not timing (wall times are benchmarks/_rows_read.py's CLI rows).
 """
 
