@@ -29,8 +29,8 @@ HEAVY = ("numpy", "watchdog", "snowballstemmer", "Stemmer", "sentence_transforme
 LISTING_NEEDS_NOT = ("fsmem.legacy", "fsmem.plugins", "fsmem._fsops")
 #: no read verb needs the writer's modules (a plain fsck of a store without graph.db or
 #: quarantined units either), nor shutil (argparse's formatter would import it for the
-#: terminal width: fsmem.cli_args.HelpFormatter)
-READER_NEEDS_NOT = ("fsmem.store", "fsmem._fsops", "ctypes", "sqlite3", "shutil")
+#: terminal width: fsmem.cli_args.HelpFormatter), nor fractions (render's budget_split only)
+READER_NEEDS_NOT = ("fsmem.store", "fsmem._fsops", "ctypes", "sqlite3", "shutil", "fractions")
 #: an append never touches the search index; one into an L1 with room ranks nothing either
 #: (a prune ranks L1 by BM25: the analyzer and stemmer come with it)
 APPEND_NEEDS_NOT = ("fsmem.index", "numpy.ma", "watchdog", "sentence_transformers",
