@@ -303,13 +303,16 @@ _VERBS: list[tuple[str, list[str], float | None, str]] = [
     ("fsmem ls, small store", ["ls"], 3, "lists L2 and L1 units; no numpy, index or embedder"),
     ("fsmem show UNIT", ["show", "UNIT"], 3, "one L2 unit as a transcript"),
     ("fsmem timeline", ["timeline"], None, "the L1 events"),
-    ("fsmem stats", ["stats"], None, ""),
-    ("fsmem fsck", ["fsck"], None, "re-hashes every block"),
+    ("fsmem stats", ["stats"], None, "counts per layer (and legacy documents: fsmem.legacy)"),
+    ("fsmem fsck", ["fsck"], None, "re-hashes every block; no graph.db, nothing quarantined: "
+     "none of the writer's modules, no sqlite3"),
     ("fsmem render --budget 2000", ["render", "--budget", "2000"], None,
      "a small L1 is weighed without numpy"),
-    ("fsmem query (bm25)", ["query", "note"], None, "numpy, the index and the stemmer: needed"),
+    ("fsmem query (bm25)", ["query", "note"], None, "numpy, the index and the stemmer: needed; "
+     "no saved index (only commits so far), so the reader builds one in memory"),
     ("fsmem append (durable)", ["append", "--input", "hi", "--response", "ok"], None,
-     "the write path (fsmem.flows imports the index); a store of its own"),
+     "the write path with numpy (hashed embedder, prune), not the index or analyzer (L1 has "
+     "room: nothing ranked); a store of its own"),
 ]
 
 

@@ -21,12 +21,18 @@ import re
 import threading
 import unicodedata
 from datetime import datetime, timedelta, timezone
-from hashlib import blake2b
 from itertools import chain
 from operator import itemgetter
 from typing import Callable, Iterable, Sequence, overload
 
 import numpy as np
+
+from ._lazyre import lazy_compile
+
+try:   # hashlib's own blake2b, without importing hashlib (OpenSSL's algorithms: ~3 ms)
+    from _blake2 import blake2b
+except ImportError:   # an interpreter without the module: hashlib's, wherever it lives
+    from hashlib import blake2b
 
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
@@ -56,7 +62,9 @@ _CJK = (r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 # CJK runs | ISO dates | words (letters/digits, inner apostrophes, digit groups "1,000")
 _ISO_WORD = (rf"(\d{{4}}-\d{{1,2}}-\d{{1,2}})|"
              rf"((?:\d{{1,3}}(?:,\d{{3}})+)|[^\W_{_CJK}]+(?:'[^\W_{_CJK}]+)*)")
-_TOKEN_RE = re.compile(rf"([{_CJK}]+)|" + _ISO_WORD)
+# the reference analyzer's (``analyze``; term hashing uses ``_WORD_RE``): compiled on first
+# use, not at every import (~6 ms of each CLI query and pruning append)
+_TOKEN_RE = lazy_compile(__name__, "_TOKEN_RE", rf"([{_CJK}]+)|" + _ISO_WORD)
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
            "september", "october", "november", "december")
 _MONTH_OF = {m: i + 1 for i, m in enumerate(_MONTHS)}

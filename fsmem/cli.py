@@ -14,8 +14,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .cli_args import (UsageError, add_globals, positive_int, nonneg_int, timestamp_arg,
-                       tool_result_arg, stdin_text, version_string)
+from .cli_args import (Parser, UsageError, add_globals, positive_int, nonneg_int,
+                       timestamp_arg, tool_result_arg, stdin_text, version_string)
 
 if TYPE_CHECKING:
     from .flows import Memory
@@ -310,6 +310,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     as_json=args.json)
 
 
+def _capacity_flags() -> argparse.ArgumentParser:
+    """``--capacity`` and ``--protected``: the parent parser of the verbs that fill L1."""
+    capacity = Parser(add_help=False)
+    capacity.add_argument("--capacity", type=positive_int, default=None,
+                          help="L1 capacity in events (default: the store's config, 30)")
+    capacity.add_argument("--protected", type=nonneg_int, default=None,
+                          help="most recent L1 arrivals never pruned (default: config, 10)")
+    return capacity
+
+
+def _init_flag() -> argparse.ArgumentParser:
+    """``--init``: the parent parser of the verbs that may create the store."""
+    init = Parser(add_help=False)
+    init.add_argument("--init", action="store_true",
+                      help="create the store if it does not exist yet")
+    return init
+
+
 class _Unbuilt:
     """Stands in for the parser of a verb not on this command line: its arguments are not
     built (each argparse parser costs gettext look-ups at every start-up)."""
@@ -321,28 +339,27 @@ class _Unbuilt:
 def _parser(core_only: bool = False, only: str | None = None) -> argparse.ArgumentParser:
     """The command's parser; ``core_only``: without the verbs of the heavy modules;
     ``only``: with that one core verb alone (the one on the command line)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     add_globals(common, suppress=True)        # after the verb: override only when given
-    capacity = argparse.ArgumentParser(add_help=False)
-    capacity.add_argument("--capacity", type=positive_int, default=None,
-                          help="L1 capacity in events (default: the store's config, 30)")
-    capacity.add_argument("--protected", type=nonneg_int, default=None,
-                          help="most recent L1 arrivals never pruned (default: config, 10)")
-    p = argparse.ArgumentParser(prog="fsmem", description="filesystem-native agent memory")
+    p = Parser(prog="fsmem", description="filesystem-native agent memory")
     add_globals(p, suppress=False)
     p.add_argument("--version", action="version", version=version_string())
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    built: dict[Callable, argparse.ArgumentParser] = {}
 
-    def verb(name: str, fn: Callable, help: str, parents: Sequence = ()) -> Any:
+    def verb(name: str, fn: Callable, help: str,
+             parents: Sequence[Callable[[], argparse.ArgumentParser]] = ()) -> Any:
         if only is not None and name != only:
             return _Unbuilt()
-        sp = sub.add_parser(name, parents=[common, *parents], help=help, description=help)
+        for make in parents:   # a shared parent parser, built for the first verb using it
+            if make not in built:
+                built[make] = make()
+        sp = sub.add_parser(name, parents=[common, *(built[m] for m in parents)], help=help,
+                            description=help)
         sp.set_defaults(fn=fn)
         return sp
 
-    init = argparse.ArgumentParser(add_help=False)
-    init.add_argument("--init", action="store_true",
-                      help="create the store if it does not exist yet")
+    capacity, init = _capacity_flags, _init_flag
     sp = verb("init", cmd_init, "create a store (or add what is missing to a directory) and "
               "write its settings to .fsmem/config.toml", [capacity])
     sp.add_argument("dir", nargs="?", metavar="DIR", help="the store's directory (as --root)")

@@ -8,18 +8,19 @@ These are the hashed embedder's dense features only; BM25's terms come from ``fs
 
 from __future__ import annotations
 
-import re
 import unicodedata
 import zlib
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ._lazyre import lazy_compile
+
 __all__ = ["Embedder", "HashEmbedder", "tokenize"]
 
 _CJK = (r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
         r"\U00020000-\U0002ffff")
-_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+_TOKEN_RE = lazy_compile(__name__, "_TOKEN_RE", rf"([{_CJK}]+)|([^\W_{_CJK}]+)")  # on first use
 
 
 @runtime_checkable

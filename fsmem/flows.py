@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 from . import _fsops as fsops
 from .embed import Embedder, HashEmbedder
 from .errors import FormatError, FsmemError, NotFound, StorageError
-from .index import DEFAULT_RANKER
 from .lazy_vectors import stores_vectors
 from .model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
                     TextEvent, ToolResult, check_name)
 from .plugins import ChannelDef, Plugins, ToolDef
+from .ranking import DEFAULT_RANKER   # not from .index: an append never loads the index
 from .reader import MEDIA_STORE, Loaded, Reader, default_ranker
 from .store import Durability, Store, new_unit_id
 from .timestamps import Timestamp

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from .errors import FsmemError
 from .layout import LAYERS, Layout, Vanished, View, writer_alive
 from .model import check_name
-from .store import Store
 from .unit import is_stray, verify_unit
+
+if TYPE_CHECKING:   # a plain check (a reader) never loads the writer's modules
+    from .store import Store
 
 __all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
 
@@ -176,6 +177,7 @@ def _check_meta(layout: Layout, view: View) -> list[Finding]:
 
 
 def _repair(store: Store, finding: Finding) -> None:
+    import shutil
     path = finding.path
     if not os.path.lexists(path):
         finding.fixed = "already gone"
@@ -213,11 +215,13 @@ def _repair(store: Store, finding: Finding) -> None:
 def _check_foreign(layout: Layout) -> list[Finding]:
     """Units that a discard (prune, remove) kept whole because they held files fsmem did not
     write: they wait in .fsmem/quarantine/ for the user, nothing in them was deleted."""
-    from .store import FOREIGN_LABEL
     try:
         names = sorted(os.listdir(layout.quarantine_dir))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    if not names:   # the usual case: a plain check never loads the writer's modules
+        return []
+    from .store import FOREIGN_LABEL
     return [Finding(kind="quarantined-foreign", path=os.path.join(layout.quarantine_dir, n),
                     detail="a discarded unit held files fsmem did not write; kept whole "
                     "(move out what is yours, then delete the directory)")

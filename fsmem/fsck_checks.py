@@ -10,14 +10,16 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import sqlite3
 import time
 import uuid
+from typing import TYPE_CHECKING
 
-from . import _fsops as fsops
 from .layout import LAYERS, Layout
 from .model import FORMAT_VERSION, HASH_ALGORITHM, Marker, encode_pretty
 from .timestamps import Timestamp
+
+if TYPE_CHECKING:   # loaded where used: a store without graph.db, a plain check, need neither
+    import sqlite3
 
 __all__ = ["check_graph", "rewrite_marker", "GRAPH_DANGLING_LIMIT"]
 
@@ -49,6 +51,7 @@ def check_graph(root: str) -> list[tuple[str, str, str]]:
         # its -shm file and an immutable one would miss the WAL; a reader writes nothing.
         log.info("%s: has a -wal file; graph.db not checked", path)
         return []
+    import sqlite3
     try:
         db = _connect(path)
     except sqlite3.Error as exc:
@@ -96,6 +99,7 @@ def _recognisable(layout: Layout) -> bool:
 def rewrite_marker(layout: Layout) -> str:
     """Move a damaged marker into quarantine and write a fresh one; returns what was done
     ('' when nothing was: not recognisably a store, or a writer holds the lock)."""
+    from . import _fsops as fsops
     if not _recognisable(layout):
         log.error("%s: damaged, and %s does not look like an fsmem store: not rewritten",
                   layout.marker_path, layout.root)

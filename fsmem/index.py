@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from . import ranking
+from .ranking import DEFAULT_RANKER
 from .analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, is_pair, term_hashes
 from .errors import FsmemError
 from .index_files import INDEX_VERSION, IndexFiles, _Postings
@@ -42,7 +43,6 @@ __all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
 log = logging.getLogger(__name__)
 
 RANKERS = ("bm25", "dense", "fusion", "rrf")
-DEFAULT_RANKER = "bm25"     # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 # Weight of the (min-max scaled) dense signal in "fusion": None = per query, from the query's
 # lexical coverage (ranking.dense_weight; an embedder may name its own ``fusion_weights``
 # (lo, hi) range, or a fixed ``fusion_weight``); a ``weight=`` given to search overrides.
@@ -191,7 +191,6 @@ class Index(IndexFiles):
         """{id: inode} of unit directories and legacy JSON files in documents/, and
         {id: file name} for the legacy ones (a JSON whose unit already exists is left out:
         it is a leftover of an interrupted legacy recall)."""
-        from .legacy import legacy_id
         base = self.layout.layer_dir("documents")
         listing: dict[str, int] = {}
         json_files: list[tuple[str, int]] = []
@@ -205,6 +204,8 @@ class Index(IndexFiles):
                 elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
                     json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
         legacy_files = {}
+        if json_files:   # (fsmem.legacy is not loaded for a store without any)
+            from .legacy import legacy_id
         for fname, ino in sorted(json_files):
             uid = legacy_id(fname)
             if uid in listing or any(os.path.isdir(self.layout.unit_dir(layer, uid))
@@ -594,7 +595,8 @@ class Index(IndexFiles):
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
         scores = np.zeros(n_base + pend.n, np.float32)
-        q_terms = np.unique(term_hashes([text]))
+        # with counts: numpy >= 2.3's plain np.unique imports numpy.ma (~10 ms of a CLI query)
+        q_terms = np.unique(term_hashes([text]), return_counts=True)[0]
         if not len(q_terms):
             return scores, 0.0
         ev_alive, all_alive = self._event_alive()

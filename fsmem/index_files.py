@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import stat
 import time
 import uuid
@@ -484,6 +483,7 @@ class IndexFiles:
         """A new generation directory of ``.npy`` files plus ``meta.json`` (with each file's
         BLAKE3), then ``CURRENT`` switched to it by one rename. Older generations are removed
         after a grace period; a reader that mapped one keeps its (unlinked) files."""
+        import shutil   # here: a reader (a CLI query) never saves, and skips its import
         gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         gen = os.path.join(self.dir, gen_name)
         os.makedirs(gen)

@@ -20,7 +20,6 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _fsops as fsops
 from .errors import FormatError, NotFound
 from .media import sniff_mime
 from .model import NAME_RE, BlockRef, EventRecord
@@ -245,6 +244,7 @@ def allow_record(root: str) -> None:
     """A writer makes the record file in ``root/.fsmem/``; from then on every process,
     readers too, appends to it where it is writable (like the access log, a reader never
     creates it and a read-only store just logs once per process)."""
+    from . import _fsops as fsops   # here: readers (stats, ls) never load ctypes for it
     root = os.path.realpath(root)
     try:
         fd = fsops.open_(os.path.join(root, ".fsmem", RECORD),
@@ -543,6 +543,7 @@ def _unit_exists(mem: "Memory", unit_id: str) -> bool:
 
 def _move_aside(mem: "Memory", filename: str, where: str) -> str:
     """Rename ``documents/<filename>`` into ``.fsmem/<where>/`` (a free name); returns it."""
+    from . import _fsops as fsops
     src = os.path.join(mem.root, "documents", filename)
     base = os.path.join(mem.store.meta, where)
     if not os.path.isdir(base):

@@ -19,8 +19,9 @@ __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND
            "KIND_EVENT", "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE",
            "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
-           "cjk_share", "reach"]
+           "cjk_share", "reach", "DEFAULT_RANKER"]
 
+DEFAULT_RANKER = "bm25"   # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
 PAIR_WEIGHT = 0.3         # a query's word pair terms (fsmem.analyze) count at this share
                           # of their idf: phrase evidence, not a second copy of the words

@@ -45,7 +45,7 @@ def default_ranker(embedder: Embedder | None) -> str:
     """BM25 alone beats every fusion with the hashed dense signal; with a real embedder,
     fusion wins (docs/BENCHMARKS.md)."""
     from .embed import HashEmbedder
-    from .index import DEFAULT_RANKER
+    from .ranking import DEFAULT_RANKER
     return DEFAULT_RANKER if embedder is None or isinstance(embedder, HashEmbedder) \
         else "fusion"
 

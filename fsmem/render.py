@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
-from fractions import Fraction
 from operator import attrgetter
-from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import MissingDependency
 from .model import BlockRef, Event
 from .timestamps import Timestamp
+
+if TYPE_CHECKING:   # budget_split's ratios only: rendering never needs fractions
+    from fractions import Fraction
 
 __all__ = [
     "HEADER", "MIN_BODY_TOKENS", "DEFAULT_CONTEXT_WINDOW", "TokenEstimator",
@@ -538,6 +540,7 @@ class BudgetSplit:
 
 def _ratio(value: float | Fraction, name: str) -> Fraction:
     """An exact ratio, so 0.8 × 32768 floors like HomeAgent's integer 80/100 (no 0.79999…)."""
+    from fractions import Fraction
     ratio = Fraction(value).limit_denominator(1_000_000)
     if not 0 <= ratio <= 1:
         raise ValueError(f"{name}: expected a ratio in [0, 1], got {value!r}")
