@@ -36,9 +36,13 @@ except ImportError:   # an interpreter without the module: hashlib's, wherever i
 
 __all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
-           "cjk_unigram_mask", "is_pair", "PAIR_BIT"]
+           "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS"]
 
-ANALYZER_VERSION = 3   # part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 4   # part of the index version: a change here rebuilds saved indexes
+# Word pair terms grow with a text's length (nearly one per word) where word terms grow with its
+# vocabulary: a text of more words than this gives word terms only (phrase evidence is for
+# turns and notes; a 1 MB part of an ingested file would hold ~150k distinct pairs).
+PAIR_MAX_WORDS = 1000
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
 # 3: word pair terms (``PAIR_BIT`` set; every other term's top bit clear)
 
@@ -182,7 +186,8 @@ def analyze(text: str) -> list[str]:
             seq.append(out[-1])
     if words:
         out += _dates(words)
-    out += [" ".join(sorted(p)) for p in zip(seq, seq[1:])]   # word pairs
+    if len(seq) <= PAIR_MAX_WORDS:
+        out += [" ".join(sorted(p)) for p in zip(seq, seq[1:])]   # word pairs
     return out
 
 
@@ -341,8 +346,9 @@ def _text_hashes(norm: str, out: list[int], seqs: list[list[int]] | None = None)
     out.extend(chain.from_iterable(map(itemgetter(0), hits)))
     if any(map(itemgetter(2), hits)):   # rare: the words of the whole text give the dates
         out.extend(_date_hashes(norm, tokens))
-    if seqs is not None:
-        seqs.append(list(chain.from_iterable(map(itemgetter(3), hits))))
+    if seqs is not None:   # one entry per text (a too long one's empty): rows stay aligned
+        seq = list(chain.from_iterable(map(itemgetter(3), hits)))
+        seqs.append(seq if len(seq) <= PAIR_MAX_WORDS else [])
 
 
 def _pair_hashes(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -116,7 +116,7 @@ PINNED = {"猫": 5959968923661296152, "猫粮": 6711262662057201202,
 def test_term_hashes_are_stable_across_processes_and_machines():
     """Pinned values: a change of the hash functions must bump ANALYZER_VERSION (saved
     indexes hold these hashes) and update these numbers."""
-    assert ANALYZER_VERSION == 3
+    assert ANALYZER_VERSION == 4
     assert hash_terms(list(PINNED)).tolist() == list(PINNED.values())
 
 
@@ -177,3 +177,20 @@ def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
         sys.setswitchinterval(old)
     assert errors == []
     assert all(g == want for g in got) and len(got) == 40
+
+
+def test_a_text_longer_than_the_pair_bound_gives_no_pair_terms():
+    """Pair terms grow with a text's length (nearly one per word), words with its vocabulary:
+    a 100 MB file ingested in 1 MB parts made the index ~8x the RSS bound (tests/test_hostile
+    stress). A text of more than PAIR_MAX_WORDS words gives word terms only; up to it, pairs
+    as before. The reference analyzer and the hashed terms agree on both sides of the bound."""
+    from fsmem.analyze import PAIR_MAX_WORDS
+    words = [f"w{i}x" for i in range(PAIR_MAX_WORDS + 1)]
+    at, over = " ".join(words[:PAIR_MAX_WORDS]), " ".join(words)
+    assert sum(" " in t for t in analyze(at)) == PAIR_MAX_WORDS - 1
+    assert is_pair(term_hashes([at])).sum() == PAIR_MAX_WORDS - 1
+    assert not any(" " in t for t in analyze(over))
+    assert not is_pair(term_hashes([over])).any()
+    assert sorted(term_hashes([over]).tolist()) == sorted(hash_terms(analyze(over)).tolist())
+    # a row's other texts keep theirs: the bound is per text
+    assert is_pair(term_hashes([over, "group support"])).sum() == 1
