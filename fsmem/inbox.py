@@ -23,7 +23,6 @@ from typing import Any, Iterable, Iterator
 
 import blake3
 import msgspec
-import numpy as np
 
 from . import _fsops as fsops
 from . import analyze
@@ -37,7 +36,7 @@ from .media import sniff_mime
 from .model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
 from .store import LAYERS
 from .timestamps import Timestamp
-from .unit import MANIFEST, VECTORS, UnitBuilder, read_manifest
+from .unit import MANIFEST, VECTORS, UnitBuilder, load_npy, read_manifest
 
 __all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "TEXT_PART", "EVENTS_CAP",
            "TERM_MEMO_MAX", "ignored_name", "trim_term_memos"]
@@ -594,7 +593,7 @@ class Ingestor:
         if hash_bytes(data) != ref.digest:
             raise Rejected(f"{VECTORS}: bytes do not match the digest in the manifest")
         try:
-            mat = np.load(io.BytesIO(data), allow_pickle=False)
+            mat = load_npy(io.BytesIO(data), allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise Rejected(f"{VECTORS}: not a .npy array: {exc}") from exc
         if mat.shape != (len(ref.rows), ref.dim):

@@ -395,6 +395,7 @@ class IndexFiles:
             self._dir_mtime, self._seen_at = self.stamp(), 0
 
     def _load(self) -> bool:
+        from .unit import load_npy
         self._clear()
         gen_name = ""
         try:
@@ -421,7 +422,7 @@ class IndexFiles:
                     self._post_check = (self._post_check or []) + [
                         (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
                          meta.digests.get(name, ""))]
-                arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+                arrays[name] = load_npy(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             if gen_name and _current(self.dir) not in ("", gen_name):
                 raise _Replaced() from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import threading
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:   # numpy loads where vectors are written or read (CLI start-u
 __all__ = [
     "MANIFEST", "VECTORS", "TEXT_MIME", "UnitBuilder", "read_manifest", "verify_unit",
     "block_path", "read_vectors", "staging_name", "is_stray", "damaged", "Written",
-    "manifest_key", "read_manifest_key",
+    "manifest_key", "read_manifest_key", "load_npy",
 ]
 
 MANIFEST = "manifest.json"
@@ -204,9 +205,22 @@ def _check_refs(manifest: Manifest, path: str) -> None:
             raise FormatError(f"{path}: vectors.file must be {VECTORS!r}")
 
 
+_NPY_LOCK = threading.Lock()
+
+
+def load_npy(source: "str | io.BytesIO", **kwargs: object) -> "np.ndarray":
+    """``np.load`` under one process-wide lock. numpy parses a .npy header with
+    ``ast.literal_eval``, and CPython 3.11's AST conversion keeps a recursion depth that is
+    not safe across threads: one query thread reading a unit's vectors while others indexed
+    raised ``SystemError: AST constructor recursion depth mismatch`` (seen once in .ci/run,
+    tests/test_search_threads.py). The arrays read here are small, or mapped (no copy)."""
+    import numpy as np
+    with _NPY_LOCK:
+        return np.load(source, **kwargs)
+
+
 def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarray] | None:
     """The unit's stored vectors as (row keys, float32 matrix), or None if it has none."""
-    import numpy as np
     ref = manifest.vectors
     if ref is None:
         return None
@@ -214,7 +228,7 @@ def read_vectors(unit_dir: str, manifest: Manifest) -> tuple[list[str], np.ndarr
     data = read_small(path, 1 << 31)
     if hash_bytes(data) != ref.digest:
         raise FormatError(f"{path}: bytes do not match the digest in the manifest")
-    mat = np.load(io.BytesIO(data), allow_pickle=False)
+    mat = load_npy(io.BytesIO(data), allow_pickle=False)
     if mat.shape != (len(ref.rows), ref.dim):
         raise FormatError(f"{path}: shape {mat.shape} != ({len(ref.rows)}, {ref.dim})")
     return ref.rows, mat

@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import wave
 import zlib
 from io import BytesIO
@@ -77,6 +78,21 @@ def make_wav(seconds: float = 0.25, freq: int = 440) -> bytes:
         w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * freq * i / 8000)))
                                for i in range(int(8000 * seconds))))
     return buf.getvalue()
+
+
+def run_racing(threads: "list[threading.Thread]", *, switch: float = 1e-6,
+               timeout: float | None = None) -> None:
+    """Start and join ``threads`` with the interpreter switching threads as often as it can
+    (``sys.setswitchinterval(switch)``), so that races show; the interval is restored."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(switch)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=timeout)
+    finally:
+        sys.setswitchinterval(old)
 
 
 def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,

@@ -141,10 +141,10 @@ def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
     shared, so threads indexing at once (a query's catch-up beside a writer) must not stem
     through it at the same time. Every stem equals a private stemmer's, and nothing raises."""
     import random
-    import sys
     import threading
 
     import snowballstemmer
+    from conftest import run_racing
     from fsmem import analyze
     bases = ["connect", "relate", "organ", "nation", "run", "happy", "generous", "argue",
              "general", "operate", "condition", "author", "hope", "fish", "arm", "cloud"]
@@ -162,19 +162,10 @@ def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
             got.append({w: analyze._stem(w) for w in order})
         except Exception as exc:   # noqa: BLE001 - reported below
             errors.append(repr(exc))
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        for round_ in range(5):
-            analyze.trim_memos(0)   # every word a memo miss again
-            threads = [threading.Thread(target=stem_all, args=(round_ * 8 + k,))
-                       for k in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-    finally:
-        sys.setswitchinterval(old)
+    for round_ in range(5):
+        analyze.trim_memos(0)   # every word a memo miss again
+        run_racing([threading.Thread(target=stem_all, args=(round_ * 8 + k,))
+                    for k in range(8)])
     assert errors == []
     assert all(g == want for g in got) and len(got) == 40
 
