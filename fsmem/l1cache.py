@@ -125,8 +125,9 @@ class L1Cache:
             entry = self._entries.get(unit.path)
             if entry is not None and entry.unit is unit:
                 cached = entry.terms.get(ev.id)
-            else:
-                cached = self.fresh.get((unit.unit_id, ev.id))
+            else:   # only a unit this process staged has counts kept outside an entry
+                cached = self.fresh.get((unit.unit_id, ev.id)) \
+                    if unit.unit_id in self.written else None
             if cached is None:
                 todo.append(len(out))
             out.append(cached)
@@ -140,7 +141,7 @@ class L1Cache:
                 entry = self._entries.get(unit.path)
                 if entry is not None and entry.unit is unit:
                     entry.terms[ev.id] = got
-                else:
+                elif unit.unit_id in self.written:   # a staged arrival: kept for its seeding
                     self.fresh[(unit.unit_id, ev.id)] = got
         return out   # type: ignore[return-value]   (every None was filled)
 
