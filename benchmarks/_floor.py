@@ -18,7 +18,7 @@ import os
 import uuid
 
 from fsmem import Event
-from fsmem import _fsops as fsops
+from fsmem.format import fsops as fsops
 
 __all__ = ["CommitFloor", "AppendFloor"]
 

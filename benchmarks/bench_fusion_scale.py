@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import text  # noqa: E402
 from _store100k import Shape384, cached_store  # noqa: E402
 
-from fsmem import Memory, ranking  # noqa: E402
+from fsmem import Memory  # noqa: E402
+from fsmem.search import ranking  # noqa: E402
 
 __all__ = ["measure", "e5_query_ms", "main"]
 
@@ -47,7 +48,7 @@ __all__ = ["measure", "e5_query_ms", "main"]
 def _bound(idx, emb, q: str) -> np.ndarray:
     """Top 10 rows of 0.5 x max-scaled BM25 + 0.5 x cosine, in plain numpy over the index's
     own postings and vectors (as benchmarks/_rows_read.bm25_bound scores BM25)."""
-    from fsmem.analyze import term_hashes
+    from fsmem.search.analyze import term_hashes
     qv = emb.embed_query([q])[0]
     post, dl = idx.post, idx.ev_len
     n = len(dl)
@@ -104,7 +105,7 @@ def measure(n: int, n_queries: int, parent: str) -> dict:
 def e5_query_ms(n_queries: int) -> float | None:
     """p50 of e5's query embedding (one short query), or None without the extra."""
     try:
-        from fsmem.embedders import E5SmallEmbedder
+        from fsmem.search.embedders import E5SmallEmbedder
         e5 = E5SmallEmbedder()
     except Exception:   # MissingDependency: the extra is optional here
         return None

@@ -33,7 +33,7 @@ def rss_mb() -> float:
 def measure(root: str, n_queries: int) -> None:
     from _rows_read import bm25_bound
 
-    from fsmem import ranking
+    from fsmem.search import ranking
     rng = random.Random(12)
     t = time.perf_counter()
     mem = Memory.open(root, auto_prune=False)
@@ -71,7 +71,7 @@ def _dense_bound(idx, qv: np.ndarray) -> np.ndarray:
 
 
 def reindex(root: str) -> None:
-    from fsmem.index import progress_bar
+    from fsmem.search.index import progress_bar
     mem = Memory.open(root, auto_prune=False)
     t = time.perf_counter()
     n = mem.reindex(progress=progress_bar)

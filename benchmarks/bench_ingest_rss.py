@@ -2,8 +2,8 @@
 
 Issue 16 item 5: ingesting text used to cost ~45x its size in RAM (100 MB -> 4.7 GB). The inbox
 now streams a text file (a scan pass for the digest, UTF-8 and the title; a store pass that
-cuts it into units of at most ``fsmem.inbox.TEXT_PART`` bytes), and between parts it trims the
-per-term memo tables (``fsmem.inbox.trim_term_memos``: a file of distinct tokens, like this one's
+cuts it into units of at most ``fsmem.ingest.inbox.TEXT_PART`` bytes), and between parts it trims the
+per-term memo tables (``fsmem.ingest.inbox.trim_term_memos``: a file of distinct tokens, like this one's
 numbered paragraphs, filled them to a million entries each), so the working set is bounded
 regardless of the file's size; what still grows is the store's in-memory search index (~75 KB
 per stored MiB of this text: the index of what is stored, not of the file being read). This benchmark generates a text file (default 500 MB) in a temp directory
@@ -76,7 +76,7 @@ def check_parts(root: Path, data_path: Path) -> tuple[int, bool]:
     """Number of units, and whether their text blocks in part order are the file's bytes."""
     sys.path.insert(0, str(REPO))
     import blake3
-    from fsmem.unit import read_manifest
+    from fsmem.format.unit import read_manifest
     parts = {}
     for unit in os.listdir(root / "documents"):
         m = read_manifest(str(root / "documents" / unit))

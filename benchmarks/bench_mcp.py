@@ -4,7 +4,7 @@ On a store of N L2 units (default 2,000, ~600 characters each), Q queries (defau
 timed three ways, interleaved query by query so machine load hits all alike:
 
 * ``mem.query(text, top_k=3)`` in process (the baseline);
-* ``fsmem.tools.call(mem, "coldcontext_query", ...)`` in process (validation, hit text, JSON);
+* ``fsmem.interfaces.tools.call(mem, "coldcontext_query", ...)`` in process (validation, hit text, JSON);
 * the same tool called through the MCP SDK's stdio client on a real ``fsmem mcp`` subprocess
   (client call -> JSON-RPC over pipes -> server -> result parsed by the client).
 
@@ -32,7 +32,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from fsmem import Memory
-from fsmem.tools import call
+from fsmem.interfaces.tools import call
 
 REPO = Path(__file__).resolve().parent.parent
 

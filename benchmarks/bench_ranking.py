@@ -2,7 +2,7 @@
 
 The sets, stores and scoring are eval_retrieval.py's (docs core, conv-direct, conv-lived over
 L2 alone, paraphrase); each store is built once and every variant of the ranking parameters
-(fsmem.ranking: K1, B, SMOOTH) is evaluated on it. Neighbour links are made with WINDOW_NS as
+(fsmem.search.ranking: K1, B, SMOOTH) is evaluated on it. Neighbour links are made with WINDOW_NS as
 it is when the stores are compacted.
 
 Usage: python benchmarks/bench_ranking.py [--variants NAME,...] [--embedder hash|e5|minilm]
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_retrieval import _build_set, evaluate_items  # noqa: E402
 
-from fsmem import ranking  # noqa: E402
+from fsmem.search import ranking  # noqa: E402
 
 # name -> (ranking parameters, search keyword arguments)
 VARIANTS: dict[str, dict] = {
@@ -114,10 +114,10 @@ def main() -> None:
     args = ap.parse_args()
     embedder = None
     if args.embedder == "e5":
-        from fsmem.embedders import E5SmallEmbedder
+        from fsmem.search.embedders import E5SmallEmbedder
         embedder = E5SmallEmbedder()
     elif args.embedder == "minilm":
-        from fsmem.embedders import SentenceTransformerEmbedder
+        from fsmem.search.embedders import SentenceTransformerEmbedder
         embedder = SentenceTransformerEmbedder()
     if embedder is not None and args.cache:
         embedder = CachedEmbedder(embedder, args.cache)
@@ -154,6 +154,6 @@ if __name__ == "__main__":
 def cached_e5() -> CachedEmbedder:
     """E5SmallEmbedder behind the vector cache /tmp/fsmem-e5-cache.pkl (FSMEM_E5_CACHE), for
     ``eval_retrieval.py --embedder bench_ranking:cached_e5``."""
-    from fsmem.embedders import E5SmallEmbedder
+    from fsmem.search.embedders import E5SmallEmbedder
     return CachedEmbedder(E5SmallEmbedder(),
                           os.environ.get("FSMEM_E5_CACHE", "/tmp/fsmem-e5-cache.pkl"))

@@ -1,4 +1,4 @@
-"""Benchmark: fsmem.render against HomeAgent's fixed-truncation timeline, same events, same budget.
+"""Benchmark: fsmem.memory.render against HomeAgent's fixed-truncation timeline, same events, same budget.
 
     python benchmarks/bench_render.py [--events 10000] [--small 60] [--runs 7] [--seed 7]
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fsmem.model import BlockRef, Event, ToolOutput  # noqa: E402
-from fsmem.render import HeuristicEstimator, RuneEstimator, render  # noqa: E402
-from fsmem.timestamps import Timestamp  # noqa: E402
+from fsmem.format.model import BlockRef, Event, ToolOutput  # noqa: E402
+from fsmem.memory.render import HeuristicEstimator, RuneEstimator, render  # noqa: E402
+from fsmem.format.timestamps import Timestamp  # noqa: E402
 
 BUDGETS = (8_000, 32_000, 128_000)
 _ZH = ("今天", "天气", "我们", "需要", "检查", "配置", "文件", "服务器", "日志", "错误", "用户",

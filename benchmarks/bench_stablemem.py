@@ -24,9 +24,9 @@ import time
 from _data import text
 
 from fsmem import Event, Memory, Timestamp
-from fsmem.distill import Triple
-from fsmem.graph import STRUCTURAL, Graph, triple_block_id
-from fsmem.stablemem import distill
+from fsmem.graph.distill import Triple
+from fsmem.graph.graph import STRUCTURAL, Graph, triple_block_id
+from fsmem.memory.stablemem import distill
 
 NAMES = ["小雨", "阿橘", "王芳", "李雷", "张伟", "Alice", "Bob", "Sarah", "Tom", "Lisa"]
 PLACES = ["杭州", "上海", "成都", "南京", "Berlin", "Boston", "Paris", "Lyon", "Madrid"]

@@ -80,7 +80,7 @@ def bench_daemon(base: Path, files: dict[str, bytes]) -> dict:
 API_LOOP = """
 import json, os, sys, time
 from fsmem import Memory
-from fsmem import _fsops
+from fsmem.format import fsops as _fsops
 root, src, durability = sys.argv[1], sys.argv[2], sys.argv[3]
 mem = Memory.open(root, durability=durability)
 if hasattr(mem, "reconcile"):

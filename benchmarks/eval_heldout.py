@@ -173,7 +173,7 @@ def run(samples: list[dict], capacity: int, use_e5: bool) -> dict:
     configs: list[tuple] = [("lexical (bm25, no embedder)", None, "bm25")]
     e5 = None
     if use_e5:
-        from fsmem.embedders import E5SmallEmbedder
+        from fsmem.search.embedders import E5SmallEmbedder
         e5 = _Memo(E5SmallEmbedder())
         configs += [("e5 fused", e5, "fusion"), ("e5 dense alone", e5, "dense"),
                     ("e5 fused, fixed 0.85 (before)", e5, "fusion", 0.85)]

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _conversations import load_conversations, load_paraphrase  # noqa: E402
 
 from fsmem import Event, Memory, Timestamp  # noqa: E402
-from fsmem import index as index_mod  # noqa: E402
+from fsmem.search import index as index_mod  # noqa: E402
 
 __all__ = ["Item", "load_fixture", "is_translation", "build", "build_direct", "build_lived",
            "build_paraphrase", "keyword_items", "evaluate", "evaluate_items", "main"]
@@ -154,7 +154,7 @@ def keyword_items(sessions: list[dict], questions: list[dict]) -> list[Item]:
     of the turn (longer than 3 letters, no stop word, no speaker name), either those at the
     median document frequency over the English turns ("mid-df") or the two most frequent
     ("common-df"). Derived from the fixture alone; deterministic."""
-    from fsmem.analyze import STOP_WORDS
+    from fsmem.search.analyze import STOP_WORDS
     turns = {t["id"]: t for s in sessions for t in s["turns"]}
     names = {t["speaker"].lower() for t in turns.values()}
 
@@ -260,7 +260,7 @@ def make_embedder(spec: str) -> object | None:
     if spec == "hash":
         return None
     if spec == "minilm":
-        from fsmem.embedders import SentenceTransformerEmbedder
+        from fsmem.search.embedders import SentenceTransformerEmbedder
         return SentenceTransformerEmbedder()
     module, _, attr = spec.partition(":")
     if not attr:

@@ -11,22 +11,26 @@ import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from fsmem import _moved
+
 __version__ = "0.1.0"
 
+_moved.install()   # the documented module paths of the flat 0.1 layout (fsmem._moved)
+
 _WHERE: dict[str, str] = {
-    "DistillError": "distill", "LLMDistiller": "distill", "RuleDistiller": "distill",
-    "Triple": "distill", "Doc": "docmemory", "DocMemory": "docmemory",
-    "AlreadyExists": "errors", "AmbiguousDigest": "errors", "ChecksumMismatch": "errors",
-    "FormatError": "errors", "FsmemError": "errors", "InvalidName": "errors",
-    "MissingDependency": "errors", "NotFound": "errors", "StorageError": "errors",
-    "StoreLocked": "errors", "Memory": "flows", "Reader": "reader", "NotAStore": "layout",
-    "InjectOptions": "turn", "Finding": "fsck", "FORMAT_VERSION": "model", "BlockRef": "model",
-    "Event": "model", "MediaAttachment": "model", "TextEvent": "model", "ToolOutput": "model",
-    "ChannelDef": "plugins", "Plugins": "plugins", "ToolDef": "plugins",
-    "BudgetSplit": "render", "HeuristicEstimator": "render", "RuneEstimator": "render",
-    "TiktokenEstimator": "render", "TokenEstimator": "render", "budget_split": "render",
-    "render": "render", "Graph": "graph", "Timestamp": "timestamps", "Document": "views",
-    "Hit": "views",
+    "DistillError": "graph.distill", "LLMDistiller": "graph.distill", "RuleDistiller": "graph.distill",
+    "Triple": "graph.distill", "Doc": "interfaces.docmemory", "DocMemory": "interfaces.docmemory",
+    "AlreadyExists": "format.errors", "AmbiguousDigest": "format.errors", "ChecksumMismatch": "format.errors",
+    "FormatError": "format.errors", "FsmemError": "format.errors", "InvalidName": "format.errors",
+    "MissingDependency": "format.errors", "NotFound": "format.errors", "StorageError": "format.errors",
+    "StoreLocked": "format.errors", "Memory": "memory.flows", "Reader": "memory.reader", "NotAStore": "format.layout",
+    "InjectOptions": "memory.turn", "Finding": "memory.fsck", "FORMAT_VERSION": "format.model", "BlockRef": "format.model",
+    "Event": "format.model", "MediaAttachment": "format.model", "TextEvent": "format.model", "ToolOutput": "format.model",
+    "ChannelDef": "format.plugins", "Plugins": "format.plugins", "ToolDef": "format.plugins",
+    "BudgetSplit": "memory.render", "HeuristicEstimator": "memory.render", "RuneEstimator": "memory.render",
+    "TiktokenEstimator": "memory.render", "TokenEstimator": "memory.render", "budget_split": "memory.render",
+    "render": "memory.render", "Graph": "graph.graph", "Timestamp": "format.timestamps", "Document": "format.views",
+    "Hit": "format.views",
 }
 
 __all__ = [
@@ -57,7 +61,7 @@ class _Package(types.ModuleType):
 
     @property
     def render(self) -> Any:
-        return import_module(".render", __name__).render
+        return import_module(".memory.render", __name__).render
 
     @render.setter
     def render(self, value: Any) -> None:
@@ -72,20 +76,20 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .distill import DistillError, LLMDistiller, RuleDistiller, Triple
-    from .docmemory import Doc, DocMemory
-    from .errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError,
+    from fsmem.graph.distill import DistillError, LLMDistiller, RuleDistiller, Triple
+    from fsmem.interfaces.docmemory import Doc, DocMemory
+    from fsmem.format.errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError,
                          FsmemError, InvalidName, MissingDependency, NotFound, StorageError,
                          StoreLocked)
-    from .flows import Memory
-    from .fsck import Finding
-    from .graph import Graph
-    from .layout import NotAStore
-    from .model import FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput
-    from .plugins import ChannelDef, Plugins, ToolDef
-    from .reader import Reader
-    from .render import (BudgetSplit, HeuristicEstimator, RuneEstimator, TiktokenEstimator,
+    from fsmem.memory.flows import Memory
+    from fsmem.memory.fsck import Finding
+    from fsmem.graph.graph import Graph
+    from fsmem.format.layout import NotAStore
+    from fsmem.format.model import FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput
+    from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
+    from fsmem.memory.reader import Reader
+    from fsmem.memory.render import (BudgetSplit, HeuristicEstimator, RuneEstimator, TiktokenEstimator,
                          TokenEstimator, budget_split, render)
-    from .timestamps import Timestamp
-    from .turn import InjectOptions
-    from .views import Document, Hit
+    from fsmem.format.timestamps import Timestamp
+    from fsmem.memory.turn import InjectOptions
+    from fsmem.format.views import Document, Hit

@@ -112,8 +112,8 @@ STRESS = os.environ.get("FSMEM_STRESS") == "1"
 # that crashes (os._exit(77)) at its Nth mutating call; one JSON line per point on stdout.
 _FORK_DRIVER = """
 import json, os, sys
-import fsmem, fsmem.flows, fsmem.prune, fsmem.stablemem
-from fsmem import _fsops
+import fsmem, fsmem.memory.flows, fsmem.memory.prune, fsmem.memory.stablemem
+from fsmem.format import fsops as _fsops
 code = compile(sys.argv[1], "<crash child>", "exec")
 for arg in sys.argv[2:]:
     point, root = arg.split("=", 1)
@@ -159,7 +159,7 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
     interpreter and must really crash there. Returns (number of calls, the clean run)."""
     import json
     import shutil
-    from fsmem import _fsops
+    from fsmem.format import fsops as _fsops
     base = {**os.environ, "PYTHONPATH": str(PKG_ROOT), **(env or {})}
     base.pop("FSMEM_CRASH_AT", None)
     clean = tmp_path / "crash-clean"

@@ -28,8 +28,8 @@ _RECALL_MOVE = '''            self.store.move(unit_id, "documents", "context")''
 def _after_recall(body: str) -> str:
     """Code run right after the recall rename, rewriting the recalled unit (a wrong recall)."""
     pad = " " * 12
-    lines = ["import msgspec as _ms", "from .unit import read_manifest as _rm",
-             "from .model import encode_pretty as _ep",
+    lines = ["import msgspec as _ms", "from fsmem.format.unit import read_manifest as _rm",
+             "from fsmem.format.model import encode_pretty as _ep",
              "_p = self.store.unit_dir('context', unit_id)", "_m = _rm(_p)",
              *body.strip().splitlines(),
              "open(_p + '/manifest.json', 'wb').write(_ep(_m))"]
@@ -37,7 +37,7 @@ def _after_recall(body: str) -> str:
 
 
 MUTATIONS: dict[str, tuple[str, str, str]] = {
-    "response truncated to 100 on archive": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+    "response truncated to 100 on archive": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         _blocks = []
         for ref in rec.blocks:
             if archive and ref.role == "response":
@@ -47,35 +47,35 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
                 builder.add_existing(unit.path, ref)
             _blocks.append(ref)
         records.append(_ms.structs.replace(rec, blocks=_blocks))'''),
-    "tools_used dropped": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+    "tools_used dropped": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
         records.append(_ms.structs.replace(rec, tools_used=[]) if archive else rec)'''),
-    "timestamp rounded to HH:MM": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+    "timestamp rounded to HH:MM": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
         _ts = Timestamp(rec.timestamp.ns // 60_000_000_000 * 60_000_000_000, rec.timestamp.offset)
         records.append(_ms.structs.replace(rec, timestamp=_ts) if archive else rec)'''),
-    "no text blocks (text only in a view)": ("fsmem/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
+    "no text blocks (text only in a view)": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         _keep = [r for r in rec.blocks if not (archive and r.modality == "text")]
         for ref in _keep:
             builder.add_existing(unit.path, ref)
         records.append(_ms.structs.replace(rec, blocks=_keep, tool_results=[]) if archive else rec)'''),
-    "input and response merged into one block": ("fsmem/flows.py", '''        if draft.input:
+    "input and response merged into one block": ("fsmem/memory/flows.py", '''        if draft.input:
             text_block(draft.input, "input", compute.source_text(draft.source, draft.input))
         if draft.response:''', '''        if draft.input or draft.response:
             _merged = draft.input + " → " + draft.response
             text_block(_merged, "input", compute.source_text(draft.source, _merged))
         if False:'''),
     "recall uses the document's created_at as the event time": (
-        "fsmem/flows.py", _RECALL_MOVE, _after_recall(
+        "fsmem/memory/flows.py", _RECALL_MOVE, _after_recall(
             "_m.events = [_ms.structs.replace(e, timestamp=_m.created_at) for e in _m.events]")),
-    "recall does not carry the blocks": ("fsmem/flows.py", _RECALL_MOVE, _after_recall('''
+    "recall does not carry the blocks": ("fsmem/memory/flows.py", _RECALL_MOVE, _after_recall('''
 _m.events = [_ms.structs.replace(e, blocks=[b for b in e.blocks if b.modality == "text"]) for e in _m.events]
 import os as _os
 [_os.unlink(_os.path.join(_p, n)) for n in _os.listdir(_p) if not n.endswith((".txt", ".json", ".npy"))]''')),
-    "recall truncates text to 2000 characters": ("fsmem/flows.py", _RECALL_MOVE, _after_recall('''
-from .blocks import write_block as _wb
+    "recall truncates text to 2000 characters": ("fsmem/memory/flows.py", _RECALL_MOVE, _after_recall('''
+from fsmem.format.blocks import write_block as _wb
 _evs = []
 for _e in _m.events:
     _bl = []
@@ -100,43 +100,43 @@ HARDENING = ["tests/test_hardening.py"]
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "watch: a torn unit left by a power loss before the batch's syncfs is not settled": (
-        "fsmem/watch.py", """\
+        "fsmem/ingest/watch.py", """\
                             store.quarantine(path, f"torn-{uid}")""", """\
                             pass""", POWERLOSS),
-    "recover: a journal entry naming a torn staged unit is applied": ("fsmem/store.py",
+    "recover: a journal entry naming a torn staged unit is applied": ("fsmem/store/store.py",
         "            torn = self._torn_staged(entry) + ", "            torn = [] + ", POWERLOSS),
     "recover and readers: a journal entry whose staged units are lost is applied": (
-        "fsmem/layout.py", "                lost.append(staged)", "                pass",
+        "fsmem/format/layout.py", "                lost.append(staged)", "                pass",
         POWERLOSS),
     "append: its prune in a journal entry of its own (four barriers, not two)": (
-        "fsmem/flows.py", "            combined = self.auto_prune and self.context_protected >= 1",
+        "fsmem/memory/flows.py", "            combined = self.auto_prune and self.context_protected >= 1",
         "            combined = False", ["tests/test_speed_append.py"]),
-    "publish: no fsync of the parent directory after the rename": ("fsmem/store.py", """\
+    "publish: no fsync of the parent directory after the rename": ("fsmem/store/store.py", """\
                 try:
                     fsops.fsync_dir(os.path.dirname(dst))
                 except OSError:""", """\
                 try:
                     pass
                 except OSError:""", POWERLOSS),
-    "publish: no syncfs before the rename": ("fsmem/store.py", """\
+    "publish: no syncfs before the rename": ("fsmem/store/store.py", """\
                     fsops.syncfs(self.staging)  # every block, the manifest, the directories""",
                                              "                    pass", POWERLOSS),
     # Not listed: "publish: no fsync of the staging directory before the rename" (fsync
     # strategy) survives and is equivalent under the model: the unit's own directory and files
     # are fsync'd, the rename is made durable by the target's fsync, and publish fsyncs staging
     # again after the rename, so no crash state depends on the earlier one.
-    "unit: no fsync of the unit directory (fsync strategy)": ("fsmem/unit.py", """\
+    "unit: no fsync of the unit directory (fsync strategy)": ("fsmem/format/unit.py", """\
         if self.sync:
             fsops.fsync_dir(self.path)""", """\
         if self.sync:
             pass""", POWERLOSS),
-    "unit: no fsync of the manifest (fsync strategy)": ("fsmem/unit.py", """\
+    "unit: no fsync of the manifest (fsync strategy)": ("fsmem/format/unit.py", """\
             if self.sync:
                 fsops.fsync(fd)
         finally:""", """\
             pass
         finally:""", POWERLOSS),
-    "block: no fsync of a block file (fsync strategy)": ("fsmem/blocks.py", """\
+    "block: no fsync of a block file (fsync strategy)": ("fsmem/format/blocks.py", """\
         if len(data):
             fsops.write_all(fd, data)
         if sync:
@@ -144,60 +144,60 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         if len(data):
             fsops.write_all(fd, data)""", POWERLOSS),
     "journal: staged units not flushed before the entry (the syncfs suspect)": (
-        "fsmem/store.py", """\
+        "fsmem/store/store.py", """\
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
             fsops.syncfs(self.journal_dir)""", """\
             self.write_file_atomic(path, encode_pretty(entry), sync=True)""", POWERLOSS),
     "journal: staging directory not fsynced before the entry (fsync strategy)": (
-        "fsmem/store.py", """\
+        "fsmem/store/store.py", """\
             if self.sync:
                 fsops.fsync_dir(self.staging)
             self.write_file_atomic(path, encode_pretty(entry), sync=True)""", """\
             self.write_file_atomic(path, encode_pretty(entry), sync=True)""", POWERLOSS),
     "journal: entry written without fsync": (
-        "fsmem/store.py", "self.write_file_atomic(path, encode_pretty(entry), sync=True)",
+        "fsmem/store/store.py", "self.write_file_atomic(path, encode_pretty(entry), sync=True)",
         "self.write_file_atomic(path, encode_pretty(entry), sync=False)", POWERLOSS),
-    "atomic file: data not fsynced before the rename": ("fsmem/store.py", """\
+    "atomic file: data not fsynced before the rename": ("fsmem/store/store.py", """\
             if sync:
                 fsops.fsync(fd)
         except BaseException:""", """\
             pass
         except BaseException:""", POWERLOSS),
-    "atomic file: directory not fsynced after the rename": ("fsmem/store.py", """\
+    "atomic file: directory not fsynced after the rename": ("fsmem/store/store.py", """\
         fsops.replace(tmp, path)
         if sync:
             fsops.fsync_dir(os.path.dirname(path))""", """\
         fsops.replace(tmp, path)""", POWERLOSS),
-    "journal apply: published parents not fsynced": ("fsmem/store.py", """\
+    "journal apply: published parents not fsynced": ("fsmem/store/store.py", """\
             for parent in [*sorted(touched), self.staging]:
                 fsops.fsync_dir(parent)""", """\
             for parent in [self.staging]:
                 fsops.fsync_dir(parent)""", POWERLOSS),
-    "journal apply (syncfs): renames and removals not flushed": ("fsmem/store.py", """\
+    "journal apply (syncfs): renames and removals not flushed": ("fsmem/store/store.py", """\
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier""",
                                                                  "            pass", POWERLOSS),
-    "publish (batch): no flush of the staged unit before the rename": ("fsmem/store.py", """\
+    "publish (batch): no flush of the staged unit before the rename": ("fsmem/store/store.py", """\
                 wait = self.flush_staged_start([builder.path])""", """\
                 wait = lambda: None""", POWERLOSS),
-    "publish (batch): the layer directory not flushed after the rename": ("fsmem/store.py", """\
+    "publish (batch): the layer directory not flushed after the rename": ("fsmem/store/store.py", """\
             wait = fsops.flush_many_start([], [os.path.dirname(dst)])""", """\
             wait = fsops.flush_many_start([], [])""", POWERLOSS),
-    "batch wave: the files' data not flushed (only the directories)": ("fsmem/store.py", """\
+    "batch wave: the files' data not flushed (only the directories)": ("fsmem/store/store.py", """\
         return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
         return fsops.flush_many_start([], [*paths, self.staging, *dirs])""", POWERLOSS),
-    "batch wave: the staged unit's directory not flushed": ("fsmem/store.py", """\
+    "batch wave: the staged unit's directory not flushed": ("fsmem/store/store.py", """\
         return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
         return fsops.flush_many_start(names, [self.staging, *dirs])""", POWERLOSS),
-    "journal (batch): staged units not flushed with the entry": ("fsmem/store.py", """\
+    "journal (batch): staged units not flushed with the entry": ("fsmem/store/store.py", """\
             self.flush_staged([os.path.join(self.staging, staged)""", """\
             self.flush_staged([] and [os.path.join(self.staging, staged)""", POWERLOSS),
-    "journal (batch): entry not in the wave": ("fsmem/store.py", """\
+    "journal (batch): entry not in the wave": ("fsmem/store/store.py", """\
                               files=(path,), dirs=(self.journal_dir,))""", """\
                               files=(), dirs=())""", POWERLOSS),
-    "journal apply (batch): published parents not flushed": ("fsmem/store.py", """\
+    "journal apply (batch): published parents not flushed": ("fsmem/store/store.py", """\
             fsops.flush_many([], [*sorted(touched), self.staging])""", """\
             fsops.flush_many([], [self.staging])""", POWERLOSS),
-    "journal apply (prune): removal of an original not fsynced": ("fsmem/store.py", """\
+    "journal apply (prune): removal of an original not fsynced": ("fsmem/store/store.py", """\
                 self.discard(path, sync=False, defer=defer_trash)
                 touched.add(os.path.dirname(path))""", """\
                 self.discard(path, sync=False, defer=defer_trash)""", POWERLOSS),
@@ -206,54 +206,54 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     # targets already published are skipped, removed units are already gone), so under
     # syncfs the entry's removal is not flushed at all; under fsync it still is, so that the
     # mutant below is killed by every "all lost" state, not only by a lucky random mix.
-    "move (recall): parents not fsynced": ("fsmem/store.py", """\
+    "move (recall): parents not fsynced": ("fsmem/store/store.py", """\
             elif self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))""", """\
             elif False:
                 pass""", POWERLOSS),
-    "move (recall, batch): parents not flushed": ("fsmem/store.py", """\
+    "move (recall, batch): parents not flushed": ("fsmem/store/store.py", """\
                 fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])""", """\
                 pass""", POWERLOSS),
     # item 15
-    "legacy recall: the JSON unlinked before the unit is published": ("fsmem/legacy.py", """\
+    "legacy recall: the JSON unlinked before the unit is published": ("fsmem/homeagent/documents.py", """\
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""", """\
     fsops.unlink(path)
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""",
         ["tests/test_legacy_crash.py"]),
     # h16: recall, turn and distill after their durable point
-    "recall: the pin and the prune after the moves fail the recall": ("fsmem/flows.py", """\
+    "recall: the pin and the prune after the moves fail the recall": ("fsmem/memory/flows.py", """\
             after_write(self, lambda: self._pin(moved),
                         lambda: self.prune(query=text) if self.auto_prune else None)""", """\
             self._pin(moved)
             if self.auto_prune:
                 self.prune(query=text)""", HARDENING),
-    "recall: a later hit's failure fails the recall": ("fsmem/flows.py", """\
+    "recall: a later hit's failure fails the recall": ("fsmem/memory/flows.py", """\
                 if not moved and not uid:
                     raise""", """\
                 raise""", HARDENING),
-    "distill: a failure after a graph commit fails the run": ("fsmem/stablemem.py", """\
+    "distill: a failure after a graph commit fails the run": ("fsmem/memory/stablemem.py", """\
                 if not report.committed:
                     raise""", """\
                 raise""", HARDENING),
-    "turn: a response that cannot be stored leaves the input stored": ("fsmem/turn.py", """\
+    "turn: a response that cannot be stored leaves the input stored": ("fsmem/memory/turn.py", """\
     ids, archived, outcome = append_burst(""", """\
     for _ev in events[:-1]:
         mem._append_draft(_ev)
     ids, archived, outcome = append_burst(""", HARDENING),
-    "discard: delete in place instead of one rename out of sight": ("fsmem/store.py", """\
+    "discard: delete in place instead of one rename out of sight": ("fsmem/store/store.py", """\
         fsops.rename(path, trash)
         if self.sync if sync is None else sync:""", """\
         fsops.rmtree(path)
         return
         if self.sync if sync is None else sync:""", FLOW_CRASH + POWERLOSS),
     "l1cache: an appended unit's terms tokenised from its blocks read back": (
-        "fsmem/l1cache.py",
+        "fsmem/memory/l1cache.py",
         "self.written.get(pairs[i][0].unit_id))",
         "None)",
         ["tests/test_speed_l1cache.py"]),
     "analyze: the stemmer called from two threads at once": (
-        "fsmem/analyze.py", "        with _stem_lock:", "        if True:",
+        "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),
 }
 

@@ -14,8 +14,8 @@ import pytest
 
 from fsmem import (ChannelDef, Event, InjectOptions, Memory, TextEvent, Timestamp, ToolDef,
                    ToolOutput)
-from fsmem.prune import watermark
-from fsmem.unit import read_manifest, read_vectors
+from fsmem.memory.prune import watermark
+from fsmem.format.unit import read_manifest, read_vectors
 
 MIN = 60_000_000_000
 T0 = Timestamp.parse("2026-10-01T08:00:00+08:00").ns

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fsmem import Event, Memory
-from fsmem.analyze import (ANALYZER_VERSION, STOP_WORDS, analyze, date_text, hash_terms,
+from fsmem.search.analyze import (ANALYZER_VERSION, STOP_WORDS, analyze, date_text, hash_terms,
                            is_pair, term_hashes)
-from fsmem.timestamps import Timestamp
+from fsmem.format.timestamps import Timestamp
 
 
 def test_stop_words_are_dropped_and_words_stemmed():
@@ -126,7 +126,7 @@ def test_term_hashes_are_stable_across_processes_and_machines():
 def test_term_rows_are_each_rows_term_counts(rows):
     """The batched path of an index entry (one pass over all its event rows) gives each row
     exactly the unique hashes and counts of ``analyze`` over that row's texts alone."""
-    from fsmem.index_entry import term_rows
+    from fsmem.search.index_entry import term_rows
     terms, tfs, ptr = term_rows(rows)
     assert len(ptr) == len(rows) + 1 and terms.dtype == np.uint64 and tfs.dtype == np.float32
     for i, texts in enumerate(rows):
@@ -145,7 +145,7 @@ def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
 
     import snowballstemmer
     from conftest import run_racing
-    from fsmem import analyze
+    from fsmem.search import analyze
     bases = ["connect", "relate", "organ", "nation", "run", "happy", "generous", "argue",
              "general", "operate", "condition", "author", "hope", "fish", "arm", "cloud"]
     suffixes = ["", "s", "ing", "ed", "ation", "ations", "ness", "ly", "ional", "izer",
@@ -175,7 +175,7 @@ def test_a_text_longer_than_the_pair_bound_gives_no_pair_terms():
     a 100 MB file ingested in 1 MB parts made the index ~8x the RSS bound (tests/test_hostile
     stress). A text of more than PAIR_MAX_WORDS words gives word terms only; up to it, pairs
     as before. The reference analyzer and the hashed terms agree on both sides of the bound."""
-    from fsmem.analyze import PAIR_MAX_WORDS
+    from fsmem.search.analyze import PAIR_MAX_WORDS
     words = [f"w{i}x" for i in range(PAIR_MAX_WORDS + 1)]
     at, over = " ".join(words[:PAIR_MAX_WORDS]), " ".join(words)
     assert sum(" " in t for t in analyze(at)) == PAIR_MAX_WORDS - 1

@@ -18,8 +18,8 @@ import pytest
 
 from conftest import REPO, make_png, make_wav
 from fsmem import Event, FsmemError, MediaAttachment, Memory, Timestamp
-from fsmem.archive import HEADER_NAME, export_archive, import_archive
-from fsmem.importers import import_chatgpt
+from fsmem.ingest.archive import HEADER_NAME, export_archive, import_archive
+from fsmem.ingest.importers import import_chatgpt
 
 HOME = Path(REPO) / "fixtures" / "homeagent-memory"
 CHATGPT = Path(REPO) / "fixtures" / "chatgpt" / "conversations.json"
@@ -274,7 +274,7 @@ def test_bad_chatgpt_file_imports_nothing(tmp_path, mutate, needle):
 CRASH_CHILD = """
 import sys
 from fsmem import Memory
-from fsmem.archive import import_archive
+from fsmem.ingest.archive import import_archive
 print(import_archive(Memory.open(sys.argv[1]), sys.argv[1] + "/../archive.tar"), flush=True)
 """
 

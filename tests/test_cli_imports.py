@@ -22,25 +22,25 @@ from fsmem import Event, Memory, Timestamp
 
 #: modules a listing or a transcript never needs (each costs tens of ms to import)
 HEAVY = ("numpy", "watchdog", "snowballstemmer", "Stemmer", "sentence_transformers",
-         "fsmem.index", "fsmem.analyze", "fsmem.embed", "fsmem.embedders", "fsmem.ranking",
-         "fsmem.vector_cache", "fsmem.flows", "fsmem.watch")
+         "fsmem.search.index", "fsmem.search.analyze", "fsmem.search.embed", "fsmem.search.embedders", "fsmem.search.ranking",
+         "fsmem.search.vector_cache", "fsmem.memory.flows", "fsmem.ingest.watch")
 #: a store without HomeAgent documents, a reader without plugins, a reader (it writes nothing:
 #: not even the module of mutating filesystem calls, ctypes and all) need none of these
-LISTING_NEEDS_NOT = ("fsmem.legacy", "fsmem.plugins", "fsmem._fsops")
+LISTING_NEEDS_NOT = ("fsmem.homeagent.documents", "fsmem.format.plugins", "fsmem.format.fsops")
 #: no read verb needs the writer's modules (a plain fsck of a store without graph.db or
 #: quarantined units either), nor shutil (argparse's formatter would import it for the
-#: terminal width: fsmem.cli_args.HelpFormatter), nor fractions (render's budget_split only)
-READER_NEEDS_NOT = ("fsmem.store", "fsmem._fsops", "ctypes", "sqlite3", "shutil", "fractions")
+#: terminal width: fsmem.interfaces.cli.args.HelpFormatter), nor fractions (render's budget_split only)
+READER_NEEDS_NOT = ("fsmem.store.store", "fsmem.format.fsops", "ctypes", "sqlite3", "shutil", "fractions")
 #: an append never touches the search index; one into an L1 with room ranks nothing either
 #: (a prune ranks L1 by BM25: the analyzer and stemmer come with it)
-APPEND_NEEDS_NOT = ("fsmem.index", "numpy.ma", "watchdog", "sentence_transformers",
-                    "fsmem.embedders", "fsmem.watch")
-APPEND_WITH_ROOM_NEEDS_NOT = ("fsmem.analyze", "fsmem.index_entry", "fsmem.index_files",
+APPEND_NEEDS_NOT = ("fsmem.search.index", "numpy.ma", "watchdog", "sentence_transformers",
+                    "fsmem.search.embedders", "fsmem.ingest.watch")
+APPEND_WITH_ROOM_NEEDS_NOT = ("fsmem.search.analyze", "fsmem.search.index_entry", "fsmem.search.index_files",
                               "snowballstemmer", "Stemmer")
 
 _CHILD = """
 import json, sys
-from fsmem.cli import main
+from fsmem.interfaces.cli.main import main
 rc = main(sys.argv[1:])
 sys.stdout.flush()
 print("\\n" + json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
@@ -63,7 +63,7 @@ def _needless(modules: list[str], needless: tuple[str, ...]) -> list[str]:
 
 
 def _run_verb(*argv: str) -> tuple[int, str, list[str]]:
-    """Run one verb through ``fsmem.cli.main`` in a fresh interpreter: exit code, what it
+    """Run one verb through ``fsmem.interfaces.cli.main.main`` in a fresh interpreter: exit code, what it
     printed, and every module imported by then."""
     env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
     for key in ("FSMEM_ROOT", "FSMEM_CAPACITY", "FSMEM_PROTECTED", "FSMEM_DURABILITY"):
@@ -115,14 +115,14 @@ def test_query_still_works_after_the_lazy_imports(store):
     root, doc, _ = store
     rc, out, modules = _run_verb("--root", root, "--json", "query", "tomato seedlings")
     assert json.loads(out)[0]["unit_id"] == doc
-    assert "numpy" in modules and "fsmem.index" in modules   # the guard above can fail
+    assert "numpy" in modules and "fsmem.search.index" in modules   # the guard above can fail
     # a query is a read (it only appends its hits to the access log): no writer, no watcher,
     # no embedding model, no shutil (it saves no index, draws no bar); nor numpy's masked
     # arrays (numpy >= 2.3's plain np.unique loads them), nor hashlib (the analyzer's blake2b
     # comes without it)
-    needless = ("fsmem.flows", "fsmem.store", "watchdog", "fsmem.watch", "shutil",
-                "sentence_transformers", "fsmem.embedders", "numpy.ma", "hashlib",
-                "fsmem.legacy")   # the store holds no HomeAgent documents
+    needless = ("fsmem.memory.flows", "fsmem.store.store", "watchdog", "fsmem.ingest.watch", "shutil",
+                "sentence_transformers", "fsmem.search.embedders", "numpy.ma", "hashlib",
+                "fsmem.homeagent.documents")   # the store holds no HomeAgent documents
     loaded = _needless(modules, needless)
     assert not loaded, f"`fsmem query` imported {loaded}"
 
@@ -142,7 +142,7 @@ def test_append_imports_no_index(tmp_path):
     rc, out, modules = _run_verb("--root", root, "append", "--input", "water the tomatoes?",
                                  "--response", "twice a week")
     assert out.strip().startswith("e-") and _appended(root) == (1, 0)
-    assert "fsmem.flows" in modules and "fsmem.appending" in modules   # the verb really ran
+    assert "fsmem.memory.flows" in modules and "fsmem.memory.appending" in modules   # the verb really ran
     loaded = _needless(modules, APPEND_NEEDS_NOT + APPEND_WITH_ROOM_NEEDS_NOT)
     assert not loaded, f"`fsmem append` imported {loaded}"
 
@@ -158,7 +158,7 @@ def test_append_that_prunes_imports_no_index(tmp_path):
     rc, out, modules = _run_verb("--root", root, "append", "--capacity", "2", "--protected",
                                  "1", "--input", "and the basil?")
     assert _appended(root)[1] == 1   # pruned into one L2 unit
-    assert "fsmem.analyze" in modules   # the prune ranked L1 (the guard below can fail)
+    assert "fsmem.search.analyze" in modules   # the prune ranked L1 (the guard below can fail)
     loaded = _needless(modules, APPEND_NEEDS_NOT + ("hashlib",))
     assert not loaded, f"`fsmem append` (pruning) imported {loaded}"
 
@@ -172,7 +172,7 @@ def test_python_dash_m_fsmem_runs_the_command(store):
 
 
 def test_render_without_numpy_cuts_exactly_as_with_it(tmp_path):
-    """``fsmem render`` weighs a small L1 without numpy (fsmem.render._heuristic_many_py):
+    """``fsmem render`` weighs a small L1 without numpy (fsmem.memory.render._heuristic_many_py):
     the text it prints is the one the numpy pass gives, at a budget that cuts and one that
     keeps everything."""
     import random
@@ -200,7 +200,7 @@ def test_heuristic_weights_agree_with_the_numpy_pass():
     import random
 
     import numpy  # noqa: F401 - loaded, so _heuristic_many takes the numpy pass
-    mod = importlib.import_module("fsmem.render")   # the module (fsmem.render is the function)
+    mod = importlib.import_module("fsmem.memory.render")   # the module (fsmem.memory.render is the function)
     rng = random.Random(7)
     alphabet = "aZ 09\t\n.,!-_\x00\x7f" + "éß\u07ff" + "\u0800中한\uffff" + "😀\U0010ffff" + "\ud800\udfff"
     for _ in range(500):
@@ -212,12 +212,12 @@ def test_heuristic_weights_agree_with_the_numpy_pass():
 
 
 def test_lazy_pattern_compiles_on_first_use_then_is_the_pattern(monkeypatch):
-    """fsmem._lazyre: the stand-in answers as the compiled pattern, and its first use puts
+    """fsmem.search.lazyre: the stand-in answers as the compiled pattern, and its first use puts
     the compiled pattern itself in the module (later uses cost nothing extra); a holder of
     the stand-in keeps working."""
     import re
     import types
-    from fsmem._lazyre import lazy_compile
+    from fsmem.search.lazyre import lazy_compile
     mod = types.ModuleType("fsmem_lazy_probe")
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     pattern = r"([\u4e00-\u9fff]+)|([^\W_\u4e00-\u9fff]+)"
@@ -234,7 +234,7 @@ def test_tokenisers_compile_their_patterns_on_first_use():
     are not compiled by importing their modules; the first use compiles them in place."""
     code = """
 import json, re, sys
-import fsmem.analyze as an, fsmem.embed as em
+import fsmem.search.analyze as an, fsmem.search.embed as em
 mods = (an, em)
 before = [isinstance(m._TOKEN_RE, re.Pattern) for m in mods]
 out = [an.analyze(sys.argv[1]), em.tokenize(sys.argv[1])]
@@ -247,18 +247,18 @@ print(json.dumps([before, [isinstance(m._TOKEN_RE, re.Pattern) for m in mods], o
     assert proc.returncode == 0, proc.stderr
     before, after, (terms, tokens) = json.loads(proc.stdout)
     assert before == [False, False] and after == [True, True]
-    from fsmem.analyze import analyze
-    from fsmem.embed import tokenize
+    from fsmem.search.analyze import analyze
+    from fsmem.search.embed import tokenize
     assert terms == analyze(text) and "tomato" in terms
     assert tokens == tokenize(text) and "番茄" in tokens
 
 
 @pytest.mark.parametrize("columns", [None, "50", "0", "wide"])
 def test_help_is_formatted_at_argparse_width(monkeypatch, columns):
-    """fsmem.cli_args.Parser formats help and usage errors exactly as argparse's own
+    """fsmem.interfaces.cli.args.Parser formats help and usage errors exactly as argparse's own
     formatter (which asks shutil for the terminal width), $COLUMNS set or not."""
     import argparse
-    from fsmem.cli_args import Parser
+    from fsmem.interfaces.cli.args import Parser
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)
     else:

@@ -16,9 +16,9 @@ import pytest
 
 from conftest import REPO
 from fsmem import Event, Memory
-from fsmem.distill import (DistillError, Distiller, LLMDistiller, RuleDistiller, Triple, evaluate,
+from fsmem.graph.distill import (DistillError, Distiller, LLMDistiller, RuleDistiller, Triple, evaluate,
                            load_cases)
-from fsmem.stablemem import distill
+from fsmem.memory.stablemem import distill
 
 FIXTURES = REPO / "fixtures" / "distill"
 HA_GRAPH = REPO / "fixtures" / "homeagent-memory" / "graph.db"

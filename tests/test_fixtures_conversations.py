@@ -17,7 +17,7 @@ from _conversations import (KINDS, LANGS, content_words, load_conversations,  # 
                             load_paraphrase, turn_index, validate_conversations,
                             validate_paraphrase)
 
-from fsmem.timestamps import Timestamp  # noqa: E402
+from fsmem.format.timestamps import Timestamp  # noqa: E402
 
 
 @pytest.fixture(scope="module")

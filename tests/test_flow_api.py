@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO, make_png, make_wav
 from fsmem import (AmbiguousDigest, ChannelDef, Doc, DocMemory, Event, InvalidName,
                    MediaAttachment, Memory, NotFound, TextEvent, Timestamp, ToolDef, ToolOutput)
-from fsmem.embed import HashEmbedder
-from fsmem.unit import read_manifest, read_vectors
+from fsmem.search.embed import HashEmbedder
+from fsmem.format.unit import read_manifest, read_vectors
 
 
 def test_text_event_shapes(mem):

@@ -64,7 +64,7 @@ def test_crash_point_sweep_prune_and_recall(tmp_path):
 CHILD_LOOP = """
 import sys
 from fsmem import Event, Memory
-from fsmem.prune import prune_context
+from fsmem.memory.prune import prune_context
 mem = Memory.open(sys.argv[1], context_capacity=5, context_protected=1, auto_prune=False)
 print("groups", len(prune_context(mem, "keep")), flush=True)
 mem.auto_prune = True

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import make_png
 from fsmem import Event, MediaAttachment, Memory, Timestamp, ToolOutput
-from fsmem.unit import read_manifest, read_vectors
+from fsmem.format.unit import read_manifest, read_vectors
 
 SENTINEL = "⟦SENTINEL-END-5000⟧"
 

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import PKG_ROOT, REPO, crash_sweep, make_png, run_py
 from fsmem import Event, Memory, StorageError, StoreLocked
-from fsmem.errors import AlreadyExists
-from fsmem import _fsops as fsops
+from fsmem.format.errors import AlreadyExists
+from fsmem.format import fsops as fsops
 
 CHILD = """
 import sys
@@ -164,8 +164,8 @@ def _einval_renameat2(monkeypatch) -> None:
     def einval(olddfd, old, newdfd, new, flags):
         return real(olddfd, old, newdfd, new, flags | 2)   # | RENAME_EXCHANGE: EINVAL
     monkeypatch.setattr(fsops, "_renameat2", einval)
-    import fsmem.store
-    monkeypatch.setattr(fsmem.store, "_renameat2_cache", {})   # probe again, per test
+    import fsmem.store.store
+    monkeypatch.setattr(fsmem.store.store, "_renameat2_cache", {})   # probe again, per test
 
 
 def test_renameat2_einval_at_publish_falls_back_to_a_mkdir_claim(root, monkeypatch):

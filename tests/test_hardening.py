@@ -1,6 +1,6 @@
 """Issue 16, exactly-once and damaged stores: each test is written from the issue's
 reproduction (items 1, 2, 8, 9, 13). Real filesystem, real SQLite, real fault injection
-through fsmem._fsops."""
+through fsmem.format.fsops."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fsmem import _fsops as fsops
-from fsmem.flows import Memory
-from fsmem.model import Event
+from fsmem.format import fsops as fsops
+from fsmem.memory.flows import Memory
+from fsmem.format.model import Event
 
 CAP = 4
 
@@ -115,7 +115,7 @@ def test_owed_prune_is_repaired_at_open(tmp_path: Path, monkeypatch, how: str) -
     (injected once, as it stages the evicted events' unit). (A recall prunes after
     releasing the lock: the busy lock case, test_recall_into_full_l1_whose_prune_cannot_lock_
     succeeds_and_owes_it.)"""
-    from fsmem import prune as prune_mod
+    from fsmem.memory import prune as prune_mod
     template = _full_l1(tmp_path)
     mem = _open(template)
     orig_stage = prune_mod._stage
@@ -246,8 +246,8 @@ def test_failed_prune_cleans_its_own_staging(tmp_path: Path) -> None:
 
 
 def test_corrupt_marker_names_the_repair_and_fsck_fix_rewrites_it(tmp_path: Path) -> None:
-    from fsmem.errors import FsmemError
-    from fsmem.fsck import repair_marker
+    from fsmem.format.errors import FsmemError
+    from fsmem.memory.fsck import repair_marker
     mem = Memory.open(tmp_path / "s")
     mem.commit("kept text")
     mem.close()
@@ -301,7 +301,7 @@ def test_commit_event_id_is_an_idempotency_key(tmp_path: Path) -> None:
 
 
 def test_memory_append_tool_takes_an_event_id(tmp_path: Path) -> None:
-    from fsmem.tools import call
+    from fsmem.interfaces.tools import call
     mem = Memory.open(tmp_path / "s")
     for _ in range(2):
         out = call(mem, "memory_append", {"input": "hello", "event_id": "t-1"})
@@ -338,7 +338,7 @@ def test_turn_succeeds_when_its_prune_fails(tmp_path: Path, caplog) -> None:
     # units from the text it wrote (l1cache.seed_written: nothing is read back), as it trusts
     # the manifest it wrote.
     mem = Memory.open(tmp_path / "s", context_capacity=2, context_protected=0, auto_prune=False)
-    from fsmem.turn import InjectOptions
+    from fsmem.memory.turn import InjectOptions
     with caplog.at_level(logging.WARNING):
         result = mem.turn(Event(input="old news again", id="e-turn"),
                           options=InjectOptions(context_policy="prune"))
@@ -468,7 +468,7 @@ def test_distill_that_fails_after_a_unit_is_distilled_succeeds_with_what_it_did(
         tmp_path: Path) -> None:
     """graph.db locked by another program (a lock timeout) after the first unit: the run
     returns the unit it distilled and says why it stopped; the next run does the rest."""
-    from fsmem.stablemem import distill
+    from fsmem.memory.stablemem import distill
     root = tmp_path / "s"
     mem, units = _cold_units(root, 3)
     other: list[sqlite3.Connection] = []
@@ -495,7 +495,7 @@ def test_distill_that_fails_after_a_unit_is_distilled_succeeds_with_what_it_did(
 @pytest.mark.parametrize("op_n", [1, 2])   # the move's rename fails / its parent fsync fails
 def test_distill_whose_move_fails_after_the_graph_commit_succeeds_and_moves_next_run(
         tmp_path: Path, op_n: int) -> None:
-    from fsmem.stablemem import Graph, distill
+    from fsmem.memory.stablemem import Graph, distill
     root = tmp_path / "s"
     mem, (unit,) = _cold_units(root, 1)
     seen: list[str] = []
@@ -522,7 +522,7 @@ def test_distill_whose_move_fails_after_the_graph_commit_succeeds_and_moves_next
 
 
 def test_recall_from_graph_succeeds_when_its_prune_fails(tmp_path: Path) -> None:
-    from fsmem.stablemem import distill, recall_from_graph
+    from fsmem.memory.stablemem import distill, recall_from_graph
     root = tmp_path / "s"
     mem, units = _cold_units(root, 2)
     distill(mem, max_age_s=0)

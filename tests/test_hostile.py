@@ -27,10 +27,10 @@ import pytest
 import hostile_gen as hg
 from conftest import REPO
 from fsmem import Memory
-from fsmem.errors import FormatError
-from fsmem.ingest import events_from_jsonl
-from fsmem.model import Event
-from fsmem.unit import read_manifest
+from fsmem.format.errors import FormatError
+from fsmem.format.event_json import events_from_jsonl
+from fsmem.format.model import Event
+from fsmem.format.unit import read_manifest
 from test_watch import ENV, Daemon, manifests, once, store, wait_for
 
 TIMEOUT = 60
@@ -113,7 +113,7 @@ def _fill(root: Path) -> Memory:
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     """Run one ``fsmem`` verb in this process (cheap), under an alarm: a hang in open(2) is
     interrupted (EINTR, then the handler raises) and fails the test instead of the suite."""
-    from fsmem.cli import main
+    from fsmem.interfaces.cli.main import main
 
     def expire(signum, frame):
         raise TimeoutError(f"fsmem {' '.join(args)} hung")
@@ -190,7 +190,7 @@ def readable_events(root: Path) -> set[str]:
 
 def _once_inproc(root: Path) -> list:
     """``watch --once`` in this process (cheap; the subprocess runs are above)."""
-    from fsmem.watch import Watcher
+    from fsmem.ingest.watch import Watcher
     outs: list = []
     with Memory.open(root, create=False, durability="off") as mem:
         Watcher(mem, report=outs.append).run(once=True)
@@ -214,7 +214,7 @@ def test_a_resumed_fifo_claim_does_not_hang(tmp_path):
 
 
 def test_long_name_keeps_its_extension_when_a_claim_is_resumed(tmp_path):
-    from fsmem.inbox import _InboxDirs
+    from fsmem.ingest.inbox import _InboxDirs
     root, inbox = store(tmp_path)
     long = "长" * 83 + ".MD"  # 252 bytes: the claim stamp pushes it past NAME_MAX
     (inbox / long).write_text("# long\nresumed after a crash\n")
@@ -241,8 +241,8 @@ def test_deeply_nested_json_is_a_clear_error(tmp_path):
 
 
 def test_big_text_is_stored_in_parts_whose_bytes_are_the_file(tmp_path, monkeypatch):
-    import fsmem.inbox
-    monkeypatch.setattr(fsmem.inbox, "TEXT_PART", 4096)  # parts of 4 KiB: a cheap big file
+    import fsmem.ingest.inbox
+    monkeypatch.setattr(fsmem.ingest.inbox, "TEXT_PART", 4096)  # parts of 4 KiB: a cheap big file
     TEXT_PART = 4096
     root, inbox = store(tmp_path)
     para = "".join(f"段落 {i} coffee machine notes, line {i}.\n\n" for i in range(600))
@@ -272,10 +272,10 @@ def test_big_text_is_stored_in_parts_whose_bytes_are_the_file(tmp_path, monkeypa
 def test_huge_text_of_distinct_terms_keeps_the_term_memos_bounded(tmp_path, monkeypatch):
     """Item 5: a huge file of distinct tokens (numbers, ids) must not fill the per-term memo
     tables part after part (they cap themselves only at a million entries each)."""
-    import fsmem.analyze
-    import fsmem.inbox
-    monkeypatch.setattr(fsmem.inbox, "TEXT_PART", 8192)
-    monkeypatch.setattr(fsmem.inbox, "TERM_MEMO_MAX", 300)
+    import fsmem.search.analyze
+    import fsmem.ingest.inbox
+    monkeypatch.setattr(fsmem.ingest.inbox, "TEXT_PART", 8192)
+    monkeypatch.setattr(fsmem.ingest.inbox, "TERM_MEMO_MAX", 300)
     root, inbox = store(tmp_path)
     data = "# ids\n\n" + "".join(f"record q{i}x{i * 7919} seen.\n\n" for i in range(3000))
     (inbox / "ids.md").write_text(data)
@@ -284,7 +284,7 @@ def test_huge_text_of_distinct_terms_keeps_the_term_memos_bounded(tmp_path, monk
 
     def commit_events(self, *args, **kwargs):  # the memo sizes while the next part is read
         uid = real(self, *args, **kwargs)
-        sizes = [*fsmem.analyze.memo_sizes().values(),
+        sizes = [*fsmem.search.analyze.memo_sizes().values(),
                  len(self.embedder._words), len(self.embedder._tokens)]
         seen.append(max(sizes))
         return uid
@@ -308,8 +308,8 @@ def test_ingesting_a_huge_text_file_stays_under_the_memory_bound():
 
 _ENOSPC_DAEMON = textwrap.dedent("""
     import errno, os, sys
-    import fsmem._fsops as fsops
-    import fsmem.watch as watch
+    import fsmem.format.fsops as fsops
+    import fsmem.ingest.watch as watch
     watch.RETRY_BASE_S, watch.RETRY_MAX_S = 0.02, 0.1
     full = sys.argv[1]
 

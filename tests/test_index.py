@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from fsmem import Event, Memory
-from fsmem.embed import HashEmbedder
-from fsmem.index import Index
+from fsmem.search.embed import HashEmbedder
+from fsmem.search.index import Index
 
 
 class CountingEmbedder(HashEmbedder):

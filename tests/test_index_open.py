@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from fsmem import Memory
-from fsmem.index import Index
+from fsmem.search.index import Index
 
 
 class _Listings:
@@ -152,7 +152,7 @@ def test_string_tables_are_mapped_and_decoded_on_demand(root):
     """A saved index keeps unit ids, event ids and summaries in mapped string tables, not in
     meta.json: the open decodes none of them; a search and a lookup read only what they need,
     and a commit after the open folds them back into lists."""
-    from fsmem.index_files import StrTable
+    from fsmem.search.index_files import StrTable
     ids = _store(root)
     mem = Memory.open(root, durability="off", auto_prune=False)
     assert isinstance(mem.index.ids, StrTable) and isinstance(mem.index.ev_ids, StrTable)

@@ -63,7 +63,7 @@ def test_each_version_is_found_by_a_chinese_keyword(home, keyword, doc_id):
 
 
 def test_every_legacy_read_is_logged_once_per_document(home, caplog):
-    import fsmem.legacy as legacy
+    import fsmem.homeagent.documents as legacy
     legacy._logged.clear()
     with caplog.at_level(logging.WARNING, logger="fsmem.legacy"):
         mem = Memory.open(home, adopt=True)

@@ -14,12 +14,12 @@ from pathlib import Path
 import homeagent_gen as gen
 from conftest import crash_sweep
 from fsmem import Memory
-from fsmem.legacy import legacy_id
+from fsmem.homeagent.documents import legacy_id
 
 CHILD = """
 import sys
 from fsmem import Memory
-from fsmem.legacy_context import adopt
+from fsmem.homeagent.context import adopt
 mem = Memory.open(sys.argv[1])
 adopt(mem)
 print("recalled", mem.recall("咖啡机", top_k=1), flush=True)

@@ -17,7 +17,7 @@ import pytest
 import homeagent_gen as gen
 from conftest import REPO
 from fsmem import Memory, Timestamp
-from fsmem.docmemory import DocMemory
+from fsmem.interfaces.docmemory import DocMemory
 
 GO_TIMES = [gen.ZERO, gen.YEAR1, gen.FAR, gen.T1, gen.T2, gen.T3, "1969-12-31T23:59:59.999999999Z",
             "2262-04-11T23:47:16.854775808Z", "1677-09-21T00:12:43.145224191Z"]
@@ -99,7 +99,7 @@ def test_item2_duplicate_events_get_unique_ids_and_fsck_keeps_units(ha, root):
     assert [f for f in mem.fsck() if f.kind == "duplicate-event"] == []
     again = Memory.open(gen.build(root.parent / "again"), adopt=True)
     assert [e.id for e in again.timeline()] == [e.id for e in tl]        # deterministic
-    from fsmem.model import Event
+    from fsmem.format.model import Event
     a = mem.commit_events([Event(id="e-same", input="one", source="x")], layer="context")
     b = mem.commit_events([Event(id="e-same", input="two", source="x"),
                            Event(id="e-other", input="three", source="x")], layer="context")
@@ -130,7 +130,7 @@ def test_item3_media_db_types_voice_notes_and_m4a(tmp_path, schema):
 
 
 def test_item3_sniffing_without_media_db():
-    from fsmem.media import sniff_mime
+    from fsmem.format.media import sniff_mime
     assert sniff_mime(gen.AMR.data[:64]) == "audio/amr"
     assert sniff_mime(gen.M4A.data[:64]) == "audio/mp4"
 
@@ -257,7 +257,7 @@ def test_item7_legacy_graph_facts_are_searchable(tmp_path, generation):
 
 @pytest.mark.parametrize("generation", gen.GRAPH_GENERATIONS)
 def test_item7_graph_writes_survive_homeagents_migration(tmp_path, generation):
-    from fsmem.distill import Triple
+    from fsmem.graph.distill import Triple
     ha = gen.build(tmp_path / "m", graph=generation)
     mem = Memory.open(ha)
     with mem.store.locked():

@@ -19,7 +19,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 from conftest import REPO, make_png, make_wav  # noqa: E402
 from fsmem import MediaAttachment, Memory, Timestamp  # noqa: E402
-from fsmem.tools import TOOLS  # noqa: E402
+from fsmem.interfaces.tools import TOOLS  # noqa: E402
 
 
 def session(root: Path, *extra: str):

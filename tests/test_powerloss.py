@@ -1,7 +1,7 @@
 """Power loss: every crash state that ext4 (data=ordered) may leave, checked after recovery.
 
 A SIGKILL keeps the page cache, so the crash-point sweeps prove nothing about durability. Here
-the real code runs with ``fsmem._fsops`` recording every mutating call (open/create, write with
+the real code runs with ``fsmem.format.fsops`` recording every mutating call (open/create, write with
 its bytes, fsync, fsync_dir, syncfs, rename, link, unlink, mkdir, rmdir, utime). A crash state
 at point ``k`` replays the first ``k`` calls onto a copy of the store as it was before the run:
 
@@ -31,7 +31,8 @@ from typing import Callable
 
 import pytest
 
-from fsmem import Event, Memory, _fsops
+from fsmem import Event, Memory
+from fsmem.format import fsops as _fsops
 
 STRESS = os.environ.get("FSMEM_STRESS") == "1"
 ENTRY_OPS = ("open", "mkdir", "rename", "link", "unlink", "rmdir")
@@ -334,7 +335,7 @@ def test_an_explicit_prune_survives_power_loss(tmp_path, strategy):
 def test_a_pruning_turn_survives_power_loss(tmp_path, strategy):
     """A turn (input and response) whose policy prunes: its events and the prune are one
     journal entry; every crash state holds both events or neither, and nothing of L1 lost."""
-    from fsmem.turn import InjectOptions
+    from fsmem.memory.turn import InjectOptions
     base: set[str] = set()
     pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
 
@@ -447,7 +448,7 @@ def test_distill_survives_power_loss(tmp_path):
 
 
 def _ingest_once(root: Path) -> None:
-    from fsmem.watch import Watcher
+    from fsmem.ingest.watch import Watcher
     Watcher(Memory.open(root)).run(once=True)
 
 

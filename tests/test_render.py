@@ -1,4 +1,4 @@
-"""fsmem.render: the model's view under a token budget (repair plan failure 5, criteria 三 ④).
+"""fsmem.memory.render: the model's view under a token budget (repair plan failure 5, criteria 三 ④).
 
 The plan's three criteria are one named test each: with an ample budget every body is whole
 (its end sentinel visible); with a tight one every event keeps its beginning; one huge body
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsmem.model import BlockRef, Event, ToolOutput
-from fsmem.render import (HEADER, HITS_HEADER, MIN_BODY_TOKENS, AdditiveEstimator,
+from fsmem.format.model import BlockRef, Event, ToolOutput
+from fsmem.memory.render import (HEADER, HITS_HEADER, MIN_BODY_TOKENS, AdditiveEstimator,
                           BudgetSplit, HeuristicEstimator, HitView, RuneEstimator,
                           TiktokenEstimator, TokenEstimator, budget_split, render)
-from fsmem.timestamps import Timestamp
+from fsmem.format.timestamps import Timestamp
 
 HEUR = HeuristicEstimator()
 RUNE = RuneEstimator()

@@ -10,7 +10,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from eval_retrieval import build, evaluate, is_translation, load_fixture  # noqa: E402
 
-from fsmem.index import DEFAULT_RANKER  # noqa: E402
+from fsmem.search.index import DEFAULT_RANKER  # noqa: E402
 
 
 def test_default_ranker_recall_at_5(tmp_path):
@@ -44,7 +44,7 @@ class RecordedE5:
 
     def _get(self, side: str, texts):
         import numpy as np
-        from fsmem.blocks import hash_bytes
+        from fsmem.format.blocks import hash_bytes
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         return np.stack([self.rows[hash_bytes(f"{side}:{t}".encode("utf-8"))] for t in texts])

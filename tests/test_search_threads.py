@@ -131,7 +131,7 @@ def test_queries_while_other_threads_append_commit_and_prune(store):
     commit) while four threads query, list and render the same Memory: nothing raises, L1
     holds whole events only, every hit names a unit of documents/ (which only grows here),
     and once the writers stop every query equals the same query on a fresh Memory."""
-    from fsmem.analyze import trim_memos
+    from fsmem.search.analyze import trim_memos
     trim_memos(0)   # every word is stemmed again, whatever ran before in this process
     mem = Memory.open(store, auto_prune=True, ranker="fusion", durability="off",
                       context_capacity=6, context_protected=2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from fsmem import Memory
-from fsmem.access import AccessLog
+from fsmem.store.access import AccessLog
 
 from conftest import run_py
 

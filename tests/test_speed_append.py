@@ -8,7 +8,7 @@ import os
 import pytest
 
 from fsmem import Event, Memory, Timestamp
-from fsmem import store as store_mod
+from fsmem.store import store as store_mod
 
 T0 = Timestamp.parse("2026-03-01T09:00:00+00:00").ns
 
@@ -113,7 +113,7 @@ def test_a_pruning_append_is_one_journal_entry_and_two_barriers(tmp_path, monkey
     """Durable, "batch" strategy: the append that overflows L1 makes its own unit and the
     prune durable in one journal entry: two barriers (the staged units with the entry, then
     the renames), where an append then a prune took four."""
-    from fsmem import _fsops
+    from fsmem.format import fsops as _fsops
     monkeypatch.setenv("FSMEM_SYNC", "batch")
     mem = Memory.open(tmp_path / "m", context_capacity=4, context_protected=1,
                       context_tokens=2 * 2000)
@@ -190,8 +190,8 @@ def test_a_pruning_turn_or_burst_is_one_journal_entry_and_two_barriers(tmp_path,
     """A turn (input + response) whose policy prunes, or a burst that overflows L1, makes
     its events and the prune durable in one journal entry: two barriers (a turn took two
     publishes of two and a prune of three before)."""
-    from fsmem import _fsops
-    from fsmem.turn import InjectOptions
+    from fsmem.format import fsops as _fsops
+    from fsmem.memory.turn import InjectOptions
     monkeypatch.setenv("FSMEM_SYNC", "batch")
     mem = Memory.open(tmp_path / "m", context_capacity=4, context_protected=2,
                       context_tokens=2 * 2000)

@@ -9,8 +9,9 @@ import shutil
 
 import pytest
 
-from fsmem import Event, FsmemError, Memory, Timestamp, _fsops
-from fsmem.model import MediaAttachment
+from fsmem import Event, FsmemError, Memory, Timestamp
+from fsmem.format import fsops as _fsops
+from fsmem.format.model import MediaAttachment
 
 from conftest import STRESS, crash_sweep
 
@@ -226,7 +227,7 @@ def test_cli_append_of_json_lines_is_one_burst(tmp_path):
 def test_a_decided_burst_whose_apply_fails_twice_still_succeeds(tmp_path, monkeypatch):
     """Once the burst's journal entry is durable the call succeeds, even when applying it
     fails both times: the entry stays, and the next writer lock's recovery completes it."""
-    from fsmem.store import Store
+    from fsmem.store.store import Store
     root = tmp_path / "mem"
     mem = Memory.open(root, durability="full", auto_prune=False)
     applying = {"calls": 0, "now": False}

@@ -1,4 +1,4 @@
-"""A commit indexes its unit from what it has in hand (fsmem.unit.Written): no block, manifest
+"""A commit indexes its unit from what it has in hand (fsmem.format.unit.Written): no block, manifest
 or vectors file of the new unit is read back, and the entry equals the one read from disk."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import hashlib
 
 import numpy as np
 
-import fsmem.blocks
-import fsmem.index
-import fsmem.index_entry
+import fsmem.format.blocks
+import fsmem.search.index
+import fsmem.search.index_entry
 from fsmem import Event, MediaAttachment, Memory, Timestamp, ToolOutput
-from fsmem.embed import HashEmbedder
+from fsmem.search.embed import HashEmbedder
 
 T0 = Timestamp.parse("2026-03-01T09:00:00+08:00").ns
 
@@ -28,7 +28,7 @@ def _events() -> list[Event]:
                                         input="echo", response="echo")]   # one deduped block
 
 
-def _same(a: fsmem.index_entry.IndexEntry, b: fsmem.index_entry.IndexEntry) -> None:
+def _same(a: fsmem.search.index_entry.IndexEntry, b: fsmem.search.index_entry.IndexEntry) -> None:
     assert (a.unit_id, a.ino, a.summary, a.created_ns, a.created_off, a.events) == \
         (b.unit_id, b.ino, b.summary, b.created_ns, b.created_off, b.events)
     for name in ("terms", "tfs", "vector"):
@@ -43,14 +43,14 @@ def test_commit_indexes_its_unit_without_reading_it_back(root, monkeypatch):
     index = mem.index
     mem.commit("warm up")
     reads: list[str] = []
-    real_block, real_manifest, real_vectors = (fsmem.blocks.read_block,
-                                               fsmem.index.read_manifest,
-                                               fsmem.index.read_vectors)
-    monkeypatch.setattr(fsmem.blocks, "read_block",
+    real_block, real_manifest, real_vectors = (fsmem.format.blocks.read_block,
+                                               fsmem.search.index.read_manifest,
+                                               fsmem.search.index.read_vectors)
+    monkeypatch.setattr(fsmem.format.blocks, "read_block",
                         lambda p, *a, **k: reads.append(p) or real_block(p, *a, **k))
-    monkeypatch.setattr(fsmem.index, "read_manifest",
+    monkeypatch.setattr(fsmem.search.index, "read_manifest",
                         lambda p, *a, **k: reads.append(p) or real_manifest(p, *a, **k))
-    monkeypatch.setattr(fsmem.index, "read_vectors",
+    monkeypatch.setattr(fsmem.search.index, "read_vectors",
                         lambda p, *a, **k: reads.append(p) or real_vectors(p, *a, **k))
     uid = mem.commit_events(_events(), summary="a summary", source="chat",
                             meta={"session": "s1"})

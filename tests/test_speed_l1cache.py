@@ -1,4 +1,4 @@
-"""The L1 cache of the writing process (fsmem.l1cache): used, and never stale. Behaviour, not
+"""The L1 cache of the writing process (fsmem.memory.l1cache): used, and never stale. Behaviour, not
 timing: what it serves must equal what the directories hold, whoever changed them."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fsmem import Event, Memory, Timestamp
-from fsmem.l1cache import _cache_of, event_terms, load_context
-from fsmem.analyze import term_hashes
-from fsmem.index_entry import event_texts, term_counts
+from fsmem.memory.l1cache import _cache_of, event_terms, load_context
+from fsmem.search.analyze import term_hashes
+from fsmem.search.index_entry import event_texts, term_counts
 
 from conftest import run_py
 from test_index_identity import _rm_and_cp_a_reusing, _same_size_replacement
@@ -64,10 +64,10 @@ def test_appends_and_their_prunes_read_no_block_back(root, monkeypatch, how):
     """Issue 18: "append and prune never re-read L1". Every append here prunes and ranks all
     of L1 by its terms: each event is tokenised from the text this process wrote, once, and
     no block of L1 is read. The prunes decide as a cold cache (blocks read) would."""
-    import fsmem.blocks
-    from fsmem.turn import InjectOptions
+    import fsmem.format.blocks
+    from fsmem.memory.turn import InjectOptions
     reads: list[str] = []
-    real = fsmem.blocks.read_block
+    real = fsmem.format.blocks.read_block
 
     def counting(path, *a, **k):
         reads.append(path)
@@ -94,7 +94,7 @@ def test_appends_and_their_prunes_read_no_block_back(root, monkeypatch, how):
         l2 = {e.id for u in mem.units("documents") for e in mem.document(u).events}
         return l1, l2
     cold = live(root / "cold", cold=True)
-    monkeypatch.setattr(fsmem.blocks, "read_block", counting)
+    monkeypatch.setattr(fsmem.format.blocks, "read_block", counting)
     warm = live(root / "warm", cold=False)
     assert [r for r in reads if "/context/" in r or "/staging/" in r] == []
     assert warm == cold and len(warm[1]) > 10   # it did prune, as often as a cold cache

@@ -1,4 +1,4 @@
-"""Vectors only for rankers that read them (issue 18; fsmem.lazy_vectors): with the hashed
+"""Vectors only for rankers that read them (issue 18; fsmem.search.lazy_vectors): with the hashed
 default embedder and the bm25 ranker a commit, an append and a prune store no vectors; a
 dense or fused ranker reading such units later gets exactly the vectors a commit would have
 stored, computed from the units' texts, for queries of the index and for prune."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fsmem import Event, Memory, Reader, Timestamp, ToolOutput
-from fsmem.unit import VECTORS, read_manifest
+from fsmem.format.unit import VECTORS, read_manifest
 
 T0 = Timestamp.parse("2026-03-01T09:00:00+08:00").ns
 TOPICS = ["grind the coffee beans for the espresso machine",
@@ -129,7 +129,7 @@ def test_imported_conversations_store_vectors_only_for_rankers_that_read_them(tm
     hashed embedder, stored under a ranker that reads them; a fused query finds them either way."""
     from pathlib import Path
 
-    from fsmem.importers import import_chatgpt
+    from fsmem.ingest.importers import import_chatgpt
     export = Path(__file__).resolve().parents[1] / "fixtures" / "chatgpt" / "conversations.json"
     for kw, stored in (({}, False), ({"ranker": "fusion"}, True)):
         root = tmp_path / ("lazy" if not stored else "fused")

@@ -18,8 +18,8 @@ import pytest
 
 from conftest import REPO, crash_sweep, make_png
 from fsmem import ChannelDef, Event, MediaAttachment, Memory, Timestamp, ToolDef, ToolOutput
-from fsmem.distill import RuleDistiller, Triple
-from fsmem.stablemem import (Graph, add_cli, distill, find_cold, recall_from_graph,
+from fsmem.graph.distill import RuleDistiller, Triple
+from fsmem.memory.stablemem import (Graph, add_cli, distill, find_cold, recall_from_graph,
                              sentence_block_id, triple_block_id, unit_facts)
 
 HA_GRAPH = REPO / "fixtures" / "homeagent-memory" / "graph.db"
@@ -346,7 +346,7 @@ def test_no_memory_sources_are_left_out_and_cleaners_apply(tmp_path):
 
 def test_unit_texts_is_the_only_text_source(tmp_path):
     """The per-unit text source is a parameter: a legacy document can be fed in the same way."""
-    from fsmem.stablemem import TextPiece
+    from fsmem.memory.stablemem import TextPiece
     mem, units = _store(tmp_path / "m")
     seen = []
 
@@ -419,14 +419,14 @@ def test_recall_from_graph_follows_the_event_after_a_regroup(tmp_path):
 CHILD = """
 import sys
 from fsmem import Memory
-from fsmem.stablemem import distill
+from fsmem.memory.stablemem import distill
 mem = Memory.open(sys.argv[1], auto_prune=False)
 print(distill(mem, max_age_s=0).distilled, flush=True)
 """
 
 CHILD_SQL = """
 import os, sys
-import fsmem.stablemem as sm
+import fsmem.memory.stablemem as sm
 from fsmem import Memory
 limit, count = int(sys.argv[2]), [0]
 def tick():

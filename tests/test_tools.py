@@ -1,4 +1,4 @@
-"""fsmem.tools: OpenAI-style tool calls (name + JSON arguments string) dispatched to a real
+"""fsmem.interfaces.tools: OpenAI-style tool calls (name + JSON arguments string) dispatched to a real
 store for every tool, bad arguments refused by name with nothing stored changed."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, make_png
 from fsmem import FsmemError, MediaAttachment, Memory, Timestamp
-from fsmem.tools import TOOLS, BadArgument, call, definitions, tool_names
+from fsmem.interfaces.tools import TOOLS, BadArgument, call, definitions, tool_names
 
 FORMATS = ("openai", "anthropic", "mcp")
 

@@ -1,4 +1,4 @@
-"""Deferred vectors (fsmem.vector_cache): a commit publishes its unit without vectors, a
+"""Deferred vectors (fsmem.search.vector_cache): a commit publishes its unit without vectors, a
 background thread of the writer fills the derived cache under .fsmem/vectors; events whose
 vector is not there yet rank lexically; readers use the cache and never write it; the cache
 is derived (deleted: refilled; odd files: ignored, fsck removes them)."""
@@ -11,11 +11,11 @@ import threading
 import numpy as np
 
 from fsmem import Event, Memory
-from fsmem.embed import HashEmbedder
-from fsmem.fsck import fsck, fsck_fix
-from fsmem.layout import Layout
-from fsmem.unit import read_manifest
-from fsmem.vector_cache import VectorCache, cache_dir
+from fsmem.search.embed import HashEmbedder
+from fsmem.memory.fsck import fsck, fsck_fix
+from fsmem.format.layout import Layout
+from fsmem.format.unit import read_manifest
+from fsmem.search.vector_cache import VectorCache, cache_dir
 
 TEXTS = ["We booked a cabin near Lake Tahoe for the second weekend of March",
          "My dog loves chasing squirrels in the park every morning",
@@ -157,7 +157,7 @@ def test_odd_cache_files_are_ignored_and_fsck_removes_them(tmp_path):
         fh.write(b"x")                                  # left by a writer that died
     found = [f for f in fsck(Layout(str(tmp_path))) if f.kind == "derived-vector"]
     assert len(found) == 3
-    from fsmem.store import Store
+    from fsmem.store.store import Store
     store = Store(str(tmp_path))
     fsck_fix(store)
     assert not [f for f in fsck(Layout(str(tmp_path))) if f.kind == "derived-vector"]
@@ -183,7 +183,7 @@ _CHILD = r"""
 import sys, threading, time
 sys.path.insert(0, sys.argv[1])
 from fsmem import Event, Memory
-from fsmem.embed import HashEmbedder
+from fsmem.search.embed import HashEmbedder
 
 class Stuck(HashEmbedder):
     # passages never embed: the filler never writes the cache before the kill
@@ -295,11 +295,11 @@ def test_imported_units_without_vectors_are_queued_for_the_filler(tmp_path):
     _commit_all(src)
     src.close()
     archive = str(tmp_path / "units.tar")
-    from fsmem.archive import export_archive
+    from fsmem.ingest.archive import export_archive
     export_archive(src.store, archive)
     emb = CountingEmbedder()
     dst = Memory.open(tmp_path / "dst", embedder=emb, auto_prune=False, vectors="deferred")
-    from fsmem.archive import import_archive
+    from fsmem.ingest.archive import import_archive
     import_archive(dst, archive)
     dst.close()                          # close fills what the import queued
     assert emb.passages == len(TEXTS)

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import PKG_ROOT, REPO, make_png, make_wav
 from fsmem import Memory
-from fsmem.unit import read_manifest, verify_unit
+from fsmem.format.unit import read_manifest, verify_unit
 
 stress = pytest.mark.skipif(os.environ.get("FSMEM_STRESS") != "1",
                             reason="stress run: set FSMEM_STRESS=1")
@@ -118,7 +118,7 @@ def store_snapshot(root: Path) -> dict[str, str]:
 def indexed_ids(root: Path) -> set[str] | None:
     """Unit ids in the saved index snapshot (what the daemon persisted), None if no index."""
     try:
-        from fsmem.index import Index
+        from fsmem.search.index import Index
     except ImportError:
         return None
     idx = Index(Memory.open(root))
@@ -555,7 +555,7 @@ def test_a_second_watcher_is_refused(tmp_path):
 def test_add_cli_registers_the_watch_verb():
     import argparse
 
-    from fsmem.watch import DEFAULT_SIZE_CAP, add_cli, cmd_watch
+    from fsmem.ingest.watch import DEFAULT_SIZE_CAP, add_cli, cmd_watch
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", default="./memory")
     common.add_argument("--json", action="store_true")
@@ -608,8 +608,8 @@ def test_only_a_file_unchanged_for_the_settle_time_is_ready_at_first_look(tmp_pa
     """A file whose ctime is already older than the settle time is taken without a second
     wait (``watch --once`` of a full inbox starts at once); a fresh one still waits, and so
     does every file where leases are unavailable (the ctime alone is not trusted there)."""
-    from fsmem.inbox import _InboxDirs
-    from fsmem.watch import SETTLE_S, Watcher
+    from fsmem.ingest.inbox import _InboxDirs
+    from fsmem.ingest.watch import SETTLE_S, Watcher
     root, inbox = store(tmp_path)
     (inbox / "old.md").write_text("# dropped a while ago\n")
     time.sleep(SETTLE_S + 0.1)
@@ -632,8 +632,8 @@ def test_only_a_file_unchanged_for_the_settle_time_is_ready_at_first_look(tmp_pa
 def test_a_claim_swapped_after_the_open_is_ingested_as_claimed_not_as_opened(tmp_path):
     """The watcher opens a file before its claim rename and hands that descriptor to the
     ingest; if the name was replaced in between, what the claim holds is what is stored."""
-    from fsmem.inbox import Ingestor, _Ledger
-    from fsmem.inbox_dirs import _InboxDirs
+    from fsmem.ingest.inbox import Ingestor, _Ledger
+    from fsmem.ingest.inbox_dirs import _InboxDirs
     root, inbox = store(tmp_path)
     (inbox / "a.txt").write_text("opened before the swap\n")
     fd = os.open(inbox / "a.txt", os.O_RDONLY)
@@ -659,8 +659,8 @@ def test_a_claim_swapped_after_the_open_is_ingested_as_claimed_not_as_opened(tmp
 
 
 def test_once_takes_the_writer_lock_per_slice_not_per_file_and_writes_the_ledger(tmp_path):
-    from fsmem.store import Store
-    from fsmem.watch import Watcher
+    from fsmem.store.store import Store
+    from fsmem.ingest.watch import Watcher
     root, inbox = store(tmp_path)
     for i in range(60):
         (inbox / f"n{i:03d}.txt").write_text(f"note {i} about the boiler\n")
@@ -689,8 +689,8 @@ def _overlap_run(tmp_path: Path, monkeypatch, n: int, hook=None,
     """``watch --once`` in this process over ``n`` text files with batches of ``batch``,
     recording every filesystem call (and each report, as a mark) and running ``hook(op)``
     before each."""
-    import fsmem.watch as watch
-    from fsmem import _fsops
+    import fsmem.ingest.watch as watch
+    from fsmem.format import fsops as _fsops
     monkeypatch.setattr(watch, "BATCH", batch)
     root, inbox = store(tmp_path)
     files = drop_burst(inbox, n)
@@ -751,7 +751,7 @@ def test_a_run_shorter_than_a_batch_still_syncs_beside_the_ingest(tmp_path, monk
     syncfs that began after its unit's publish rename, and told only after that."""
     import threading
 
-    import fsmem.watch as watch
+    import fsmem.ingest.watch as watch
     monkeypatch.setattr(watch, "BATCH_MIN", 8)
     syncers = set()
 
@@ -797,7 +797,7 @@ def test_a_failed_overlapped_syncfs_withdraws_its_batch_and_what_was_published_m
     assert all(ids[want[n]] == 1 for n in ingested)
     claimed = {c.split("~", 1)[1] for c in os.listdir(root / "inbox" / ".processing")}
     assert claimed == deferred
-    from fsmem.watch import Watcher
+    from fsmem.ingest.watch import Watcher
     Watcher(Memory.open(root)).run(once=True)
     assert_each_once(root, files)
     assert_clean(root)
@@ -807,8 +807,8 @@ def test_once_lists_documents_at_start_only_when_its_mtime_moved(tmp_path, monke
     """Start-up reconcile costs O(changes), as any open: with the saved index proven in step
     with documents/ (its SEEN record), watch --once does not list documents/; a unit copied
     in with ``cp -a`` moves the mtime, is listed and indexed."""
-    from fsmem.index import Index
-    from fsmem.watch import Watcher
+    from fsmem.search.index import Index
+    from fsmem.ingest.watch import Watcher
     root, _ = store(tmp_path)
     mem = Memory.open(root)
     for i in range(3):

@@ -1,0 +1,107 @@
+"""Read-side views: events hydrated from their blocks, documents, hits, the content view.
+
+A view is never memory: ``Document.content`` is rendered from the events on demand, whole.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from fsmem.format.blocks import read_block
+from fsmem.format.model import BlockRef, Event, EventRecord, Manifest, ToolOutput
+from fsmem.format.timestamps import Timestamp
+from fsmem.format.unit import block_path
+
+__all__ = ["Document", "Hit", "hydrate_event", "content_view", "event_text"]
+
+
+def _text(unit_dir: str, ref: BlockRef) -> str:
+    return read_block(block_path(unit_dir, ref), ref.digest).decode("utf-8")
+
+
+def hydrate_event(unit_dir: str, unit_id: str, rec: EventRecord) -> Event:
+    """An event with its text read from its text blocks (each verified by BLAKE3)."""
+    by_digest = {ref.digest: ref for ref in rec.blocks}
+    inp = next((r for r in rec.blocks if r.role == "input" and r.modality == "text"), None)
+    resp = next((r for r in rec.blocks if r.role == "response" and r.modality == "text"), None)
+    results = [ToolOutput(name=tr.name, output=_text(unit_dir, by_digest[tr.block]))
+               for tr in rec.tool_results]
+    texts = {r.digest: _text(unit_dir, r) for r in rec.blocks
+             if r.role == "attachment" and r.modality == "text"}
+    return Event(id=rec.id, timestamp=rec.timestamp, source=rec.source, role=rec.role,
+                 input=_text(unit_dir, inp) if inp else "",
+                 response=_text(unit_dir, resp) if resp else "",
+                 tools_used=list(rec.tools_used), tool_results=results,
+                 blocks=list(rec.blocks), unit_id=unit_id, texts=texts)
+
+
+def event_text(event: Event) -> str:
+    """One event as a person reads it: full timestamp, source, full texts, media labels."""
+    line = f"[{event.timestamp.isoformat()}] {event.source}: {event.input}"
+    if event.tools_used:
+        line += " → tools: " + ", ".join(event.tools_used)
+    if event.response:
+        line += f" → {event.response}"
+    for tr in event.tool_results:
+        line += f"\n  [tool] {tr.name}: {tr.output}"
+    for digest, text in event.texts.items():
+        line += f"\n  [text {digest[:8]}] {text}"
+    for ref in event.blocks:
+        if ref.modality != "text":
+            dims = f" {ref.width}×{ref.height}" if ref.width and ref.height else ""
+            label = f" {ref.name}" if ref.name else ""
+            line += f"\n  [{ref.mime}{dims} {ref.digest[:8]}{label}]"
+    return line
+
+
+def content_view(events: list[Event]) -> str:
+    """The SDK's Doc.content: every event rendered whole, in timestamp order; never stored."""
+    ordered = sorted(events, key=lambda e: (e.timestamp.ns, e.id))
+    return "\n".join(event_text(e) for e in ordered)
+
+
+class Document(msgspec.Struct, kw_only=True):
+    """A unit read back: its manifest fields, where it lives, and its events with text."""
+
+    id: str
+    layer: str
+    path: str
+    summary: str
+    tags: list[str]
+    entities: list[str]
+    source: str
+    meta: dict[str, str]
+    created_at: Timestamp
+    updated_at: Timestamp
+    access_count: int
+    last_access: Timestamp | None
+    embedder: str
+    events: list[Event]
+
+    @classmethod
+    def of(cls, m: Manifest, *, layer: str, path: str, events: list[Event]) -> "Document":
+        return cls(id=m.id, layer=layer, path=path, summary=m.summary, tags=list(m.tags),
+                   entities=list(m.entities), source=m.source, meta=dict(m.meta),
+                   created_at=m.created_at, updated_at=m.updated_at,
+                   access_count=m.access_count, last_access=m.last_access,
+                   embedder=m.embedder, events=events)
+
+    @property
+    def content(self) -> str:
+        return content_view(self.events)
+
+    @property
+    def blocks(self) -> list[BlockRef]:
+        return [ref for ev in self.events for ref in ev.blocks]
+
+
+class Hit(msgspec.Struct, kw_only=True):
+    """A query result: which unit, how well it matched, and its label."""
+
+    unit_id: str
+    score: float
+    summary: str = ""
+    layer: str = "documents"
+    created_at: Timestamp | None = None
+    events: int = 0
+    events_matched: list[str] = []   # ids of the unit's events that matched, best first

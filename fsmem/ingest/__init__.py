@@ -1,0 +1,1 @@
+"""Ingest: the inbox and watch daemon, importers of foreign exports, and archive export/import."""

@@ -1,0 +1,1 @@
+"""The ``fsmem`` command."""

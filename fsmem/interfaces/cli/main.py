@@ -1,0 +1,528 @@
+# PYTHON_ARGCOMPLETE_OK
+"""The ``fsmem`` command: a thin dispatcher from verbs to library calls.
+
+Exit codes: 0 ok, 1 findings or a failed operation, 2 usage error (the message names the
+argument). ``--json`` prints one JSON document on stdout; messages and progress go to stderr.
+Global flags (``--root``, ``--json``, ``-v``) go before or after the verb. Imports of the
+library are lazy so ``fsmem --version`` and ``--help`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from fsmem.interfaces.cli.args import (Parser, UsageError, add_globals, positive_int, nonneg_int,
+                       timestamp_arg, tool_result_arg, stdin_text, version_string)
+
+if TYPE_CHECKING:
+    from fsmem.memory.flows import Memory
+    from fsmem.format.model import Event, MediaAttachment
+    from fsmem.memory.reader import Reader
+
+__all__ = ["main"]
+
+
+def _root_default() -> str:
+    return os.environ.get("FSMEM_ROOT") or "./memory"
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The store's settings: defaults < .fsmem/config.toml < FSMEM_* < this run's flags."""
+    from fsmem.store.config import effective
+    return effective(args.root, {"context_capacity": getattr(args, "capacity", None),
+                                 "context_protected": getattr(args, "protected", None),
+                                 "durability": getattr(args, "durability", None)})
+
+
+def _open(args: argparse.Namespace, **kw: Any) -> "Memory":
+    """A writer on an existing store (``init``, ``demo`` and ``--init`` create one), with the
+    store's settings (flags and FSMEM_* override them)."""
+    from fsmem.memory.flows import Memory
+    create = args.verb in ("init", "adopt") or getattr(args, "init", False)
+    cfg = _settings(args)
+    for key in ("context_capacity", "context_protected", "durability", "lock_timeout"):
+        kw.setdefault(key, cfg[key])
+    return Memory.open(args.root, create=create, **kw)
+
+
+def _read(args: argparse.Namespace) -> "Reader":
+    """A reader: no lock, nothing created or written (NotAStore if there is no store)."""
+    from fsmem.memory.reader import Reader
+    return Reader.open(args.root)
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        from fsmem.format.model import encode
+        sys.stdout.write(encode(data).decode() + "\n")
+    elif text:
+        print(text)
+
+
+def _attachment(path: str) -> "MediaAttachment":
+    import mimetypes
+    from fsmem.format.media import sniff_mime
+    from fsmem.format.model import MediaAttachment
+    with open(path, "rb") as fh:
+        data = fh.read()
+    mime = sniff_mime(data[:64]) or mimetypes.guess_type(path)[0] or "application/octet-stream"
+    return MediaAttachment(data=data, mime=mime, name=os.path.basename(path))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from fsmem.store.config import config_path, load_config, write_config
+    if args.dir:
+        args.root = args.dir
+    mem = _open(args)
+    with mem.store.locked():   # write the settings once; an existing file is kept
+        if not os.path.lexists(config_path(mem.root)):
+            cfg = _settings(args)
+            write_config(mem.root, {k: cfg[k] for k in
+                                    ("context_capacity", "context_protected", "durability")})
+        settings = load_config(mem.root)
+    _emit(args, {"root": mem.root, "config": settings},
+          f"initialised fsmem store at {mem.root}")
+    return 0
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    text = args.text if args.text is not None else stdin_text("commit", "TEXT")
+    if not text.strip():
+        raise UsageError("argument TEXT: empty text; nothing stored")
+    mem = _open(args)
+    uid = mem.commit(text, summary=args.summary, tags=args.tag or (), source=args.source,
+                     attachments=[_attachment(p) for p in args.attach or ()])
+    _emit(args, {"unit_id": uid}, uid)
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    mem = _read(args)
+    layers = [args.layer] if args.layer else ["context", "documents", "stablemem"]
+    rows = []
+    for layer in layers:
+        for unit in mem._load_layer(layer, with_vectors=False):
+            m = unit.manifest
+            rows.append({"layer": layer, "unit_id": unit.unit_id, "events": len(m.events),
+                         "created_at": m.created_at, "summary": m.summary or _first_text(mem, unit)})
+        if layer == "documents":
+            rows += _legacy_rows(mem.root)
+    _emit(args, rows, "\n".join(f"{r['layer']:<10} {r['unit_id']}  {r['events']:>3} ev  "
+                                f"{r['created_at'].strftime('%Y-%m-%d %H:%M:%S')}  {r['summary'][:60]}"
+                                for r in rows))
+    return 0
+
+
+def _first_text(mem: "Reader", unit: Any) -> str:
+    """A context unit has no stored summary: show its first event's text (a view only)."""
+    for ev in sorted(mem._hydrate(unit) or (), key=lambda e: e.timestamp.ns):
+        text = (getattr(ev, "input", "") or getattr(ev, "response", "") or "").strip()
+        if text:
+            return " ".join(text.split())
+    return ""
+
+
+def _no_legacy(root: str) -> bool:
+    """Whether documents/ holds no ``*.json`` name at all: then the legacy fallback has
+    nothing to read or report, and fsmem.legacy (milliseconds of dataclasses) stays
+    unimported. Any doubt (an unreadable directory) answers False: fsmem.legacy decides."""
+    try:
+        with os.scandir(os.path.join(root, "documents")) as it:
+            return not any(e.name.endswith(".json") for e in it)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _legacy_rows(root: str) -> list[dict]:
+    """HomeAgent JSON documents still in documents/ (read through the logged fallback)."""
+    if _no_legacy(root):
+        return []
+    from fsmem.format.errors import FsmemError
+    from fsmem.homeagent.documents import legacy_doc_files, legacy_id, read_legacy
+    rows = []
+    for name, _ in legacy_doc_files(root):
+        try:
+            doc = read_legacy(os.path.join(root, "documents", name))
+        except (FsmemError, OSError, ValueError):
+            continue  # fsck reports it
+        rows.append({"layer": "legacy", "unit_id": legacy_id(name), "events": 1,
+                     "created_at": doc.created_at, "summary": doc.summary})
+    return rows
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.cli.show import transcript
+    doc = _read(args).document(args.unit)
+    _emit(args, doc, transcript(doc))
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.cli.show import confirm_remove, layer_of
+    layer = layer_of(_read(args), args.unit)
+    if not args.yes and not confirm_remove(args.unit, layer):
+        raise UsageError("not removed: pass --yes to remove without a question "
+                         "(stdin is not a terminal)" if not sys.stdin.isatty() else "not removed")
+    _open(args).remove(args.unit, layer)
+    _emit(args, {"removed": args.unit, "layer": layer}, f"removed {args.unit} from {layer}/")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.cli.show import config_verb
+    return config_verb(args, _read, _open, _emit)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.cli.show import doctor
+    report, text, ok = doctor(args.root)
+    _emit(args, report, text)
+    return 0 if ok else 1
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    if args.fix:
+        from fsmem.memory.fsck import fsck_fix, repair_marker
+        marker = repair_marker(args.root)   # a damaged marker blocks everything else
+        if marker is not None and not marker.fixed:
+            _emit(args, [marker], str(marker))
+            return 1
+        before = _read(args).fsck(read_data=not args.quick)   # before recovery runs
+        findings = fsck_fix(_open(args).store, read_data=not args.quick, before=before)
+        findings = ([marker] if marker is not None else []) + findings
+    else:
+        findings = _read(args).fsck(read_data=not args.quick)
+    _emit(args, findings, "\n".join(str(f) for f in findings) or "clean")
+    if args.fix:
+        return 0 if all(f.fixed for f in findings if f.kind not in
+                        ("pending-journal", "legacy", "duplicate-event")
+                        or "undecodable" in f.detail) else 1
+    return 1 if findings else 0
+
+
+def _event_from_args(args: argparse.Namespace) -> "Event":
+    from fsmem.format.model import Event
+    from fsmem.format.timestamps import Timestamp
+    if not (args.input or "").strip() and not (args.response or "").strip() and not args.attach:
+        raise UsageError("arguments --input/--response: empty text; nothing stored")
+    return Event(timestamp=args.timestamp or Timestamp.now(), source=args.source,
+                 role=args.role, input=args.input or "", response=args.response or "",
+                 tools_used=args.tool or [], tool_results=args.tool_result or [],
+                 attachments=[_attachment(p) for p in args.attach or ()])
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    if args.input is None and args.response is None:
+        from fsmem.format.event_json import events_from_jsonl
+        events = events_from_jsonl(stdin_text("append", "--input/--response"), "<stdin>")
+        if not events:
+            raise UsageError("stdin: no events (JSON lines); nothing stored")
+        mem = _open(args)
+        ids = mem.append_many(events)   # one burst: group commit, all or nothing
+    else:
+        event = _event_from_args(args)
+        mem = _open(args)
+        ids = [mem.append(event)]
+    _emit(args, {"event_ids": ids}, "\n".join(ids))
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.cli.progress import progress
+    reader = _read(args)
+    with progress("index", enabled=not args.json) as tick:   # a catch-up after a bulk load
+        reader.progress = tick
+        hits = reader.query(args.text, top_k=args.top_k)
+    _emit(args, hits, "\n".join(f"{h.score:.3f}  {h.unit_id}  {h.summary[:70]}" for h in hits)
+          or "no match")
+    return 0
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    mem = _open(args)
+    moved = mem.recall(args.text, top_k=args.top_k)
+    _emit(args, {"recalled": moved}, "\n".join(moved) or "nothing recalled")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    mem = _open(args)
+    uid = mem.prune(query=args.query)
+    _emit(args, {"unit_id": uid}, uid or "within capacity; nothing pruned")
+    return 0
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from fsmem.format.views import event_text
+    events = _read(args).timeline()
+    _emit(args, events, "\n".join(event_text(e) for e in events))
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from fsmem.memory.render import render
+    text = render(_read(args).timeline(), args.budget)
+    _emit(args, {"text": text}, text)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    stats = _read(args).stats()
+    _emit(args, stats, "\n".join(f"{k}: {v}" for k, v in stats.items()))
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.cli.progress import progress
+    mem = _open(args)
+    with progress("reindex", enabled=not args.json) as tick:
+        n = mem.reindex(progress=tick)
+    _emit(args, {"units": n}, f"indexed {n} units")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from fsmem.store.snapshot import snapshot
+    report = snapshot(args.root, args.dest)
+    _emit(args, report, f"snapshot of {report.units} units at {report.dest}: "
+          f"{report.linked} files linked, {report.copied} copied ({report.bytes_copied} bytes)")
+    return 0
+
+
+def cmd_adopt(args: argparse.Namespace) -> int:
+    from fsmem.homeagent.context import adopt, plan as adoption_plan
+    plan = adoption_plan(_read(args))[0] if args.dry_run else adopt(_open(args))
+    lines = (["dry run: nothing changed"] if args.dry_run else []) + plan.lines()
+    _emit(args, plan, "\n".join(lines))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.demo import run_demo
+    if args.dir and args.root_given and os.path.abspath(args.dir) != os.path.abspath(args.root):
+        raise UsageError(f"argument DIR: {args.dir} and --root {args.root} disagree; give one")
+    return run_demo(args.dir or (args.root if args.root_given else "./fsmem-demo"),
+                    as_json=args.json)
+
+
+def _capacity_flags() -> argparse.ArgumentParser:
+    """``--capacity`` and ``--protected``: the parent parser of the verbs that fill L1."""
+    capacity = Parser(add_help=False)
+    capacity.add_argument("--capacity", type=positive_int, default=None,
+                          help="L1 capacity in events (default: the store's config, 30)")
+    capacity.add_argument("--protected", type=nonneg_int, default=None,
+                          help="most recent L1 arrivals never pruned (default: config, 10)")
+    return capacity
+
+
+def _init_flag() -> argparse.ArgumentParser:
+    """``--init``: the parent parser of the verbs that may create the store."""
+    init = Parser(add_help=False)
+    init.add_argument("--init", action="store_true",
+                      help="create the store if it does not exist yet")
+    return init
+
+
+class _Unbuilt:
+    """Stands in for the parser of a verb not on this command line: its arguments are not
+    built (each argparse parser costs gettext look-ups at every start-up)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _parser(core_only: bool = False, only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; ``core_only``: without the verbs of the heavy modules;
+    ``only``: with that one core verb alone (the one on the command line)."""
+    common = Parser(add_help=False)
+    add_globals(common, suppress=True)        # after the verb: override only when given
+    p = Parser(prog="fsmem", description="filesystem-native agent memory")
+    add_globals(p, suppress=False)
+    p.add_argument("--version", action="version", version=version_string())
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    built: dict[Callable, argparse.ArgumentParser] = {}
+
+    def verb(name: str, fn: Callable, help: str,
+             parents: Sequence[Callable[[], argparse.ArgumentParser]] = ()) -> Any:
+        if only is not None and name != only:
+            return _Unbuilt()
+        for make in parents:   # a shared parent parser, built for the first verb using it
+            if make not in built:
+                built[make] = make()
+        sp = sub.add_parser(name, parents=[common, *(built[m] for m in parents)], help=help,
+                            description=help)
+        sp.set_defaults(fn=fn)
+        return sp
+
+    capacity, init = _capacity_flags, _init_flag
+    sp = verb("init", cmd_init, "create a store (or add what is missing to a directory) and "
+              "write its settings to .fsmem/config.toml", [capacity])
+    sp.add_argument("dir", nargs="?", metavar="DIR", help="the store's directory (as --root)")
+    sp = verb("commit", cmd_commit, "write one L2 document (text from an argument or stdin)",
+              [init])
+    sp.add_argument("text", nargs="?", metavar="TEXT")
+    sp.add_argument("--summary", default="")
+    sp.add_argument("--tag", action="append")
+    sp.add_argument("--source", default="manual")
+    sp.add_argument("--attach", action="append", metavar="FILE", help="repeatable")
+    sp.add_argument("--durability", choices=["full", "off"], default=None)
+    sp = verb("ls", cmd_ls, "list units")
+    sp.add_argument("--layer", choices=["context", "documents", "stablemem"])
+    sp = verb("show", cmd_show, "show one unit as a transcript (events in order, whole)")
+    sp.add_argument("unit", metavar="UNIT")
+    sp = verb("rm", cmd_rm, "remove one unit (asks at a terminal; --yes otherwise)")
+    sp.add_argument("unit", metavar="UNIT")
+    sp.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    sp = verb("config", cmd_config, "show or set the store's settings (.fsmem/config.toml)")
+    sp.add_argument("key", nargs="?", metavar="KEY")
+    sp.add_argument("value", nargs="?", metavar="VALUE")
+    verb("doctor", cmd_doctor, "what is installed, what works offline, the store's format "
+         "and health")
+    sp = verb("fsck", cmd_fsck, "check the store; --fix quarantines what is damaged")
+    sp.add_argument("--fix", action="store_true")
+    sp.add_argument("--quick", action="store_true", help="skip re-hashing block bytes")
+    sp = verb("append", cmd_append, "add an event to L1 (flags, or JSON lines on stdin)",
+              [capacity, init])
+    sp.add_argument("--input")
+    sp.add_argument("--response")
+    sp.add_argument("--source", default="cli")
+    sp.add_argument("--role", default="")
+    sp.add_argument("--timestamp", type=timestamp_arg, help="RFC 3339 with a zone offset")
+    sp.add_argument("--tool", action="append", help="a tool used (repeatable)")
+    sp.add_argument("--tool-result", action="append", metavar="NAME=OUTPUT", type=tool_result_arg)
+    sp.add_argument("--attach", action="append", metavar="FILE")
+    sp = verb("query", cmd_query, "read-only search of L2 documents")
+    sp.add_argument("text", metavar="TEXT")
+    sp.add_argument("--top-k", type=positive_int, default=3)
+    sp = verb("recall", cmd_recall, "move the best L2 matches into L1", [capacity])
+    sp.add_argument("text", metavar="TEXT")
+    sp.add_argument("--top-k", type=positive_int, default=3)
+    sp = verb("prune", cmd_prune, "move the least relevant L1 events into one L2 unit",
+              [capacity])
+    sp.add_argument("--query", default="")
+    verb("timeline", cmd_timeline, "the L1 events in original-timestamp order")
+    sp = verb("render", cmd_render, "the model's view of L1 under a token budget")
+    sp.add_argument("--budget", type=positive_int, required=True)
+    verb("stats", cmd_stats, "counts per layer")
+    verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
+    sp = verb("snapshot", cmd_snapshot, "a point-in-time copy of the store: immutable files "
+              "hard-linked, the rest copied; writers wait only for a listing")
+    sp.add_argument("dest", help="a directory that does not exist yet (or is empty)")
+    sp = verb("adopt", cmd_adopt, "adopt HomeAgent's context.json into L1 (see README)")
+    sp.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
+    sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step "
+              "(DIR, else --root, else ./fsmem-demo)")
+    sp.add_argument("dir", nargs="?", default=None, metavar="DIR")
+    if not core_only:   # their modules are heavy to import: only when they may be wanted
+        from fsmem.memory.stablemem import add_cli as add_stablemem_cli
+        add_stablemem_cli(sub, [common])
+        from fsmem.ingest.watch import add_cli as add_watch_cli
+        add_watch_cli(sub, [common])
+        from fsmem.ingest import archive; from fsmem.interfaces import mcp_server
+        archive.add_cli(sub, [common]), mcp_server.add_cli(sub, [common])
+    return p
+
+
+_CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
+                         "append", "query", "recall", "prune", "timeline", "render", "stats",
+                         "reindex", "snapshot", "adopt", "demo"})
+
+
+_PLAIN_GLOBALS = frozenset({"--json", "-v", "--verbose"})
+
+
+def _verb_at(argv: Sequence[str]) -> tuple[int | None, bool]:
+    """Where the verb is in ``argv`` (global flags may come first; ``--root``, or a prefix
+    of it as argparse accepts, takes a value), and whether the flags before it are plain
+    (``--root``, ``--json``, ``-v``: no help asked for, which would list every verb)."""
+    skip, plain = False, True
+    for i, tok in enumerate(argv):
+        name = tok.split("=", 1)[0]
+        if skip:
+            skip = False
+        elif len(name) >= 3 and "--root".startswith(name):
+            skip = "=" not in tok
+        elif tok.startswith("-"):
+            plain = plain and tok in _PLAIN_GLOBALS
+        else:
+            return i, plain
+    return None, plain
+
+
+def _legacy_summary(args: argparse.Namespace) -> None:
+    """One line per command about legacy documents served (per-document warnings come once
+    per store: fsmem.legacy)."""
+    import logging
+    root = getattr(args, "root", None)
+    if not root or ("fsmem.legacy" not in sys.modules and _no_legacy(root)):
+        return   # none served (the module never loaded), none left
+    from fsmem.homeagent.documents import summary_line
+    line = summary_line(root) if os.path.isdir(root) else None
+    if line:
+        logging.getLogger("fsmem.legacy").warning(line)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one verb; never a traceback for a usage error, a closed pipe or Ctrl-C."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("fsmem: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+
+
+def _quiet_stdout() -> None:
+    """The reader of our stdout went away (``fsmem ls | head``): stop quietly. Point stdout at
+    /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--version"], ["-V"]):      # fast path: no parser, no library import
+        print(version_string())
+        return 0
+    completing = "_ARGCOMPLETE" in os.environ
+    at, plain = (None, False) if completing else _verb_at(argv)
+    verb = argv[at] if at is not None else None
+    core = verb in _CORE_VERBS   # a core verb alone: only its own arguments are built
+    parser = _parser(core_only=core, only=verb if core and plain else None)
+    try:
+        import argcomplete   # optional extra "completion"
+        argcomplete.autocomplete(parser)
+    except ImportError:
+        pass
+    args = parser.parse_args(argv)
+    args.root_given = args.root is not None
+    args.root = args.root or _root_default()
+    import logging
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="fsmem: %(levelname)s %(name)s: %(message)s")
+    import msgspec
+    from fsmem.format.errors import FsmemError
+    try:
+        return args.fn(args)
+    except UsageError as exc:
+        print(f"{parser.prog} {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        raise
+    except (FsmemError, OSError, msgspec.ValidationError, ValueError) as exc:
+        print(f"fsmem {args.verb}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        _legacy_summary(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,438 @@
+"""Agent-facing tools: one source of truth for their definitions, and a dispatcher.
+
+Each ``ToolSpec`` holds a tool's name, a description written for a model, the JSON schema of
+its arguments and its MCP annotations (readOnlyHint / destructiveHint / idempotentHint).
+``definitions(fmt)`` renders them for OpenAI function calling, Anthropic tool use or MCP;
+the MCP server (fsmem.mcp_server) and ``fsmem tools`` both read them from here, never a copy.
+
+``call(mem_or_root, name, arguments)`` validates the arguments against the same schema (an
+error names the argument and nothing stored changes), runs the tool and returns a JSON-able
+dict: ids, scores, RFC 3339 timestamps and text; media are listed by reference (``media``:
+unit id, digest, mime, size) so a host can fetch the bytes (the MCP server turns them into
+image or resource content).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Literal
+
+import msgspec
+
+from fsmem.format.errors import FsmemError, NotFound
+from fsmem.memory.flows import Memory
+from fsmem.memory.reader import Reader
+from fsmem.format.timestamps import Timestamp
+
+__all__ = ["ToolSpec", "TOOLS", "BadArgument", "call", "definitions", "tool_names",
+           "jsonable", "unit_json", "TEXT_PREVIEW_CHARS"]
+
+log = logging.getLogger("fsmem.tools")
+
+TEXT_PREVIEW_CHARS = 4000   # per query hit; memory_show returns a unit whole
+Format = Literal["openai", "anthropic", "mcp"]
+
+
+class BadArgument(FsmemError, ValueError):
+    """A tool call's arguments do not fit the tool's schema; the message names the argument."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One agent-facing tool: what a model reads, what it may pass, and what it does."""
+
+    name: str
+    title: str
+    description: str
+    properties: dict[str, dict[str, Any]]
+    required: tuple[str, ...] = ()
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+    read_only_if: str = ""   # a boolean argument that, when true, makes the call read-only
+    run: Callable[[Memory, dict[str, Any]], dict[str, Any]] = field(
+        default=lambda mem, a: {}, repr=False, compare=False)
+
+    def reads_only(self, args: dict[str, Any]) -> bool:
+        """Whether this call only reads (then it goes through ``_reader``)."""
+        return self.read_only or bool(self.read_only_if and args.get(self.read_only_if))
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema (draft 2020-12 subset) of the tool's arguments."""
+        return {"type": "object", "properties": self.properties,
+                "required": list(self.required), "additionalProperties": False}
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        return {"title": self.title, "readOnlyHint": self.read_only,
+                "destructiveHint": self.destructive, "idempotentHint": self.idempotent,
+                "openWorldHint": False}
+
+
+# -- results ------------------------------------------------------------------------------
+
+def _enc(obj: object) -> object:
+    if isinstance(obj, Timestamp):
+        return obj.isoformat()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def jsonable(obj: object) -> Any:
+    """msgspec Structs, Timestamps (RFC 3339 strings) and containers as plain JSON values."""
+    return msgspec.to_builtins(obj, enc_hook=_enc)
+
+
+def _media_of(doc: Any) -> list[dict[str, Any]]:
+    return [{"unit_id": doc.id, "event_id": ev.id, "digest": ref.digest, "mime": ref.mime,
+             "modality": ref.modality, "size": ref.size, "name": ref.name,
+             "uri": f"fsmem://unit/{doc.id}/block/{ref.digest}"}
+            for ev in doc.events for ref in ev.blocks if ref.modality != "text"]
+
+
+def _event_json(ev: Any) -> dict[str, Any]:
+    return {"id": ev.id, "timestamp": ev.timestamp.isoformat(), "source": ev.source,
+            "role": ev.role, "input": ev.input, "response": ev.response,
+            "tools_used": list(ev.tools_used),
+            "tool_results": [{"name": t.name, "output": t.output} for t in ev.tool_results],
+            "media": [ref.digest for ref in ev.blocks if ref.modality != "text"]}
+
+
+def unit_json(doc: Any) -> dict[str, Any]:
+    """A unit read back whole: manifest fields, events with their text, media references."""
+    return {"unit_id": doc.id, "layer": doc.layer, "summary": doc.summary,
+            "tags": list(doc.tags), "source": doc.source,
+            "created_at": doc.created_at.isoformat(), "updated_at": doc.updated_at.isoformat(),
+            "events": [_event_json(ev) for ev in doc.events], "text": doc.content,
+            "media": _media_of(doc)}
+
+
+# -- the read path and the write path ------------------------------------------------------
+
+@contextmanager
+def _reader(target: "Reader | str | os.PathLike[str]") -> Iterator[Reader]:
+    """Every read tool goes through here: a lock-free reader (nothing created or written;
+    a Memory handed in is used as it is, being a Reader too)."""
+    if isinstance(target, Reader):
+        yield target
+        return
+    with Reader.open(target) as mem:
+        yield mem
+
+
+@contextmanager
+def _writer(target: "Memory | str | os.PathLike[str]") -> Iterator[Memory]:
+    """Every tool that changes the store goes through here."""
+    if isinstance(target, Memory):
+        yield target
+        return
+    with Memory.open(target, create=False) as mem:
+        yield mem
+
+
+def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    hits = []
+    for h in mem.query(a["query"], top_k=a["top_k"]):
+        try:
+            text = mem.document(h.unit_id).content
+        except (NotFound, FsmemError, OSError):
+            text = ""  # a legacy HomeAgent document: its summary is the label
+        hits.append({"unit_id": h.unit_id, "score": round(float(h.score), 6),
+                     "summary": h.summary, "layer": h.layer,
+                     "created_at": h.created_at.isoformat() if h.created_at else None,
+                     "events": h.events, "text": text[:TEXT_PREVIEW_CHARS],
+                     "truncated": len(text) > TEXT_PREVIEW_CHARS})
+    return {"query": a["query"], "hits": hits}
+
+
+def _q_commit(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    summary = a["summary"] or a["content"][:100]
+    uid = mem.commit(a["content"], summary=summary, tags=a["tags"], source=a["source"],
+                     media_digests=a["media_digests"])
+    doc = mem.document(uid)
+    return {"unit_id": uid, "layer": doc.layer, "summary": doc.summary,
+            "created_at": doc.created_at.isoformat(), "media": _media_of(doc)}
+
+
+def _q_recall(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return {"query": a["query"], "recalled": mem.recall(a["query"], top_k=a["top_k"])}
+
+
+def _q_append(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    from fsmem.format.model import Event, MediaAttachment, ToolOutput
+    if not a["input"] and not a["response"]:
+        raise BadArgument("memory_append: argument 'input' or 'response': give at least one")
+    ts = Timestamp.coerce(a["timestamp"] or None, field="argument 'timestamp'")
+    event = Event(timestamp=ts, source=a["source"], role=a["role"], input=a["input"],
+                  response=a["response"], tools_used=list(a["tools_used"]),
+                  tool_results=[ToolOutput(name=r["name"], output=r["output"])
+                                for r in a["tool_results"]],
+                  attachments=[MediaAttachment(digest=d) for d in a["media_digests"]])
+    event_id = mem.append(event, event_id=a["event_id"] or None)
+    return {"event_id": event_id, "timestamp": ts.isoformat()}
+
+
+def _q_render(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return {"budget_tokens": a["budget_tokens"], "text": mem.render(a["budget_tokens"])}
+
+
+def _q_show(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return unit_json(mem.document(a["unit_id"]))
+
+
+def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    layers = [a["layer"]] if a["layer"] else ["context", "documents", "stablemem"]
+    rows = []
+    for layer in layers:
+        for unit in mem._load_layer(layer, with_vectors=False):
+            m = unit.manifest
+            rows.append({"unit_id": unit.unit_id, "layer": layer, "summary": m.summary,
+                         "events": len(m.events), "created_at": m.created_at.isoformat(),
+                         "_ns": m.created_at.ns})
+    rows.sort(key=lambda r: (-r["_ns"], r["unit_id"]))
+    for r in rows:
+        del r["_ns"]
+    return {"total": len(rows), "units": rows[a["offset"]:a["offset"] + a["limit"]]}
+
+
+def _q_remove(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    layer, _ = mem.store.locate(a["unit_id"])
+    mem.remove(a["unit_id"], layer)
+    return {"unit_id": a["unit_id"], "layer": layer, "removed": True}
+
+
+def _q_graph_search(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return jsonable(mem.graph.search(a["text"], limit=a["limit"]))
+
+
+def _q_graph_neighbors(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    return jsonable(mem.graph.neighbors(a["name"], depth=a["depth"]))
+
+
+def _q_distill(mem: Reader, a: dict[str, Any]) -> dict[str, Any]:
+    kw = dict(max_age_s=a["max_age_hours"] * 3600.0, max_access=a["max_access"])
+    if a["dry_run"]:   # a read: runs on the reader, writes nothing
+        from fsmem.memory.stablemem import distill
+        report = distill(mem, dry_run=True, **kw)  # type: ignore[arg-type]
+    else:
+        report = mem.distill(**kw)  # type: ignore[union-attr]
+    return jsonable(report)
+
+
+# -- the definitions -----------------------------------------------------------------------
+
+_UNIT_ID = {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$",
+            "description": "a unit id as returned by another tool, e.g. u-20261130T054012-3f2a91c0d4e5"}
+_DIGESTS = {"type": "array", "items": {"type": "string", "pattern": "^[0-9a-fA-F]{8,64}$"},
+            "default": [], "description": "digests (or unique prefixes of at least 8 hex) of "
+            "media blocks already in the memory, to attach"}
+
+
+def _s(description: str, **kw: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **kw}
+
+
+def _i(description: str, default: int, lo: int, hi: int) -> dict[str, Any]:
+    return {"type": "integer", "description": description, "default": default,
+            "minimum": lo, "maximum": hi}
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("coldcontext_query", "Search document memory",
+             "Search the long-term document memory (L2) for what is relevant to a query and "
+             "return the best matches with their ids, scores, timestamps and text. Read-only: "
+             "nothing moves. Use it before answering questions about past conversations, facts "
+             "the user told you, or documents committed earlier.",
+             {"query": _s("what to look for, in the user's words", minLength=1),
+              "top_k": _i("how many matches to return", 3, 1, 50)},
+             ("query",), read_only=True, idempotent=True, run=_q_query),
+    ToolSpec("coldcontext_commit", "Commit a document",
+             "Write one document into long-term memory (L2): important information worth "
+             "keeping beyond this conversation. Optionally attach media blocks already in "
+             "memory by digest. Returns the new unit id.",
+             {"content": _s("the full text to remember", minLength=1),
+              "summary": _s("a one-line label (default: the first 100 characters)", default=""),
+              "tags": {"type": "array", "items": {"type": "string"}, "default": [],
+                       "description": "keywords"},
+              "media_digests": _DIGESTS,
+              "source": _s("who is writing", default="manual")},
+             ("content",), run=_q_commit),
+    ToolSpec("memory_recall", "Recall documents into context",
+             "Move the documents best matching a query from long-term memory back into the "
+             "working context (L1), whole, so they become part of the timeline. Returns the "
+             "unit ids moved.",
+             {"query": _s("what to bring back", minLength=1),
+              "top_k": _i("at most this many documents", 3, 1, 20)},
+             ("query",), run=_q_recall),
+    ToolSpec("memory_append", "Append an event",
+             "Add one event (a user input and/or an agent response, with tool results) to the "
+             "working context (L1). Durable on return; older events overflow into document "
+             "memory by relevance.",
+             {"input": _s("the user's (or caller's) text", default=""),
+              "response": _s("the agent's answer", default=""),
+              "source": _s("where the event comes from", default="agent", minLength=1),
+              "role": _s("the speaker's role, e.g. user or assistant", default=""),
+              "timestamp": _s("RFC 3339 time of the event (default: now)", default=""),
+              "tools_used": {"type": "array", "items": {"type": "string"}, "default": []},
+              "tool_results": {"type": "array", "default": [], "items": {
+                  "type": "object", "required": ["name", "output"],
+                  "additionalProperties": False,
+                  "properties": {"name": {"type": "string"}, "output": {"type": "string"}}}},
+              "media_digests": _DIGESTS,
+              "event_id": _s("an idempotency key: a retry with an id already stored stores "
+                             "nothing (default: a new id)", default="")},
+             (), run=_q_append),
+    ToolSpec("memory_render", "Render the context",
+             "The working context (L1) as the model should see it, fitted fairly under a "
+             "token budget. Read-only.",
+             {"budget_tokens": _i("the token budget", 4000, 1, 10_000_000)},
+             (), read_only=True, idempotent=True, run=_q_render),
+    ToolSpec("memory_show", "Show a unit",
+             "One memory unit whole: its summary, every event with its full text and "
+             "timestamps, and its media. Read-only.",
+             {"unit_id": _UNIT_ID}, ("unit_id",), read_only=True, idempotent=True,
+             run=_q_show),
+    ToolSpec("memory_list", "List units",
+             "List memory units, newest first: id, layer (context, documents, stablemem), "
+             "summary, event count and creation time. Read-only.",
+             {"layer": _s("only this layer", enum=["", "context", "documents", "stablemem"],
+                          default=""),
+              "limit": _i("at most this many units", 50, 1, 1000),
+              "offset": _i("skip this many units first", 0, 0, 10_000_000)},
+             (), read_only=True, idempotent=True, run=_q_list),
+    ToolSpec("memory_remove", "Delete a unit",
+             "Delete one memory unit and everything in it, permanently. Only on the user's "
+             "explicit request.",
+             {"unit_id": _UNIT_ID}, ("unit_id",), destructive=True, idempotent=True,
+             run=_q_remove),
+    ToolSpec("graph_search", "Search the knowledge graph",
+             "Search the stable knowledge graph (L3) for entities whose name, or relations "
+             "whose type, contains a text; returns entities and relations with where each "
+             "fact was read. Read-only.",
+             {"text": _s("a name or word", minLength=1),
+              "limit": _i("at most this many entities", 20, 1, 200)},
+             ("text",), read_only=True, idempotent=True, run=_q_graph_search),
+    ToolSpec("graph_neighbors", "Explore around an entity",
+             "The facts around one entity in the stable knowledge graph (L3), up to a depth "
+             "of hops, with their provenance. Read-only.",
+             {"name": _s("the entity's name", minLength=1),
+              "depth": _i("hops from the entity", 2, 1, 4)},
+             ("name",), read_only=True, idempotent=True, run=_q_graph_neighbors),
+    ToolSpec("memory_distill", "Distil cold documents",
+             "Distil cold documents (old and rarely accessed) into knowledge-graph facts and "
+             "move each original, whole, into stable memory (L3). dry_run (the default) only "
+             "reports what would happen.",
+             {"dry_run": {"type": "boolean", "default": True,
+                          "description": "report only; change nothing"},
+              "max_age_hours": {"type": "number", "default": 72, "minimum": 0,
+                                "description": "cold when last accessed this long ago"},
+              "max_access": _i("cold when accessed at most this often", 2, 0, 1_000_000)},
+             (), read_only_if="dry_run", run=_q_distill),
+)
+
+_BY_NAME = {t.name: t for t in TOOLS}
+
+
+def tool_names() -> list[str]:
+    return [t.name for t in TOOLS]
+
+
+def definitions(fmt: Format = "openai") -> list[dict[str, Any]]:
+    """The tool definitions, generated from ``TOOLS``, in a host's format."""
+    if fmt == "openai":
+        return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                   "parameters": t.schema}} for t in TOOLS]
+    if fmt == "anthropic":
+        return [{"name": t.name, "description": t.description, "input_schema": t.schema}
+                for t in TOOLS]
+    if fmt == "mcp":
+        return [{"name": t.name, "title": t.title, "description": t.description,
+                 "inputSchema": t.schema, "annotations": t.annotations} for t in TOOLS]
+    raise BadArgument(f"format {fmt!r}: want openai, anthropic or mcp")
+
+
+# -- validation ------------------------------------------------------------------------------
+
+_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "boolean": (bool,),
+                                       "number": (int, float), "array": (list,),
+                                       "object": (dict,)}
+
+
+def _check(value: Any, schema: dict[str, Any], where: str) -> Any:
+    """Validate ``value`` against the subset of JSON schema the tools use; fill defaults."""
+    want = schema["type"]
+    if not isinstance(value, _TYPES[want]) or (want != "boolean" and isinstance(value, bool)):
+        raise BadArgument(f"{where}: expected {want}, got {type(value).__name__}")
+    if want in ("integer", "number"):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise BadArgument(f"{where}: {value} is below the minimum {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            raise BadArgument(f"{where}: {value} is above the maximum {schema['maximum']}")
+    elif want == "string":
+        import re
+        if "\x00" in value:
+            raise BadArgument(f"{where}: contains a NUL character")
+        if schema.get("minLength") and not value.strip():
+            raise BadArgument(f"{where}: must not be empty")
+        if "enum" in schema and value not in schema["enum"]:
+            raise BadArgument(f"{where}: {value!r} is not one of {schema['enum']}")
+        if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
+            raise BadArgument(f"{where}: {value!r} does not match {schema['pattern']}")
+    elif want == "array":
+        return [_check(v, schema["items"], f"{where}[{i}]") for i, v in enumerate(value)]
+    elif want == "object":
+        return _check_object(value, schema, where)
+    return value
+
+
+def _check_object(value: dict[str, Any], schema: dict[str, Any], where: str) -> dict[str, Any]:
+    props = schema.get("properties", {})
+    for key in value:
+        if key not in props:
+            raise BadArgument(f"{where}: unknown argument {key!r} (known: {', '.join(props)})")
+    for key in schema.get("required", []):
+        if key not in value:
+            raise BadArgument(f"{where}: argument {key!r} is required")
+    out = {}
+    for key, sub in props.items():
+        if key in value:
+            out[key] = _check(value[key], sub, f"{where}: argument {key!r}")
+        elif "default" in sub:
+            out[key] = json.loads(json.dumps(sub["default"]))  # a fresh copy of a list default
+    return out
+
+
+def validate(name: str, arguments: "dict[str, Any] | str | None") -> tuple[ToolSpec, dict]:
+    """The tool and its arguments, checked and completed with defaults; BadArgument else."""
+    spec = _BY_NAME.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise BadArgument(f"unknown tool {name!r} (known: {', '.join(_BY_NAME)})")
+    if arguments is None or arguments == "":
+        arguments = {}
+    if isinstance(arguments, (str, bytes)):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError as exc:
+            raise BadArgument(f"{name}: arguments are not valid JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise BadArgument(f"{name}: arguments must be a JSON object, got "
+                          f"{type(arguments).__name__}")
+    return spec, _check_object(arguments, spec.schema, name)
+
+
+__all__.append("validate")
+
+
+def call(target: "Memory | str | os.PathLike[str]", name: str,
+         arguments: "dict[str, Any] | str | None" = None) -> dict[str, Any]:
+    """Run the tool ``name`` on the store (a Memory or its root) with a model's arguments
+    (a dict or the JSON string a model emits). Arguments are validated before anything is
+    opened or written; errors are FsmemError subclasses whose message names what is wrong."""
+    spec, args = validate(name, arguments)
+    log.debug("tool %s %s", name, args)
+    with (_reader if spec.reads_only(args) else _writer)(target) as mem:
+        return spec.run(mem, args)

@@ -1,0 +1,1 @@
+"""The memory flows: append, commit, prune, recall, turn, render, L3 moves, fsck; Reader and Memory."""

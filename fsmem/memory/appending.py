@@ -1,0 +1,155 @@
+"""The append paths into L1 (one event, a burst, an agent turn), each publishing its units and
+the prune they cause by ONE journal entry (issue 18).
+
+Publishing the new units and then pruning took two operations of two barriers each; staged
+together, the units and the prune's archive and remainder units are made durable with the
+journal entry in one wave and renamed in a second one. The evictions are those of the two-step
+path: the new units count as L1's newest arrivals (fsmem.prune.stage_arriving), so this is
+taken only when ``context_protected`` covers them. A prune that fails before its entry is
+written leaves the events published alone and the prune owed (fsmem.maintenance); a damaged L1
+unit leaves the prune to ``Memory.prune``, which works around it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from fsmem.format.errors import FsmemError
+from fsmem.format.layout import JournalEntry
+from fsmem.memory.prune import ArrivingPrune, commit_arriving, stage_arriving
+from fsmem.memory.reader import Loaded
+from fsmem.store.store import new_unit_id
+from fsmem.format.timestamps import Timestamp
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fsmem.memory.flows import Memory
+    from fsmem.format.model import Event, Manifest
+    from fsmem.format.plugins import Plugins
+    from fsmem.format.unit import UnitBuilder, Written
+
+__all__ = ["pruning_publish", "append_burst", "prune_after"]
+
+log = logging.getLogger("fsmem.appending")
+
+
+def _arrival(mem: "Memory", builder: "UnitBuilder", manifest: "Manifest",
+             vectors: "tuple[list[str], np.ndarray] | None") -> Loaded:
+    """A finished staged unit as L1 will hold it (for the prune's ranking, which takes its
+    text from what the builder wrote: nothing is read back)."""
+    from fsmem.memory.l1cache import note_written
+    note_written(mem, builder.unit_id, builder.texts)
+    rows = dict(zip(*vectors)) if vectors is not None else {}
+    return Loaded(builder.unit_id, builder.path, manifest, rows,
+                  os.stat(builder.path, follow_symlinks=False).st_mtime_ns)
+
+
+def _stage_with(mem: "Memory", query: str, arrivals: list[Loaded], entry: JournalEntry,
+                context_tokens: int | None) -> tuple[object, list[str] | None]:
+    """Stage the prune into ``entry`` (fsmem.prune.stage_arriving): (outcome, new L2 ids or
+    None when nothing of it goes with the entry). The outcome: True (staged, or no prune
+    due), the OSError that stopped it before its entry (the prune is owed), or None (a
+    damaged L1 unit: the caller prunes the old way)."""
+    try:
+        return True, stage_arriving(mem, query, arrivals, entry, context_tokens=context_tokens)
+    except OSError as exc:
+        log.warning("%s: the prune of this append failed before it was decided; the events "
+                    "are appended alone and the prune is owed: %s", mem.root, exc)
+        return exc, None
+    except FsmemError:   # a damaged L1 unit: Memory.prune prunes around it
+        return None, None
+
+
+def pruning_publish(mem: "Memory", query: str, outcome: list[object]
+                    ) -> "Callable[[UnitBuilder, Written], bool]":
+    """``Memory.write_unit``'s ``publish_with`` for one appended event: its unit and the prune
+    it causes in one journal entry; the prune's outcome is appended to ``outcome``."""
+    def publish_with(builder: "UnitBuilder", written: "Written") -> bool:
+        entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now(),
+                             publish=[(os.path.basename(builder.path), "context",
+                                       builder.unit_id)])
+        before = mem._index_stamp("documents")
+        result, l2_ids = _stage_with(mem, query, [_arrival(mem, builder, written.manifest,
+                                                           written.vectors)], entry, None)
+        outcome.append(result)
+        if not l2_ids:   # no prune due, or it failed: the unit is published alone
+            return False
+        commit_arriving(mem, ArrivingPrune(entry, l2_ids, before))
+        return True
+    return publish_with
+
+
+def append_burst(mem: "Memory", drafts: Sequence["Event"], *,
+                 plugins: "Sequence[Plugins | None] | None" = None, dedupe: bool = True,
+                 prune: str | None = None, context_tokens: int | None = None
+                 ) -> tuple[list[str], list[str], object]:
+    """Stage each event as its own L1 unit and publish them all by one journal entry, with
+    the prune they cause (focus ``prune``; None: no prune) when ``context_protected`` covers
+    them: (event ids in order, the prune's new L2 unit ids, its outcome: see ``_stage_with``;
+    None also when no prune was tried).
+
+    All or nothing: a bad event or a failing write stores none of them (and raises); after a
+    crash, recovery completes the entry or leaves no trace of it. ``plugins``: per event,
+    the declarations for its compute layer (None: the Memory's). ``dedupe``: an event whose
+    id is already stored, or repeated in the burst, is not stored again (its id returned)."""
+    from fsmem.memory.flows import _check_strings, _with
+    from fsmem.memory.maintenance import stored_event
+    ids: list[str] = []
+    staged: list[tuple["UnitBuilder", "Manifest", list[tuple[str, str]]]] = []
+    arrivals: list[Loaded] = []
+    l2_ids: list[str] = []
+    outcome: object = None
+    with mem.store.locked():
+        entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now())
+        before = mem._index_stamp("documents")
+        try:
+            for i, draft in enumerate(drafts):
+                if dedupe and draft.id and (draft.id in ids or stored_event(mem, draft.id)):
+                    ids.append(draft.id)
+                    continue
+                draft = _with(draft, id=draft.id or new_unit_id("e"),
+                              timestamp=Timestamp.coerce(draft.timestamp))
+                _check_strings(source=draft.source)
+                builder, manifest, texts = mem._stage_unit(
+                    mem._events_fill([draft], plugins[i] if plugins else None), None,
+                    {"summary": "", "tags": [], "entities": [], "source": draft.source,
+                     "meta": {}})
+                staged.append((builder, manifest, texts))
+                arrivals.append(_arrival(mem, builder, manifest, builder.vectors))
+                entry.publish.append((os.path.basename(builder.path), "context",
+                                      builder.unit_id))
+                ids.append(draft.id)
+            if arrivals and prune is not None and len(arrivals) <= mem.context_protected:
+                outcome, staged_l2 = _stage_with(mem, prune, arrivals, entry, context_tokens)
+                l2_ids = staged_l2 or []
+        except BaseException:
+            if mem.store.drop_entry(entry):   # not written yet: its staged units go
+                log.info("append burst %s failed: nothing stored", entry.id)
+            raise
+        if entry.publish:   # the commit point: one barrier for the burst and its prune
+            commit_arriving(mem, ArrivingPrune(entry, l2_ids, before))
+        if mem._filler is None:   # the next turn does not read them back
+            from fsmem.memory.l1cache import seed_written
+            from fsmem.format.unit import Written
+            for builder, manifest, _texts in staged:
+                seed_written(mem, mem.store.unit_dir("context", builder.unit_id),
+                             Written(manifest, builder.vectors, builder.texts,
+                                     builder.manifest_key))
+    if mem._filler is not None:
+        for builder, _manifest, texts in staged:
+            mem._filler.submit(builder.unit_id, [t for _k, t in texts])
+    return ids, l2_ids, outcome
+
+
+def prune_after(outcome: object, prune: Callable[[], object]) -> Callable[[], object] | None:
+    """The maintenance step an append still owes for its prune, by the prune's ``outcome``
+    (``_stage_with``): None when it went with the append's entry or none was due; the error
+    when it failed before its entry (``after_write`` logs it and owes the prune); else
+    ``prune`` itself (not tried, or a damaged L1 unit: it prunes around it)."""
+    from fsmem.memory.maintenance import failed_step
+    if outcome is True:
+        return None
+    return failed_step(outcome) if isinstance(outcome, BaseException) else prune

@@ -1,0 +1,752 @@
+"""The layer flows: commit and append write units; prune, recall and query move or read them.
+
+Everything here speaks in units, events and blocks; paths come from ``Store`` and ``unit``.
+The compute layer (vectors) is derived from block text through the plugin declarations and
+stored inside each unit, so no move between layers ever recomputes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+
+from fsmem.format import fsops as fsops
+from fsmem.search.embed import Embedder, HashEmbedder
+from fsmem.format.errors import FormatError, FsmemError, NotFound, StorageError
+from fsmem.search.lazy_vectors import stores_vectors
+from fsmem.format.model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
+                    TextEvent, ToolResult, check_name)
+from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
+from fsmem.search.ranking import DEFAULT_RANKER   # not from .index: an append never loads the index
+from fsmem.memory.reader import MEDIA_STORE, Loaded, Reader, default_ranker
+from fsmem.store.store import Durability, Store, new_unit_id
+from fsmem.format.timestamps import Timestamp
+from fsmem.format.unit import UnitBuilder, Written
+
+__all__ = ["Memory"]
+
+if TYPE_CHECKING:
+    from fsmem.memory.turn import InjectOptions, TurnResult
+
+log = logging.getLogger("fsmem.flows")
+_Loaded = Loaded   # the name prune.py and older callers use
+
+
+class Memory(Reader):
+    """A three-layer memory rooted at a directory (see README and docs/FORMAT.md): the read
+    side of ``Reader`` plus every write, each under the store's writer lock."""
+
+    writable = True
+    _filler = None   # fsmem.vector_cache.VectorFiller when vectors are deferred
+    vectors_mode = "auto"   # Memory.open's ``vectors`` (fsmem.lazy_vectors.stores_vectors)
+
+    def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
+                 plugins: Plugins, embedder: Embedder, auto_prune: bool,
+                 ranker: str = DEFAULT_RANKER, context_tokens: int | None = None) -> None:
+        if context_capacity < 1 or not 0 <= context_protected <= context_capacity:
+            raise ValueError("need context_capacity >= 1 and 0 <= context_protected <= capacity")
+        super().__init__(store, plugins=plugins, embedder=embedder, ranker=ranker)
+        self.store = store
+        self.context_capacity = context_capacity
+        self.context_protected = context_protected
+        self.auto_prune = auto_prune
+        self.context_tokens = context_tokens   # the host's token budget: sets prune's watermark
+
+    @classmethod
+    def open(cls, root: str | os.PathLike, *, context_capacity: int | None = None,
+             context_protected: int | None = None,
+             plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
+             embedder: Embedder | None = None, durability: Durability | None = None,
+             lock_timeout: float | None = None, auto_prune: bool = True, create: bool = True,
+             ranker: str | None = None, readonly: bool = False,
+             adopt: bool = False, context_tokens: int | None = None,
+             vectors: str = "auto") -> "Memory | Reader":
+        """Open (creating what is missing) the store at ``root`` and run crash recovery.
+
+        ``readonly=True`` returns a ``Reader`` instead: no lock, nothing created or written,
+        works on a read-only filesystem (NotAStore if ``root`` holds no store). ``adopt``
+        adopts HomeAgent's ``context.json`` into L1 (fsmem.legacy_context). ``context_tokens``
+        (the host's token budget for L1) sets prune's low watermark. ``vectors``: "inline"
+        (embedded into each unit at commit), "deferred" (embedded after the commit returns,
+        into the derived vector cache, fsmem.vector_cache) or "auto" (deferred for a real
+        embedder; for the hashed default, inline under a ranker that reads vectors, else
+        none stored: computed on first use, fsmem.lazy_vectors)."""
+        if vectors not in ("auto", "inline", "deferred"):
+            raise ValueError(f"vectors must be auto, inline or deferred, got {vectors!r}")
+        if readonly:
+            return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
+        from fsmem.store.config import effective   # .fsmem/config.toml < FSMEM_* < these arguments
+        cfg = effective(root, {"context_capacity": context_capacity,
+                               "context_protected": context_protected,
+                               "durability": durability, "lock_timeout": lock_timeout})
+        context_capacity, context_protected = cfg["context_capacity"], cfg["context_protected"]
+        durability, lock_timeout = cfg["durability"], cfg["lock_timeout"]
+        store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
+                      create=create)
+        filler_embedder = None
+        if vectors == "deferred" or (vectors == "auto" and embedder is not None
+                                     and not isinstance(embedder, HashEmbedder)):
+            embedder = filler_embedder = _shared_embedder(embedder or HashEmbedder())
+        mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
+                  plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
+                  auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
+                  context_tokens=context_tokens)
+        mem.vectors_mode = vectors
+        if filler_embedder is not None:
+            from fsmem.search.vector_cache import VectorCache, VectorFiller
+            mem._filler = VectorFiller(VectorCache(store.meta, filler_embedder.fingerprint,
+                                                   filler_embedder.dim,
+                                                   durable=durability == "full"),
+                                       filler_embedder.embed)
+        mem.access.create()
+        with store.locked():  # taking the lock runs recovery
+            from fsmem.homeagent.documents import allow_record
+            allow_record(store.root)
+            if adopt and os.path.isfile(os.path.join(store.root, "context.json")):
+                from fsmem.homeagent.context import adopt as adopt_context
+                try:
+                    adopt_context(mem)
+                except FormatError as exc:
+                    log.error("context.json not adopted: %s", exc)
+        from fsmem.memory.maintenance import repair_owed
+        repair_owed(mem)   # a prune a previous process owed (never fails the open)
+        return mem
+
+    def close(self) -> None:
+        """Save the search index if it has unsaved changes (it is derived: optional), fold
+        the access log if it has grown, and close graph.db (deferred vectors are filled
+        first)."""
+        if self._filler is not None:
+            self._refresh_vectors()   # queues what the index still lacks (an import, say)
+            self._filler.close()
+            self._refresh_vectors()
+        try:
+            with self.store.locked():
+                if self._index is not None and self._index._unsaved:
+                    self._index.save()
+                self.access.compact()
+                self.store._empty_trash()   # what prunes left there (Store.TRASH_BATCH)
+                self.store.flush_retired()
+        except (OSError, FsmemError) as exc:   # derived state (a busy lock too): never fails
+            log.warning("%s: derived state not saved: %s", self.root, exc)
+        super().close()
+
+    def timeline(self) -> list[Event]:
+        """The L1 events sorted by original timestamp (ties: arrival, then event id), from
+        the L1 this process keeps in memory (fsmem.l1cache): a turn re-reads only what
+        changed. The events are shared with that cache: do not modify them."""
+        from fsmem.memory.l1cache import context_timeline
+        return context_timeline(self)
+
+    # -- deferred vectors (fsmem.vector_cache) -------------------------------------------
+    def flush_vectors(self) -> None:
+        """Wait until every deferred vector submitted so far is in the cache, and let the
+        index use them. A no-op when vectors are inline."""
+        if self._filler is not None:
+            self._filler.flush()
+            self._refresh_vectors()
+
+    def fill_vectors(self) -> int:
+        """Queue every unit text (L1 and L2) that has no vector in its unit nor in the cache
+        (after the cache was deleted, or a crash before it was filled); returns how many
+        texts were queued. Call ``flush_vectors`` to wait for them."""
+        if self._filler is None:
+            return 0
+        return sum(self._queue_unit(unit) for layer in ("context", "documents")
+                   for unit in self._load_layer(layer, with_vectors=True))
+
+    def queue_vectors(self, units: Iterable[tuple[str, str]]) -> int:
+        """Queue the texts lacking vectors of these (layer, unit id) units, e.g. just
+        imported from an archive that carries no cached vectors; returns how many texts.
+        A unit that cannot be read is skipped (its events rank lexically)."""
+        if self._filler is None:
+            return 0
+        n = 0
+        for layer, uid in units:
+            try:
+                unit = self._read_unit(uid, self.layout.unit_dir(layer, uid), with_vectors=True)
+            except FsmemError as exc:   # Vanished: moved away meanwhile
+                log.warning("vectors of %s not queued: %s", uid, exc)
+                continue
+            n += self._queue_unit(unit) if unit is not None else 0
+        return n
+
+    def _queue_unit(self, unit: Loaded) -> int:
+        """Submit the texts of ``unit`` that have a vector neither in it nor in the cache."""
+        from fsmem.search.vector_cache import fill_rows, unit_texts
+        missing = set(fill_rows(self._filler.cache, self.plugins, unit.path, unit.manifest,
+                                dict(unit.rows)))
+        texts = [t for k, t in unit_texts(self.plugins, unit.path, unit.manifest)
+                 if k in missing]
+        self._filler.submit(unit.unit_id, texts)
+        return len(texts)
+
+    def _refresh_vectors(self) -> None:
+        """Re-index units that lacked vectors once the filler has written some; on the first
+        call, heal what a crash left (units indexed with zero vectors: re-read, the cache's
+        vectors taken); queue for the filler every unit still lacking vectors and not queued
+        already (after a crash, an import, a deleted cache: no reindex needed)."""
+        if self._filler is None or self._index is None:
+            return
+        from fsmem.search.vector_cache import heal_index, queue_missing
+        if not self._vectors_healed:
+            self._vectors_healed = True
+            if heal_index(self._index):
+                self._index._unsaved += 1
+        cached = queue_missing(self._filler, self.plugins, self.layout, self._index.missing)
+        if (self._filler.filled() or cached) and self._index.missing:
+            self._index.refresh_vectors()
+            self._index._unsaved += 1
+
+    # -- L3 stable memory -----------------------------------------------------------------
+    def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
+                dry_run: bool = False, progress=None):
+        """Distil cold L2 units (legacy HomeAgent documents included: they first become
+        new-format units, whole) into graph.db, moving each original into stablemem/."""
+        from fsmem.memory.stablemem import distill
+        if not dry_run:
+            from fsmem.homeagent.documents import convert_cold_legacy
+            convert_cold_legacy(self, max_age_s, max_access)
+        return distill(self, max_age_s=max_age_s, max_access=max_access, distiller=distiller,
+                       dry_run=dry_run, progress=progress)
+
+    def recall_from_graph(self, names, depth: int = 2) -> list[str]:
+        """Bring the original units of the facts about ``names`` back to L1 (one rename each)."""
+        from fsmem.memory.stablemem import recall_from_graph
+        return recall_from_graph(self, names, depth)
+
+    # -- index --------------------------------------------------------------------------
+    def reconcile(self, *, full: bool = True) -> dict[str, int]:
+        """Bring the index in step with units added, moved or removed by plain file tools;
+        returns how many entries were added and removed. ``full=False``: list ``documents/``
+        only if its mtime changed since the index was last in step (as any open does)."""
+        rebuilt = self._load_index()
+        if rebuilt is not None:
+            return {"added": rebuilt, "removed": 0}
+        return self._index.sync(force=full)
+
+    def reindex(self, progress=None) -> int:
+        """Rebuild the index from the directories alone; returns how many units it holds."""
+        from fsmem.search.index import Index
+        self._index = Index(self)
+        return self._index.rebuild(progress)
+
+    def _index_entry(self, builder: UnitBuilder, layer: str, written: "Written"):
+        """The index entry of a staged unit about to be published into documents/ (None:
+        no index loaded, another layer, or it cannot be made here: ``_indexed`` then makes
+        it from the published unit). Its identity is filled in once it is published (a
+        rename changes the directory's ctime)."""
+        if self._index is None or layer != "documents":
+            return None
+        try:
+            return self._index.entry_for(builder.path, builder.unit_id, 0, written=written)
+        except (FsmemError, OSError, ValueError):
+            return None
+
+    def _indexed(self, unit_id: str, layer: str, *, added: bool,
+                 before: int | None = None, written: "Written | None" = None,
+                 entry=None) -> None:
+        """Tell a loaded index about a change this process made to documents/; ``before``
+        (``_index_stamp`` taken under the same writer lock, before the change) keeps the
+        index from listing documents/ again for a change it was told about; ``written``: the
+        unit as just written (indexed without reading it back); ``entry``: its index entry
+        made before the publish (``_index_entry``), given its identity now."""
+        if self._index is None or layer != "documents":
+            return
+        from fsmem.search.index import unit_ident
+        ino = unit_ident(self.store.unit_dir(layer, unit_id)) if entry is not None else None
+        if added and entry is not None and ino is not None:
+            entry.ino = ino
+            self._index.add(entry)
+        elif added:
+            self._index.add_unit(unit_id, written=written)
+        else:
+            self._index.remove(unit_id)
+        self._index._unsaved += 1
+        if before is not None:
+            self._index.own_change(before)
+
+    def _index_stamp(self, layer: str) -> int | None:
+        """documents/'s mtime before a change made under the writer lock (None: no index
+        loaded or another layer)."""
+        if self._index is None or layer != "documents":
+            return None
+        try:
+            return self._index.stamp()
+        except OSError:
+            return None
+
+    # -- writing ------------------------------------------------------------------------
+    def commit(self, content: str, *, summary: str = "", tags: Sequence[str] = (),
+               attachments: Sequence[MediaAttachment] = (), source: str = "manual",
+               timestamp: object = None, entities: Sequence[str] = (),
+               meta: dict[str, str] | None = None, media_digests: Sequence[str] = (),
+               event_id: str | None = None) -> str:
+        """Write one L2 unit holding one event (``content`` as its input text block).
+
+        ``media_digests`` (coldcontext_commit's parameter) are digests or unique prefixes of
+        blocks already in the store, or sha256 digests of HomeAgent's media store.
+        ``event_id`` is an idempotency key (as in ``append``): when that event is already
+        stored, nothing is written and the id of the unit holding it is returned."""
+        atts = [*attachments, *(MediaAttachment(digest=d) for d in media_digests)]
+        event = Event(timestamp=Timestamp.coerce(timestamp), source=source, input=content,
+                      attachments=atts, id=check_name(event_id, "event_id") if event_id else "")
+        with self.store.locked():
+            if event_id:
+                from fsmem.memory.maintenance import stored_event
+                holder = stored_event(self, event_id)
+                if holder:
+                    log.info("%s: event %s already stored in %s; nothing committed",
+                             self.root, event_id, holder)
+                    return holder
+            return self.commit_events([event], summary=summary, tags=tags, source=source,
+                                      entities=entities, meta=meta)
+
+    def commit_events(self, events: Sequence[Event | TextEvent], *, summary: str = "",
+                      tags: Sequence[str] = (), source: str = "manual",
+                      entities: Sequence[str] = (), meta: dict[str, str] | None = None,
+                      layer: str = "documents", unit_id: str | None = None,
+                      plugins: Plugins | None = None) -> str:
+        """Write one unit holding ``events`` into ``layer`` (documents by default);
+        ``plugins`` overrides the declarations for the compute layer of these events."""
+        _check_strings(summary=summary, source=source, tags=tags, entities=entities)
+        fill = self._events_fill(events, plugins)
+        return self.write_unit(layer, fill, unit_id=unit_id, summary=summary, tags=list(tags),
+                               entities=list(entities), source=source, meta=dict(meta or {}))
+
+    def _events_fill(self, events: Sequence[Event | TextEvent], plugins: Plugins | None):
+        """The ``fill`` of ``write_unit`` writing ``events`` (attachments resolved first)."""
+        drafts = [e.to_event() if isinstance(e, TextEvent) else e for e in events]
+        resolved = [self._resolve_attachments(e.attachments) for e in drafts]
+
+        def fill(builder: UnitBuilder) -> tuple[list[EventRecord], list[tuple[str, str]]]:
+            records, texts = [], []
+            for draft, links in zip(drafts, resolved):
+                rec, rec_texts = self._write_event(builder, draft, links, plugins)
+                records.append(rec)
+                texts.extend(rec_texts)
+            return records, texts
+        return fill
+
+    def commit_file(self, fd: int, *, mime: str, name: str = "", text: str = "",
+                    summary: str = "", source: str = "inbox", timestamp: object = None,
+                    head: bytes = b"", size_cap: int | None = None,
+                    layer: str = "documents", meta: dict[str, str] | None = None) -> str:
+        """Write one unit whose single event holds ``text`` (its input) and the bytes read from
+        the open file ``fd`` as an attachment block, hashed from the same bytes it writes
+        (never loaded whole into memory). ``head`` (the first bytes) gives image dimensions."""
+        ts = Timestamp.coerce(timestamp)
+        _check_strings(mime=mime, name=name, text=text, summary=summary, source=source)
+
+        def fill(builder: UnitBuilder) -> tuple[list[EventRecord], list[tuple[str, str]]]:
+            event_id = new_unit_id("e")
+            blocks, texts = [], []
+            if text:
+                ref = builder.add_text(text, role="input", created_at=ts)
+                blocks.append(ref)
+                texts.append((f"{event_id}:{ref.digest}", self.plugins.source_text(source, text)))
+            blocks.append(builder.add_fd(fd, mime, role="attachment", created_at=ts, name=name,
+                                         size_cap=size_cap, head=head))
+            return [EventRecord(id=event_id, timestamp=ts, source=source, blocks=blocks)], texts
+        return self.write_unit(layer, fill, summary=summary, source=source,
+                               meta=dict(meta or {}))
+
+    def write_unit(self, layer: str, fill, *, unit_id: str | None = None,
+                   publish_with: "Callable[[UnitBuilder, Written], bool] | None" = None,
+                   **manifest_fields: object) -> str:
+        """Build a unit in staging and publish it into ``layer``: ``fill(builder)`` writes the
+        blocks and returns (event records, [(vector row key, compute-layer text)]); the
+        manifest gets ``manifest_fields``. On any failure nothing is published and the staged
+        directory is removed; filesystem errors surface as StorageError. ``publish_with``
+        (under the writer lock) may publish the finished unit itself, with more changes in
+        one journal entry (an append's prune): it returns True when it did."""
+        builder, manifest, texts = self._stage_unit(fill, unit_id, manifest_fields)
+        with self._unpublished_on_failure(builder):
+            with self.store.locked():
+                before = self._index_stamp(layer)
+                written = Written(manifest, builder.vectors, builder.texts,
+                                  builder.manifest_key)
+                if publish_with is not None and publish_with(builder, written):
+                    dst = self.store.unit_dir(layer, builder.unit_id)
+                else:
+                    dst = self._publish_indexed(builder, layer, written, before)
+                if layer == "context" and self._filler is None:
+                    from fsmem.memory.l1cache import seed_written
+                    seed_written(self, dst, written)
+            if self._filler is not None:   # after publish: off the commit's critical path
+                self._filler.submit(builder.unit_id, [t for _k, t in texts])
+        return builder.unit_id
+
+    def _publish_indexed(self, builder: UnitBuilder, layer: str, written: "Written",
+                         before: int | None) -> str:
+        """Publish a staged unit (``Store.publish``), indexing it while its last barrier is in
+        flight when it goes to documents/; returns its directory."""
+        prepared: list[object] = []
+        indexed: list[str] = []
+
+        def prepare() -> None:   # overlaps the staged unit's flush
+            prepared.append(self._index_entry(builder, layer, written))
+
+        def index_it(dst: str) -> None:   # overlaps the publish's last barrier
+            self._indexed(builder.unit_id, layer, added=True, before=before,
+                          written=written, entry=prepared[0] if prepared else None)
+            indexed.append(builder.unit_id)
+        try:
+            return self.store.publish(builder, layer, prepare=prepare, overlap=index_it)
+        except BaseException:
+            if indexed:   # withdrawn (its flush failed): out of the index again
+                self._indexed(builder.unit_id, layer, added=False)
+            raise
+
+    def _stage_unit(self, fill, unit_id: str | None, manifest_fields: dict
+                    ) -> tuple[UnitBuilder, Manifest, list[tuple[str, str]]]:
+        """Build a finished unit in staging (see ``write_unit``), not yet published: (builder,
+        manifest, [(vector row key, compute-layer text)]). On failure nothing is left."""
+        try:
+            builder = self.store.builder(unit_id)
+        except OSError as exc:
+            raise StorageError(exc.errno, f"{self.store.staging}: cannot stage a unit: {exc}") from exc
+        with self._unpublished_on_failure(builder):
+            records, texts = fill(builder)
+            now = Timestamp.now()
+            # A new unit counts its write as its first access (HomeAgent starts at 1).
+            fields = {"created_at": now, "updated_at": now, "access_count": 1,
+                      **manifest_fields}
+            manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id,
+                                events=records, embedder=self.embedder.fingerprint, **fields)
+            texts = [(k, t) for k, t in texts if t.strip()]
+            if self._filler is None and stores_vectors(self):
+                manifest.vectors = self._embed_rows(builder, texts)
+            builder.finish(manifest)
+        return builder, manifest, texts
+
+    @contextmanager
+    def _unpublished_on_failure(self, builder: UnitBuilder) -> Iterator[None]:
+        """On any failure inside, the staged unit is removed (nothing published) and a
+        filesystem error surfaces as StorageError."""
+        try:
+            yield
+        except BaseException as exc:
+            _remove_tree(builder.path)
+            if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
+                raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
+                                   f"{exc}") from exc
+            raise
+
+    def append(self, event: Event | TextEvent | dict, *, event_id: str | None = None) -> str:
+        """Add one event to L1 (durable on return); prunes (down to the watermark) if L1 is
+        over capacity; releases the pins of a recall made before the previous write call.
+
+        ``event_id`` (or the event's own ``id``) is an idempotency key: when an event with
+        that id is already stored (L1, or L2 within ``maintenance.IDEMPOTENCY_WINDOW_S``),
+        nothing is stored and the id is returned. Once the event is durable, append
+        succeeds: a failing prune is logged, owed (``.fsmem/maintenance``) and retried by
+        the next write or open (fsmem.maintenance)."""
+        from fsmem.memory.appending import pruning_publish
+        from fsmem.memory.maintenance import stored_event
+        from fsmem.memory.turn import _as_event
+        draft = _as_event(event)
+        if event_id is not None:
+            draft = _with(draft, id=check_name(event_id, "event_id"))
+        query = " ".join(self._compute_texts(draft))
+        outcome: list[object] = []   # what its own prune did (appending.pruning_publish)
+        with self.store.locked():
+            if draft.id and stored_event(self, draft.id):
+                log.info("%s: event %s already stored; nothing appended", self.root, draft.id)
+                return draft.id
+            combined = self.auto_prune and self.context_protected >= 1
+            event_id = self._append_draft(draft, publish_with=pruning_publish(
+                self, query, outcome) if combined else None)
+        self._after_append(query, outcome[0] if outcome else None)
+        return event_id
+
+    def _after_append(self, query: str, outcome: object) -> None:
+        """The maintenance after a durable append (fsmem.appending): the prune if it did not
+        go with the append's entry (``outcome`` None: prune now; an error: owed), then the
+        recall pins' tick."""
+        from fsmem.memory.appending import prune_after
+        from fsmem.memory.maintenance import after_write
+        from fsmem.memory.turn import tick_pins
+        step = prune_after(outcome, lambda: self.prune(query=query)) if self.auto_prune \
+            else None
+        after_write(self, *([step] if step is not None else []), lambda: tick_pins(self.store))
+
+    def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
+        """Add a burst of events to L1, each as its own unit (as ``append`` does), with one
+        durability barrier for the burst (group commit: one journal entry publishes them
+        all, and the prune they cause when ``context_protected`` covers the burst; else it
+        prunes after); returns the event ids in order.
+
+        All or nothing: a bad event or a failing write stores none of them; after a crash,
+        recovery completes the burst or leaves no trace of it. Idempotency keys (an event's
+        ``id``) are honoured as in ``append``: an event already stored, or repeated in the
+        burst, is not stored again and its id is returned."""
+        from fsmem.memory.appending import append_burst
+        from fsmem.memory.turn import _as_event
+        drafts = [_as_event(e) for e in events]
+        query = " ".join(t for d in drafts for t in self._compute_texts(d))
+        ids, _archived, outcome = append_burst(
+            self, drafts, prune=query if self.auto_prune else None)
+        self._after_append(query, outcome)
+        return ids
+
+    def _append_draft(self, draft: Event, *, plugins: Plugins | None = None,
+                      publish_with: "Callable[[UnitBuilder, Written], bool] | None" = None
+                      ) -> str:
+        """Write one event into L1 as its own unit, without pruning (unless ``publish_with``
+        does, see ``write_unit``); returns its id."""
+        event_id = draft.id or new_unit_id("e")
+        draft = _with(draft, id=event_id, timestamp=Timestamp.coerce(draft.timestamp))
+        _check_strings(source=draft.source)
+        self.write_unit("context", self._events_fill([draft], plugins),
+                        publish_with=publish_with, summary="", tags=[], entities=[],
+                        source=draft.source, meta={})
+        return event_id
+
+    def turn(self, input_event: Event | TextEvent | dict,
+             response_event: Event | TextEvent | dict | None = None, *,
+             options: "InjectOptions | None" = None,
+             context_tokens: int | None = None) -> "TurnResult":
+        """One agent turn (HomeAgent's memoryPass): append, then act on the policies; returns
+        a fsmem.turn.TurnResult (event ids, query hits for the view, archived units)."""
+        from fsmem.memory.turn import run_turn
+        return run_turn(self, input_event, response_event, options=options,
+                        context_tokens=context_tokens)
+
+    def _write_event(self, builder: UnitBuilder, draft: Event, links: list[tuple[str, BlockRef]],
+                     plugins: Plugins | None = None
+                     ) -> tuple[EventRecord, list[tuple[str, str]]]:
+        """Blocks of one event: input and response text blocks, tool outputs, attachments."""
+        ts = Timestamp.coerce(draft.timestamp, field="event.timestamp")
+        event_id = check_name(draft.id or new_unit_id("e"), "event id")
+        _check_strings(source=draft.source, role=draft.role, tools_used=draft.tools_used)
+        blocks: list[BlockRef] = []
+        texts: list[tuple[str, str]] = []
+        compute = plugins or self.plugins
+
+        def text_block(text: str, role: str, compute_text: str) -> BlockRef:
+            ref = builder.add_text(text, role=role, created_at=ts)
+            blocks.append(ref)
+            if compute_text.strip():
+                texts.append((f"{event_id}:{ref.digest}", compute_text))
+            return ref
+
+        if draft.input:
+            text_block(draft.input, "input", compute.source_text(draft.source, draft.input))
+        if draft.response:
+            text_block(draft.response, "response",
+                       compute.source_text(draft.source, draft.response))
+        results = []
+        for tr in draft.tool_results:
+            _check_strings(tool_name=tr.name, tool_output=tr.output)
+            ref = text_block(tr.output, "tool_output",
+                             compute.tool_text(draft.source, tr.name, tr.output))
+            results.append(ToolResult(name=tr.name, block=ref.digest))
+        for att in draft.attachments:
+            if att.data is not None:
+                if not att.mime:
+                    raise FsmemError(f"attachment {att.name or '?'}: data given without mime")
+                blocks.append(builder.add_bytes(att.data, att.mime, role="attachment",
+                                                created_at=ts, name=att.name))
+        for src_dir, ref in links:
+            if src_dir == MEDIA_STORE:   # a blob of HomeAgent's media store: copied in
+                from fsmem.homeagent.documents import LegacyMedia, read_blob
+                data, mime = read_blob(self.root, LegacyMedia(sha256=ref.sha256)) or (None, "")
+                if data is None:
+                    raise NotFound(f"media blob {ref.sha256} vanished from the media store")
+                blocks.append(builder.add_bytes(data, mime, role="attachment", created_at=ts,
+                                                sha256=ref.sha256))
+                continue
+            builder.add_existing(src_dir, ref)
+            blocks.append(BlockRef(digest=ref.digest, modality=ref.modality, mime=ref.mime,
+                                   size=ref.size, created_at=ref.created_at, role="attachment",
+                                   width=ref.width, height=ref.height, name=ref.name,
+                                   semantic_type=ref.semantic_type, sha256=ref.sha256))
+        record = EventRecord(id=event_id, timestamp=ts, source=draft.source, role=draft.role,
+                             tools_used=list(draft.tools_used), tool_results=results,
+                             blocks=_dedupe(blocks))
+        return record, texts
+
+    def _embed_rows(self, builder: UnitBuilder, texts: list[tuple[str, str]]):
+        if not texts:
+            return None
+        matrix = self.embedder.embed([t for _, t in texts])
+        return builder.set_vectors([k for k, _ in texts], matrix, self.embedder.fingerprint)
+
+    def _resolve_attachments(self, atts: Sequence[MediaAttachment]) -> list[tuple[str, BlockRef]]:
+        """Digest-only attachments → (unit dir, block) already in the store; checked first."""
+        out = []
+        for att in atts:
+            if not isinstance(att, MediaAttachment):
+                raise FsmemError(f"attachment: expected MediaAttachment, got {type(att).__name__}")
+            if att.data is None:
+                if not att.digest:
+                    raise FsmemError(f"attachment {att.name or '?'}: neither data nor digest")
+                out.append(self.find_block(att.digest))
+        return out
+
+    # -- compute layer ------------------------------------------------------------------
+    def _compute_texts(self, draft: Event) -> list[str]:
+        texts = [self.plugins.source_text(draft.source, draft.input),
+                 self.plugins.source_text(draft.source, draft.response)]
+        texts += [self.plugins.tool_text(draft.source, t.name, t.output) for t in draft.tool_results]
+        return [t for t in texts if t.strip()]
+
+    # -- recall / prune ---------------------------------------------------------------------
+    def recall(self, text: str, top_k: int = 3) -> list[str]:
+        """Move the best L2 matches into L1, each by one rename; returns the moved unit ids.
+
+        Once one unit has moved, recall succeeds: a later hit that cannot move is logged and
+        left in L2; pinning and the prune into a full L1 are maintenance (a failure is
+        logged and owed, fsmem.maintenance). Recall fails only with nothing moved."""
+        moved: list[str] = []
+        hits = self._search(text, top_k)   # brings the index in step once, not per hit
+        for hit in hits:
+            try:
+                uid = self._recall_hit(hit.unit_id)
+            except (OSError, FsmemError) as exc:
+                uid = self._moved_anyway(hit.unit_id)
+                if not moved and not uid:
+                    raise
+                log.warning("%s: recall stopped after %d unit(s); %s stays in documents/: %s",
+                            self.root, len(moved) + bool(uid), hit.unit_id, exc)
+                moved += [uid] if uid else []
+                break
+            if uid:
+                moved.append(uid)
+        if moved:
+            from fsmem.memory.maintenance import after_write
+            after_write(self, lambda: self._pin(moved),
+                        lambda: self.prune(query=text) if self.auto_prune else None)
+        return moved
+
+    def _recall_hit(self, unit_id: str) -> str | None:
+        """Move one L2 unit (or legacy document) into L1; its id, or None when another
+        process took it first."""
+        legacy_file = self._index.legacy_file(unit_id)
+        with self.store.locked():
+            if legacy_file:
+                from fsmem.homeagent.documents import recall_legacy
+                uid = recall_legacy(self, legacy_file)
+                self._indexed(unit_id, "documents", added=False)
+                return uid or None
+            src = self.store.unit_dir("documents", unit_id)
+            if not os.path.isdir(src):
+                return None  # another process recalled it first
+            fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
+            if self.store.sync:
+                fsops.fsync_dir(src)
+            before = self._index_stamp("documents")
+            self.store.move(unit_id, "documents", "context")
+            self._indexed(unit_id, "documents", added=False, before=before)
+            return unit_id
+
+    def _moved_anyway(self, unit_id: str) -> str | None:
+        """After a failed move: the unit id when its rename happened all the same (a parent
+        fsync failed after it): it is in L1 and the index is told."""
+        if not os.path.isdir(self.store.unit_dir("context", unit_id)):
+            return None
+        self._indexed(unit_id, "documents", added=False)
+        return unit_id
+
+    def _pin(self, moved: list[str]) -> None:
+        """Pin recalled units through the rest of this turn (fsmem.turn)."""
+        from fsmem.memory.turn import pin_units
+        with self.store.locked():
+            pin_units(self.store, moved)   # never evicted before the next turn
+
+    def prune(self, query: str = "") -> str | None:
+        """If L1 holds more than capacity, move the least relevant unprotected, unpinned
+        events down to the watermark into new L2 units, one per coherent group, in one
+        journal entry (exactly once); returns the first unit's id, or None when nothing
+        moved (fsmem.prune.prune_context returns them all)."""
+        from fsmem.memory.prune import prune_context
+        try:
+            ids = prune_context(self, query)
+        except FsmemError as exc:   # a damaged L1 unit: prune around it, once
+            damaged = self._damaged_context()
+            if not damaged:
+                raise
+            log.warning("%s: pruning around damaged L1 units %s (fsck reports them): %s",
+                        self.root, ", ".join(sorted(damaged)), exc)
+            ids = prune_context(self, query, skip=damaged)
+        return ids[0] if ids else None
+
+    def _damaged_context(self) -> frozenset[str]:
+        """L1 units whose manifest, blocks or vectors fail verification (the failure path
+        of prune only: every block of L1 is read)."""
+        from fsmem.format.unit import damaged
+        with self.store.locked():
+            return frozenset(uid for uid, path in self.store.list_layer("context").items()
+                             if damaged(path, uid))
+
+    def remove(self, unit_id: str, layer: str = "documents") -> None:
+        """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""
+        path = self.store.unit_dir(layer, unit_id)
+        if layer == "documents" and not os.path.lexists(path):
+            from fsmem.homeagent.documents import legacy_file_of, remove_legacy
+            if legacy_file_of(self.root, unit_id):   # moved to .fsmem/legacy-removed/
+                remove_legacy(self, unit_id)
+                self._indexed(unit_id, layer, added=False)
+                return
+        with self.store.locked():
+            if not os.path.isdir(path) or os.path.islink(path):
+                raise NotFound(f"{path}: no such unit")
+            self.store.discard(path)
+        self._indexed(unit_id, layer, added=False)
+
+    # -- maintenance ----------------------------------------------------------------------
+    def snapshot(self, dest: str | os.PathLike[str]):
+        """A point-in-time copy of the store at ``dest`` (fsmem.snapshot.snapshot)."""
+        from fsmem.store.snapshot import snapshot
+        return snapshot(self.root, dest)
+
+    def fsck(self, *, fix: bool = False, read_data: bool = True):
+        """Read-only check; with ``fix``, under the writer lock: pending journals completed
+        and dead staging cleaned by recovery (reported as fixed), damaged units quarantined."""
+        from fsmem.memory.fsck import fsck, fsck_fix
+        if not fix:
+            return fsck(self.store, read_data=read_data)
+        return fsck_fix(self.store, read_data=read_data)
+
+
+def _with(event: Event, **changes: object) -> Event:
+    import msgspec
+    return msgspec.structs.replace(event, **changes)
+
+
+def _dedupe(blocks: list[BlockRef]) -> list[BlockRef]:
+    """Keep every role of a block once (the same bytes may be input and response)."""
+    seen, out = set(), []
+    for ref in blocks:
+        key = (ref.digest, ref.role)
+        if key not in seen:
+            seen.add(key)
+            out.append(ref)
+    return out
+
+
+def _check_strings(**fields: object) -> None:
+    """Reject values that are not text (and NULs, which no path or manifest should carry)."""
+    for name, value in fields.items():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if not isinstance(item, str):
+                raise FormatError(f"field {name!r}: expected text, got {type(item).__name__}")
+
+
+def _remove_tree(path: str) -> None:
+    fsops.rmtree(path)
+
+
+def _shared_embedder(embedder):
+    """The embedder the writer's thread and its background filler share: as it is when it
+    says it is ``thread_safe`` (a query then never waits behind a batch being embedded),
+    else every call under one lock (an embedding engine need not be thread-safe)."""
+    if getattr(embedder, "thread_safe", False):
+        return embedder
+    import threading
+    from fsmem.search.vector_cache import LockedEmbedder
+    return LockedEmbedder(embedder, threading.Lock())

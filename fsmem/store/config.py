@@ -1,0 +1,131 @@
+"""Store settings kept in the store: ``ROOT/.fsmem/config.toml``.
+
+Why: the context capacity, the protected count, and the durability used to be
+per-run flags, so two tools opening one store could disagree (the demo used 6, the CLI 30).
+``init`` writes the file; every open reads it; ``FSMEM_*`` environment variables override it,
+and explicit arguments/flags override both. The file is optional: an older store without it
+opens with the defaults. It lives in ``.fsmem/``, outside every unit directory, so units stay
+immutable; only a writer (under the writer lock) changes it, atomically (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI
+    import tomli as tomllib
+
+from fsmem.format.errors import FormatError
+
+__all__ = ["DEFAULTS", "ENV", "CONFIG_NAME", "config_path", "load_config", "parse_value",
+           "write_config", "effective"]
+
+CONFIG_NAME = "config.toml"
+#: key -> default; the type of each default is the key's type.
+DEFAULTS: dict[str, Any] = {
+    "context_capacity": 30,
+    "context_protected": 10,
+    "durability": "full",
+    "lock_timeout": 10.0,
+}
+#: key -> environment variable that overrides the file.
+ENV: dict[str, str] = {
+    "context_capacity": "FSMEM_CAPACITY",
+    "context_protected": "FSMEM_PROTECTED",
+    "durability": "FSMEM_DURABILITY",
+    "lock_timeout": "FSMEM_LOCK_TIMEOUT",
+}
+_CHOICES = {"durability": ("full", "off")}
+_MAX_BYTES = 64 * 1024
+
+
+def config_path(root: str | os.PathLike[str]) -> str:
+    return os.path.join(os.fspath(root), ".fsmem", CONFIG_NAME)
+
+
+def parse_value(key: str, value: Any, where: str = "") -> Any:
+    """``value`` checked and converted to ``key``'s type; FormatError names key and place."""
+    at = f"{where}: " if where else ""
+    if key not in DEFAULTS:
+        raise FormatError(f"{at}unknown setting {key!r} (known: {', '.join(DEFAULTS)})")
+    kind = type(DEFAULTS[key])
+    try:
+        out = kind(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        out = None
+    if out is None or (kind is int and isinstance(value, float)):
+        raise FormatError(f"{at}{key} must be {kind.__name__}, got {value!r}")
+    if kind in (int, float) and out < 0:
+        raise FormatError(f"{at}{key} must not be negative, got {value!r}")
+    if key in _CHOICES and out not in _CHOICES[key]:
+        raise FormatError(f"{at}{key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+    return out
+
+
+def load_config(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings in the file (only the keys it sets); {} when there is none. Read only."""
+    path = config_path(root)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot open: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        import stat
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BYTES:
+            raise FormatError(f"{path}: not a regular file under {_MAX_BYTES} bytes")
+        raw = os.read(fd, _MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise FormatError(f"{path}: not valid UTF-8 TOML: {exc}") from exc
+    return {k: parse_value(k, v, path) for k, v in data.items()}
+
+
+def effective(root: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None,
+              environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Defaults < file < ``FSMEM_*`` environment < ``overrides`` (None values ignored)."""
+    env = os.environ if environ is None else environ
+    out = dict(DEFAULTS)
+    out.update(load_config(root))
+    for key, var in ENV.items():
+        if env.get(var):
+            out[key] = parse_value(key, env[var], f"${var}")
+    out.update({k: parse_value(k, v) for k, v in (overrides or {}).items() if v is not None})
+    return out
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def write_config(root: str | os.PathLike[str], settings: Mapping[str, Any]) -> str:
+    """Write ``settings`` (checked) atomically: temp file, fsync, rename, fsync of .fsmem/.
+    The caller holds the writer lock."""
+    lines = ["# fsmem store settings (docs/FORMAT.md); FSMEM_* variables and flags override"]
+    lines += [f"{k} = {_toml_value(parse_value(k, v))}" for k, v in settings.items()]
+    path = config_path(root)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, ("\n".join(lines) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return path
