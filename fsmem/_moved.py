@@ -30,7 +30,7 @@ MOVED: dict[str, str] = {
     "fsmem.render": "fsmem.memory.render",
     "fsmem.stablemem": "fsmem.memory.stablemem",
     "fsmem.tools": "fsmem.interfaces.tools",
-    "fsmem.watch": "fsmem.ingest.watch",
+    "fsmem.watch": "fsmem.interfaces.cli.watch",
 }
 
 

@@ -310,6 +310,7 @@ _ENOSPC_DAEMON = textwrap.dedent("""
     import errno, os, sys
     import fsmem.format.fsops as fsops
     import fsmem.ingest.watch as watch
+    from fsmem.interfaces.cli.watch import main
     watch.RETRY_BASE_S, watch.RETRY_MAX_S = 0.02, 0.1
     full = sys.argv[1]
 
@@ -325,7 +326,7 @@ _ENOSPC_DAEMON = textwrap.dedent("""
             raise OSError(errno.ENOSPC, "injected: no space left on device")
 
     fsops.set_hook(hook)
-    sys.exit(watch.main(sys.argv[2:]))
+    sys.exit(main(sys.argv[2:]))
 """)
 
 

@@ -55,7 +55,7 @@ def test_appends_read_nothing_back(root):
         assert sorted(unit.rows) == sorted(disk.rows)
         assert all(np.array_equal(unit.rows[k], disk.rows[k]) for k in disk.rows)
         for ev in unit.manifest.events:
-            seeded, read = event_terms(mem, [(unit, ev)])[0], term_counts(event_texts(mem, disk.path, ev))
+            seeded, read = event_terms(mem, [(unit, ev)])[0], term_counts(event_texts(mem.plugins, disk.path, ev))
             assert np.array_equal(seeded[0], read[0]) and np.array_equal(seeded[1], read[1])
 
 

@@ -19,8 +19,8 @@ import pytest
 from conftest import REPO, crash_sweep, make_png
 from fsmem import ChannelDef, Event, MediaAttachment, Memory, Timestamp, ToolDef, ToolOutput
 from fsmem.graph.distill import RuleDistiller, Triple
-from fsmem.memory.stablemem import (Graph, add_cli, distill, find_cold, recall_from_graph,
-                             sentence_block_id, triple_block_id, unit_facts)
+from fsmem.memory.stablemem import (Graph, distill, find_cold, recall_from_graph, sentence_block_id, triple_block_id, unit_facts)
+from fsmem.interfaces.cli.graph import add_cli
 
 HA_GRAPH = REPO / "fixtures" / "homeagent-memory" / "graph.db"
 HOMEAGENT_COLUMNS = {

@@ -555,7 +555,8 @@ def test_a_second_watcher_is_refused(tmp_path):
 def test_add_cli_registers_the_watch_verb():
     import argparse
 
-    from fsmem.ingest.watch import DEFAULT_SIZE_CAP, add_cli, cmd_watch
+    from fsmem.ingest.watch import DEFAULT_SIZE_CAP
+    from fsmem.interfaces.cli.watch import add_cli, cmd_watch
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", default="./memory")
     common.add_argument("--json", action="store_true")

@@ -28,7 +28,7 @@ from fsmem.format.blocks import hash_bytes
 from fsmem.format.errors import FsmemError
 
 if TYPE_CHECKING:
-    from fsmem.memory.flows import Memory
+    from fsmem.format.plugins import Plugins
     from fsmem.format.views import Document
 
 __all__ = [
@@ -82,7 +82,13 @@ class TextPiece:
     source: str = ""
 
 
-def unit_texts(mem: "Memory", doc: "Document") -> list[TextPiece]:
+class HasPlugins(Protocol):
+    """What a text source reads of the memory (a ``Reader`` or ``Memory`` is one)."""
+
+    plugins: "Plugins"
+
+
+def unit_texts(mem: HasPlugins, doc: "Document") -> list[TextPiece]:
     """The compute-layer text of every text block of a unit, read from the original blocks
     (never a rendered view): no_memory sources give '', cleaners apply (premise F).
 

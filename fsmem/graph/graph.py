@@ -17,7 +17,7 @@ import sqlite3
 import stat
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 import msgspec
 
@@ -27,7 +27,7 @@ from fsmem.format.errors import FsmemError
 from fsmem.format.timestamps import Timestamp
 
 if TYPE_CHECKING:
-    from fsmem.memory.flows import Memory
+    from fsmem.format.layout import Layout
 
 __all__ = ["GRAPH_FILE", "Graph", "Entity", "Relation", "Provenance", "Recall", "CommitResult",
            "BlockRow", "UnitFacts", "triple_block_id", "sentence_block_id"]
@@ -182,6 +182,13 @@ class UnitFacts:
 
 # -- the graph ----------------------------------------------------------------------------
 
+class HasLayout(Protocol):
+    """What ``Graph`` reads of a memory (a ``Reader`` or ``Memory`` is one): where the store
+    is, whether it may write, and (a ``Memory``) its store's durability."""
+
+    layout: "Layout"
+
+
 class Graph:
     """``graph.db``: HomeAgent's block graph, opened lazily; reads never create the file.
 
@@ -189,7 +196,7 @@ class Graph:
     Writes from a Memory should run under ``mem.store.locked()`` (distil and recall do).
     """
 
-    def __init__(self, target: "Memory | str | os.PathLike[str]", *, sync: bool | None = None,
+    def __init__(self, target: "HasLayout | str | os.PathLike[str]", *, sync: bool | None = None,
                  busy_timeout_s: float = 10.0) -> None:
         layout = getattr(target, "layout", None)
         self.readonly = layout is not None and not getattr(target, "writable", False)

@@ -16,21 +16,28 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fsmem.format import fsops as fsops
 from fsmem.format.errors import FormatError, FsmemError
-from fsmem.homeagent.documents import LegacyMedia, _add_media, _media_of_block, _read_json, _strs, _ts
+from fsmem.homeagent.documents import (LegacyMedia, Sink, _add_media, _media_of_block, _read_json,
+                                       _strs, _ts)
 from fsmem.format.model import NAME_RE, EventRecord, ToolResult
 
 if TYPE_CHECKING:
-    from fsmem.memory.reader import Reader
-    from fsmem.memory.flows import Memory
+    from fsmem.format.layout import Layout
 
 __all__ = ["AdoptionPlan", "plan", "adopt", "CONTEXT_FILE"]
 
 log = logging.getLogger("fsmem.legacy")
 CONTEXT_FILE = "context.json"
+
+
+class Source(Protocol):
+    """What planning an adoption reads (a ``Reader`` or ``Memory`` is one)."""
+
+    root: str
+    layout: "Layout"
 
 
 @dataclass
@@ -116,7 +123,7 @@ def _events(raw: Any, path: str, dropped: list[str]) -> list[dict]:
     return out
 
 
-def _store_event_ids(mem: "Reader") -> set[str]:
+def _store_event_ids(mem: Source) -> set[str]:
     from fsmem.format.unit import read_manifest
     ids: set[str] = set()
     for layer in ("context", "documents", "stablemem"):
@@ -128,7 +135,7 @@ def _store_event_ids(mem: "Reader") -> set[str]:
     return ids
 
 
-def plan(mem: "Reader") -> tuple[AdoptionPlan, list[dict], bytes]:
+def plan(mem: Source) -> tuple[AdoptionPlan, list[dict], bytes]:
     """What ``adopt`` would do, changing nothing."""
     from fsmem.homeagent.documents import legacy_counts, unread_files
     p = AdoptionPlan(legacy_documents=legacy_counts(mem.root)[0], unread=unread_files(mem.root))
@@ -149,7 +156,7 @@ def plan(mem: "Reader") -> tuple[AdoptionPlan, list[dict], bytes]:
     return p, fresh, raw
 
 
-def adopt(mem: "Memory", *, dry_run: bool = False) -> AdoptionPlan:
+def adopt(mem: Sink, *, dry_run: bool = False) -> AdoptionPlan:
     """Adopt ``context.json`` (if any) into its own context unit, then rename it to the first
     free ``context.json.adopted[.N]``. Takes the writer lock; logs what it did."""
     if dry_run:
@@ -177,7 +184,7 @@ def adopt(mem: "Memory", *, dry_run: bool = False) -> AdoptionPlan:
     return p
 
 
-def _write(mem: "Memory", p: AdoptionPlan, events: list[dict]) -> None:
+def _write(mem: Sink, p: AdoptionPlan, events: list[dict]) -> None:
     def fill(builder) -> tuple[list, list]:
         records, texts = [], []
         for e in events:

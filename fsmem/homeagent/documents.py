@@ -18,7 +18,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from fsmem.format.errors import FormatError, NotFound
 from fsmem.format.media import sniff_mime
@@ -28,17 +28,37 @@ from fsmem.format.timestamps import Timestamp
 if TYPE_CHECKING:   # hashlib, json and sqlite3 load where legacy content is read (CLI start-up)
     import sqlite3
 
-    from fsmem.memory.flows import Memory
+    from fsmem.format.layout import Layout
+    from fsmem.format.plugins import Plugins
     from fsmem.format.views import Document
+    from fsmem.store.access import AccessLog
+    from fsmem.store.store import Store
 
 __all__ = ["LegacyDoc", "LegacyMedia", "legacy_doc_files", "read_legacy", "legacy_id",
            "blob_path", "recall_legacy", "find_legacy_blob", "legacy_problems", "legacy_texts",
            "cleanup_recalled", "convert_cold_legacy", "legacy_document", "legacy_file_of",
            "remove_legacy", "media_info", "allow_record", "summary_line", "legacy_counts",
            "find_legacy_block", "block_ref", "read_blob", "unread_files", "ZERO_NS",
-           "sqlite_readonly", "report_unreadable"]
+           "sqlite_readonly", "report_unreadable", "Sink"]
 
 log = logging.getLogger("fsmem.legacy")
+
+
+class Sink(Protocol):
+    """What a conversion of HomeAgent data into units writes through (a ``Memory`` is one):
+    the store whose writer lock it runs under, the access log, the compute-layer declarations
+    and ``write_unit`` (stage, fill, publish)."""
+
+    root: str
+    layout: "Layout"
+    store: "Store"
+    access: "AccessLog"
+    plugins: "Plugins"
+
+    def write_unit(self, layer: str, fill: Callable[[Any], tuple[list, list]], *,
+                   unit_id: str | None = None, **manifest_fields: object) -> str: ...
+
+
 _logged: set[tuple[str, str]] = set()          # (store root, file) reported by this process
 _served: dict[str, set[str]] = {}              # store root -> files served this process
 _recorded: dict[str, set[str]] = {}            # store root -> files named in legacy-reported
@@ -421,7 +441,7 @@ def block_ref(ref: BlockRef, m: LegacyMedia, root: str) -> BlockRef:
     return ref
 
 
-def _add_media(mem: "Memory", builder, media: list[LegacyMedia], ts: Timestamp,
+def _add_media(mem: Sink, builder, media: list[LegacyMedia], ts: Timestamp,
                owner: str) -> list:
     """Copy each referenced blob into a block file (BLAKE3-named, sha256 kept), and each v3
     text block into a text block; every MemoryBlock field goes into the BlockRef."""
@@ -466,7 +486,7 @@ def _log_not_kept(doc: LegacyDoc, unit_id: str) -> None:
         log.warning("legacy document %s -> unit %s: %s not kept", doc.id, unit_id, what)
 
 
-def recall_legacy(mem: "Memory", filename: str, layer: str = "context") -> str | None:
+def recall_legacy(mem: Sink, filename: str, layer: str = "context") -> str | None:
     """Make a legacy document a new-format unit in ``layer`` (context/ for recall; documents/
     before distillation): one ``cold_storage`` event at the document's created_at, the whole
     content, its blocks with every field; then move the JSON aside (``.fsmem/legacy-recalled/``).
@@ -513,7 +533,7 @@ def _text_of(doc: LegacyDoc, ref: BlockRef) -> str:
     return next((m.text for m in doc.media if m.text and m.legacy_id == ref.legacy_id), "")
 
 
-def convert_cold_legacy(mem: "Memory", max_age_s: float, max_access: int) -> list[str]:
+def convert_cold_legacy(mem: Sink, max_age_s: float, max_access: int) -> list[str]:
     """Turn cold legacy documents (HomeAgent's rule: access_count <= max_access and last
     access older than max_age) into new-format units in documents/, so distillation reads
     their whole ``content`` like any other unit. Returns the unit ids made."""
@@ -536,12 +556,12 @@ def convert_cold_legacy(mem: "Memory", max_age_s: float, max_access: int) -> lis
     return made
 
 
-def _unit_exists(mem: "Memory", unit_id: str) -> bool:
+def _unit_exists(mem: Sink, unit_id: str) -> bool:
     return any(os.path.isdir(mem.store.unit_dir(layer, unit_id))
                for layer in ("context", "documents", "stablemem"))
 
 
-def _move_aside(mem: "Memory", filename: str, where: str) -> str:
+def _move_aside(mem: Sink, filename: str, where: str) -> str:
     """Rename ``documents/<filename>`` into ``.fsmem/<where>/`` (a free name); returns it."""
     from fsmem.format import fsops as fsops
     src = os.path.join(mem.root, "documents", filename)
@@ -559,7 +579,7 @@ def _move_aside(mem: "Memory", filename: str, where: str) -> str:
     return dst
 
 
-def cleanup_recalled(mem: "Memory", filename: str) -> None:
+def cleanup_recalled(mem: Sink, filename: str) -> None:
     """Move a legacy JSON whose unit is durable (it exists in some layer) aside into
     ``.fsmem/legacy-recalled/``: HomeAgent no longer loads it, and it is a way back."""
     path = os.path.join(mem.root, "documents", filename)
@@ -568,7 +588,7 @@ def cleanup_recalled(mem: "Memory", filename: str) -> None:
         log.info("legacy document %s recalled; the JSON is kept at %s", filename, dst)
 
 
-def remove_legacy(mem: "Memory", unit_id: str) -> str:
+def remove_legacy(mem: Sink, unit_id: str) -> str:
     """Remove a legacy document on explicit request: its JSON leaves documents/ for
     ``.fsmem/legacy-removed/`` (said in a WARNING), as a unit leaves in one rename."""
     with mem.store.locked():

@@ -132,7 +132,7 @@ class L1Cache:
                 todo.append(len(out))
             out.append(cached)
         if todo:
-            terms, tfs, ptr = term_rows([event_texts(mem, pairs[i][0].path, pairs[i][1],
+            terms, tfs, ptr = term_rows([event_texts(mem.plugins, pairs[i][0].path, pairs[i][1],
                                                      self.written.get(pairs[i][0].unit_id))
                                          for i in todo])
             for k, i in enumerate(todo):

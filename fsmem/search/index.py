@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -29,16 +29,18 @@ from fsmem.search.ranking import DEFAULT_RANKER
 from fsmem.search.analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, is_pair, term_hashes
 from fsmem.format.errors import FsmemError
 from fsmem.search.index_files import INDEX_VERSION, IndexFiles, _Postings
-from fsmem.search.lazy_vectors import embed_index, embed_rows, missing_text_rows, on_demand
+from fsmem.search.lazy_vectors import embed_rows, missing_text_rows, on_demand
 from fsmem.format.timestamps import Timestamp
 from fsmem.search.index_entry import (IndexEntry, _ident, _row_lengths, _Rows, _valid_name, clamp_ns,
                           event_texts, fold_postings, term_counts, term_rows, unit_ident)
 from fsmem.format.unit import Written, read_manifest, read_manifest_key, read_vectors
 
 if TYPE_CHECKING:
-    from fsmem.memory.reader import Reader
+    from fsmem.format.layout import Layout
+    from fsmem.format.plugins import Plugins
+    from fsmem.search.embed import Embedder
 
-__all__ = ["Index", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
+__all__ = ["Index", "Source", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
 
 log = logging.getLogger("fsmem.index")
 
@@ -54,10 +56,22 @@ _BLAS_FROM = 8 << 20             # matrix elements (16k rows x 512) from which B
 _PENDING_MAX = 256
 
 
+class Source(Protocol):
+    """What the index reads of the memory it serves (a ``Reader`` or ``Memory`` is one): the
+    store's layout, whether it may save, and the compute settings, read at each use (a caller
+    may give the memory another embedder). ``progress``, ``vector_cache`` and ``_filler`` are
+    read where present."""
+
+    layout: "Layout"
+    writable: bool
+    plugins: "Plugins"
+    embedder: "Embedder"
+
+
 class Index(IndexFiles):
     """The in-memory index of ``documents/`` for one Memory, kept in step with the directory."""
 
-    def __init__(self, mem: "Reader") -> None:
+    def __init__(self, mem: Source) -> None:
         self.mem = mem
         self.layout = mem.layout
         self.writable = mem.writable   # a reader's index lives in memory only
@@ -299,7 +313,7 @@ class Index(IndexFiles):
             "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
         pieces += [(ev.id, ev.timestamp.ns,
                     ranking.conversation_key(ev.source, ev.role, session),
-                    ranking.event_kind(ev.role, session), event_texts(self.mem, path, ev, text_of)
+                    ranking.event_kind(ev.role, session), event_texts(self.mem.plugins, path, ev, text_of)
                     + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
                    for ev in manifest.events]
         terms, tfs, rows.ptr = term_rows([p[4] for p in pieces])
@@ -782,3 +796,25 @@ def progress_bar(done: int, total: int) -> None:
         sys.stderr.write("\n")
     sys.stderr.flush()
 
+
+def embed_index(index: Index) -> int:
+    """Before a ranker reads the index's vectors: re-index, with vectors embedded now, every
+    live unit indexed without them (on the first call, every unit with an all-zero event
+    row, e.g. from a snapshot saved under ``bm25``; later, the units added meanwhile).
+    Returns how many units were re-indexed; a no-op unless ``on_demand``."""
+    if not on_demand(index.mem):
+        return 0
+    todo = set(index.unembedded)
+    if not index.dense_scanned:
+        index.dense_scanned = True
+        todo.update(index.zero_vector_units())
+    index.unembedded.clear()
+    todo = {u for u in todo if not index.legacy_file(u)
+            and (u in index.pending or (u in index.row_of and index.alive[index.row_of[u]]))}
+    for uid in sorted(todo):
+        index.add_unit(uid, embed=True)
+    if todo:
+        index._unsaved += 1
+        logging.getLogger("fsmem.lazy_vectors").info(
+            "index: vectors of %d units stored without them computed for the ranker", len(todo))
+    return len(todo)

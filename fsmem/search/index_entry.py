@@ -17,7 +17,7 @@ from fsmem.search.index_files import _Postings
 from fsmem.format.unit import block_path
 
 if TYPE_CHECKING:
-    from fsmem.memory.reader import Reader
+    from fsmem.format.plugins import Plugins
 
 __all__ = ["IndexEntry", "unit_ident", "clamp_ns", "term_counts", "term_rows", "event_texts",
            "bm25_scores", "fold_postings"]
@@ -134,7 +134,7 @@ def term_rows(rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return hashes[starts], counts, ptr
 
 
-def event_texts(mem: "Reader", path: str, ev,
+def event_texts(plugins: "Plugins", path: str, ev,
                 text_of: "dict[str, str] | None" = None) -> list[str]:
     """One event's text blocks through the plugin declarations (cleaners applied, no_memory
     left out), plus the names and MIME types of its media blocks. ``text_of`` (digest ->
@@ -150,9 +150,9 @@ def event_texts(mem: "Reader", path: str, ev,
         if text is None:
             text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
         if ref.role == "tool_output":
-            out.append(mem.plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
+            out.append(plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
         else:
-            out.append(mem.plugins.source_text(ev.source, text))
+            out.append(plugins.source_text(ev.source, text))
     return out
 
 

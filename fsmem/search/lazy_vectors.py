@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from fsmem.search.index import Index
     from fsmem.format.model import Manifest
 
-__all__ = ["on_demand", "stores_vectors", "missing_text_rows", "embed_rows", "embed_index"]
+__all__ = ["on_demand", "stores_vectors", "missing_text_rows", "embed_rows"]
 
 log = logging.getLogger("fsmem.lazy_vectors")
 
@@ -59,27 +58,4 @@ def embed_rows(mem: Any, path: str, manifest: "Manifest", rows: dict[str, np.nda
     mat = mem.embedder.embed([t for _k, t in todo])
     for (key, _t), vec in zip(todo, np.asarray(mat, np.float32)):
         rows[key] = vec
-    return len(todo)
-
-
-def embed_index(index: "Index") -> int:
-    """Before a ranker reads the index's vectors: re-index, with vectors embedded now, every
-    live unit indexed without them (on the first call, every unit with an all-zero event
-    row, e.g. from a snapshot saved under ``bm25``; later, the units added meanwhile).
-    Returns how many units were re-indexed; a no-op unless ``on_demand``."""
-    if not on_demand(index.mem):
-        return 0
-    todo = set(index.unembedded)
-    if not index.dense_scanned:
-        index.dense_scanned = True
-        todo.update(index.zero_vector_units())
-    index.unembedded.clear()
-    todo = {u for u in todo if not index.legacy_file(u)
-            and (u in index.pending or (u in index.row_of and index.alive[index.row_of[u]]))}
-    for uid in sorted(todo):
-        index.add_unit(uid, embed=True)
-    if todo:
-        index._unsaved += 1
-        log.info("index: vectors of %d units stored without them computed for the ranker",
-                 len(todo))
     return len(todo)

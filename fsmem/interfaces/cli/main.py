@@ -419,12 +419,10 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
               "(DIR, else --root, else ./fsmem-demo)")
     sp.add_argument("dir", nargs="?", default=None, metavar="DIR")
     if not core_only:   # their modules are heavy to import: only when they may be wanted
-        from fsmem.memory.stablemem import add_cli as add_stablemem_cli
-        add_stablemem_cli(sub, [common])
-        from fsmem.ingest.watch import add_cli as add_watch_cli
-        add_watch_cli(sub, [common])
-        from fsmem.ingest import archive; from fsmem.interfaces import mcp_server
-        archive.add_cli(sub, [common]), mcp_server.add_cli(sub, [common])
+        from fsmem.interfaces import mcp_server
+        from fsmem.interfaces.cli import archive, graph, watch
+        for verbs in (graph, watch, archive, mcp_server):
+            verbs.add_cli(sub, [common])
     return p
 
 
