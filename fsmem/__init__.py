@@ -23,7 +23,7 @@ _WHERE: dict[str, str] = {
     "AlreadyExists": "format.errors", "AmbiguousDigest": "format.errors", "ChecksumMismatch": "format.errors",
     "FormatError": "format.errors", "FsmemError": "format.errors", "InvalidName": "format.errors",
     "MissingDependency": "format.errors", "NotFound": "format.errors", "StorageError": "format.errors",
-    "StoreLocked": "format.errors", "Memory": "memory.flows", "Reader": "memory.reader", "NotAStore": "format.layout",
+    "StoreLocked": "format.errors", "Memory": "memory.facade", "Reader": "memory.reader", "NotAStore": "format.layout",
     "InjectOptions": "memory.turn", "Finding": "memory.fsck", "FORMAT_VERSION": "format.model", "BlockRef": "format.model",
     "Event": "format.model", "MediaAttachment": "format.model", "TextEvent": "format.model", "ToolOutput": "format.model",
     "ChannelDef": "format.plugins", "Plugins": "format.plugins", "ToolDef": "format.plugins",
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from fsmem.format.errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError,
                          FsmemError, InvalidName, MissingDependency, NotFound, StorageError,
                          StoreLocked)
-    from fsmem.memory.flows import Memory
+    from fsmem.memory.facade import Memory
     from fsmem.memory.fsck import Finding
     from fsmem.graph.graph import Graph
     from fsmem.format.layout import NotAStore

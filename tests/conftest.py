@@ -112,7 +112,7 @@ STRESS = os.environ.get("FSMEM_STRESS") == "1"
 # that crashes (os._exit(77)) at its Nth mutating call; one JSON line per point on stdout.
 _FORK_DRIVER = """
 import json, os, sys
-import fsmem, fsmem.memory.flows, fsmem.memory.prune, fsmem.memory.stablemem
+import fsmem, fsmem.memory.facade, fsmem.memory.prune, fsmem.memory.stablemem
 from fsmem.format import fsops as _fsops
 code = compile(sys.argv[1], "<crash child>", "exec")
 for arg in sys.argv[2:]:

@@ -23,7 +23,7 @@ from fsmem import Event, Memory, Timestamp
 #: modules a listing or a transcript never needs (each costs tens of ms to import)
 HEAVY = ("numpy", "watchdog", "snowballstemmer", "Stemmer", "sentence_transformers",
          "fsmem.search.index", "fsmem.search.analyze", "fsmem.search.embed", "fsmem.search.embedders", "fsmem.search.ranking",
-         "fsmem.search.vector_cache", "fsmem.memory.flows", "fsmem.ingest.watch")
+         "fsmem.search.vector_cache", "fsmem.memory.facade", "fsmem.ingest.watch")
 #: a store without HomeAgent documents, a reader without plugins, a reader (it writes nothing:
 #: not even the module of mutating filesystem calls, ctypes and all) need none of these
 LISTING_NEEDS_NOT = ("fsmem.homeagent.documents", "fsmem.format.plugins", "fsmem.format.fsops")
@@ -120,7 +120,7 @@ def test_query_still_works_after_the_lazy_imports(store):
     # no embedding model, no shutil (it saves no index, draws no bar); nor numpy's masked
     # arrays (numpy >= 2.3's plain np.unique loads them), nor hashlib (the analyzer's blake2b
     # comes without it)
-    needless = ("fsmem.memory.flows", "fsmem.store.store", "watchdog", "fsmem.ingest.watch", "shutil",
+    needless = ("fsmem.memory.facade", "fsmem.store.store", "watchdog", "fsmem.ingest.watch", "shutil",
                 "sentence_transformers", "fsmem.search.embedders", "numpy.ma", "hashlib",
                 "fsmem.homeagent.documents")   # the store holds no HomeAgent documents
     loaded = _needless(modules, needless)
@@ -142,7 +142,7 @@ def test_append_imports_no_index(tmp_path):
     rc, out, modules = _run_verb("--root", root, "append", "--input", "water the tomatoes?",
                                  "--response", "twice a week")
     assert out.strip().startswith("e-") and _appended(root) == (1, 0)
-    assert "fsmem.memory.flows" in modules and "fsmem.memory.appending" in modules   # the verb really ran
+    assert "fsmem.memory.facade" in modules and "fsmem.memory.appending" in modules   # the verb really ran
     loaded = _needless(modules, APPEND_NEEDS_NOT + APPEND_WITH_ROOM_NEEDS_NOT)
     assert not loaded, f"`fsmem append` imported {loaded}"
 

@@ -67,7 +67,7 @@ def test_global_flags_before_or_after_the_verb_and_version(store):
     # the fast path imports no library module (measured in docs/EXTRAS.md; no timing here)
     t = subprocess.run([sys.executable, "-X", "importtime", "-m", "fsmem.cli", "--version"],
                        capture_output=True, text=True, env=ENV, cwd=str(REPO))
-    assert ("fsmem.interfaces.cli" in t.stderr and "fsmem.memory.flows" not in t.stderr
+    assert ("fsmem.interfaces.cli" in t.stderr and "fsmem.memory.facade" not in t.stderr
             and "msgspec" not in t.stderr)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fsmem.format import fsops as fsops
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.format.model import Event
 
 CAP = 4

@@ -28,7 +28,7 @@ from fsmem.format import fsops as fsops
 from fsmem.search import analyze
 from fsmem.format.blocks import CHUNK, block_filename, hash_bytes
 from fsmem.format.errors import FormatError, FsmemError, NotFound, StoreLocked
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.format.layout import read_small
 from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name
 from fsmem.format.event_json import decode_json, event_from_record

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from fsmem.format import fsops as fsops
 from fsmem.format.errors import FsmemError, StoreLocked
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.ingest.inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
 from fsmem.ingest.inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _in_thread,
                          _InboxDirs, _LockSlice, _stat_key, _writer_holds, ignored_name)

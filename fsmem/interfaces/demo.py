@@ -7,7 +7,7 @@ import sys
 from importlib import resources
 from typing import Any
 
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.format.event_json import events_from_jsonl
 from fsmem.format.views import event_text
 

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import msgspec
 
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.format.model import MediaAttachment
 
 __all__ = ["Doc", "DocMemory"]

@@ -51,7 +51,7 @@ class MemoryService:
         self._lock = threading.Lock()
 
     def memory(self) -> Any:
-        from fsmem.memory.flows import Memory
+        from fsmem.memory.facade import Memory
         if self._mem is None:
             self._mem = Memory.open(self.root, create=self.create)
         return self._mem

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Literal
 import msgspec
 
 from fsmem.format.errors import FsmemError, NotFound
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.memory.reader import Reader
 from fsmem.format.timestamps import Timestamp
 

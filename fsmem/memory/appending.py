@@ -18,25 +18,85 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from fsmem.format.errors import FsmemError
 from fsmem.format.layout import JournalEntry
+from fsmem.format.model import check_name
 from fsmem.memory.prune import ArrivingPrune, commit_arriving, stage_arriving
+from fsmem.memory.maintenance import after_write, failed_step, stored_event
 from fsmem.memory.reader import Loaded
+from fsmem.memory.writer import as_event, check_strings, with_changes
+from fsmem.store.pins import tick_pins
 from fsmem.store.store import new_unit_id
 from fsmem.format.timestamps import Timestamp
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from fsmem.memory.flows import Memory
-    from fsmem.format.model import Event, Manifest
+    from fsmem.memory.writer import Writer
+    from fsmem.format.model import Event, Manifest, TextEvent
     from fsmem.format.plugins import Plugins
     from fsmem.format.unit import UnitBuilder, Written
 
-__all__ = ["pruning_publish", "append_burst", "prune_after"]
+__all__ = ["append", "append_many", "after_append", "pruning_publish", "append_burst", "prune_after"]
 
 log = logging.getLogger("fsmem.appending")
 
 
-def _arrival(mem: "Memory", builder: "UnitBuilder", manifest: "Manifest",
+def append(mem: "Writer", event: "Event | TextEvent | dict", *, event_id: str | None = None,
+           prune: Callable[[str], object]) -> str:
+    """Add one event to L1 (durable on return); prunes (down to the watermark) if L1 is
+    over capacity; releases the pins of a recall made before the previous write call.
+
+    ``event_id`` (or the event's own ``id``) is an idempotency key: when an event with
+    that id is already stored (L1, or L2 within ``maintenance.IDEMPOTENCY_WINDOW_S``),
+    nothing is stored and the id is returned. Once the event is durable, append
+    succeeds: a failing prune is logged, owed (``.fsmem/maintenance``) and retried by
+    the next write or open (fsmem.maintenance). ``prune(query)``: the memory's prune (a host's
+    override of ``Memory.prune`` is the one called)."""
+    draft = as_event(event)
+    if event_id is not None:
+        draft = with_changes(draft, id=check_name(event_id, "event_id"))
+    query = " ".join(mem._compute_texts(draft))
+    outcome: list[object] = []   # what its own prune did (appending.pruning_publish)
+    with mem.store.locked():
+        if draft.id and stored_event(mem, draft.id):
+            log.info("%s: event %s already stored; nothing appended", mem.root, draft.id)
+            return draft.id
+        combined = mem.auto_prune and mem.context_protected >= 1
+        event_id = mem._append_draft(draft, publish_with=pruning_publish(
+            mem, query, outcome) if combined else None)
+    after_append(mem, query, outcome[0] if outcome else None, prune)
+    return event_id
+
+
+def after_append(mem: "Writer", query: str, outcome: object,
+                 prune: Callable[[str], object]) -> None:
+    """The maintenance after a durable append (fsmem.appending): the prune if it did not
+    go with the append's entry (``outcome`` None: prune now; an error: owed), then the
+    recall pins' tick."""
+    step = prune_after(outcome, lambda: prune(query=query)) if mem.auto_prune \
+        else None
+    after_write(mem.store, *([step] if step is not None else []), lambda: tick_pins(mem.store))
+
+
+def append_many(mem: "Writer", events: "Sequence[Event | TextEvent | dict]", *,
+                prune: Callable[[str], object]) -> list[str]:
+    """Add a burst of events to L1, each as its own unit (as ``append`` does), with one
+    durability barrier for the burst (group commit: one journal entry publishes them
+    all, and the prune they cause when ``context_protected`` covers the burst; else it
+    prunes after); returns the event ids in order.
+
+    All or nothing: a bad event or a failing write stores none of them; after a crash,
+    recovery completes the burst or leaves no trace of it. Idempotency keys (an event's
+    ``id``) are honoured as in ``append``: an event already stored, or repeated in the
+    burst, is not stored again and its id is returned."""
+    drafts = [as_event(e) for e in events]
+    query = " ".join(t for d in drafts for t in mem._compute_texts(d))
+    ids, _archived, outcome = append_burst(
+        mem, drafts, prune=query if mem.auto_prune else None)
+    after_append(mem, query, outcome, prune)
+    return ids
+
+
+def _arrival(mem: "Writer", builder: "UnitBuilder", manifest: "Manifest",
              vectors: "tuple[list[str], np.ndarray] | None") -> Loaded:
     """A finished staged unit as L1 will hold it (for the prune's ranking, which takes its
     text from what the builder wrote: nothing is read back)."""
@@ -47,7 +107,7 @@ def _arrival(mem: "Memory", builder: "UnitBuilder", manifest: "Manifest",
                   os.stat(builder.path, follow_symlinks=False).st_mtime_ns)
 
 
-def _stage_with(mem: "Memory", query: str, arrivals: list[Loaded], entry: JournalEntry,
+def _stage_with(mem: "Writer", query: str, arrivals: list[Loaded], entry: JournalEntry,
                 context_tokens: int | None) -> tuple[object, list[str] | None]:
     """Stage the prune into ``entry`` (fsmem.prune.stage_arriving): (outcome, new L2 ids or
     None when nothing of it goes with the entry). The outcome: True (staged, or no prune
@@ -63,7 +123,7 @@ def _stage_with(mem: "Memory", query: str, arrivals: list[Loaded], entry: Journa
         return None, None
 
 
-def pruning_publish(mem: "Memory", query: str, outcome: list[object]
+def pruning_publish(mem: "Writer", query: str, outcome: list[object]
                     ) -> "Callable[[UnitBuilder, Written], bool]":
     """``Memory.write_unit``'s ``publish_with`` for one appended event: its unit and the prune
     it causes in one journal entry; the prune's outcome is appended to ``outcome``."""
@@ -82,7 +142,7 @@ def pruning_publish(mem: "Memory", query: str, outcome: list[object]
     return publish_with
 
 
-def append_burst(mem: "Memory", drafts: Sequence["Event"], *,
+def append_burst(mem: "Writer", drafts: Sequence["Event"], *,
                  plugins: "Sequence[Plugins | None] | None" = None, dedupe: bool = True,
                  prune: str | None = None, context_tokens: int | None = None
                  ) -> tuple[list[str], list[str], object]:
@@ -95,8 +155,6 @@ def append_burst(mem: "Memory", drafts: Sequence["Event"], *,
     crash, recovery completes the entry or leaves no trace of it. ``plugins``: per event,
     the declarations for its compute layer (None: the Memory's). ``dedupe``: an event whose
     id is already stored, or repeated in the burst, is not stored again (its id returned)."""
-    from fsmem.memory.flows import _check_strings, _with
-    from fsmem.memory.maintenance import stored_event
     ids: list[str] = []
     staged: list[tuple["UnitBuilder", "Manifest", list[tuple[str, str]]]] = []
     arrivals: list[Loaded] = []
@@ -110,9 +168,9 @@ def append_burst(mem: "Memory", drafts: Sequence["Event"], *,
                 if dedupe and draft.id and (draft.id in ids or stored_event(mem, draft.id)):
                     ids.append(draft.id)
                     continue
-                draft = _with(draft, id=draft.id or new_unit_id("e"),
+                draft = with_changes(draft, id=draft.id or new_unit_id("e"),
                               timestamp=Timestamp.coerce(draft.timestamp))
-                _check_strings(source=draft.source)
+                check_strings(source=draft.source)
                 builder, manifest, texts = mem._stage_unit(
                     mem._events_fill([draft], plugins[i] if plugins else None), None,
                     {"summary": "", "tags": [], "entities": [], "source": draft.source,
@@ -149,7 +207,6 @@ def prune_after(outcome: object, prune: Callable[[], object]) -> Callable[[], ob
     (``_stage_with``): None when it went with the append's entry or none was due; the error
     when it failed before its entry (``after_write`` logs it and owes the prune); else
     ``prune`` itself (not tried, or a damaged L1 unit: it prunes around it)."""
-    from fsmem.memory.maintenance import failed_step
     if outcome is True:
         return None
     return failed_step(outcome) if isinstance(outcome, BaseException) else prune

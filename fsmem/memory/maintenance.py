@@ -22,7 +22,8 @@ from fsmem.format.errors import FsmemError
 from fsmem.format.unit import read_manifest
 
 if TYPE_CHECKING:
-    from fsmem.memory.flows import Memory
+    from fsmem.memory.writer import Writer
+    from fsmem.store.store import Store
 
 __all__ = ["failed_step", "after_write", "repair_owed", "owed", "stored_event", "OWED_FILE",
            "IDEMPOTENCY_WINDOW_S"]
@@ -37,16 +38,16 @@ IDEMPOTENCY_WINDOW_S = 24 * 3600
 _ID_TIME = re.compile(r"^[A-Za-z]+-(\d{8}T\d{6})-")
 
 
-def _owed_path(mem: "Memory") -> str:
-    return os.path.join(mem.store.meta, OWED_FILE)
+def _owed_path(store: "Store") -> str:
+    return os.path.join(store.meta, OWED_FILE)
 
 
-def owed(mem: "Memory") -> bool:
+def owed(store: "Store") -> bool:
     """True when a maintenance step failed and has not been retried successfully yet."""
-    return os.path.isfile(_owed_path(mem))
+    return os.path.isfile(_owed_path(store))
 
 
-def after_write(mem: "Memory", *steps: Callable[[], object]) -> bool:
+def after_write(store: "Store", *steps: Callable[[], object]) -> bool:
     """Run the maintenance ``steps`` after a durable write; never raises for a storage or
     store error: it is logged and owed. Returns True when every step succeeded (and the
     debt, if any, is settled)."""
@@ -55,15 +56,15 @@ def after_write(mem: "Memory", *steps: Callable[[], object]) -> bool:
             step()
         except (OSError, FsmemError) as exc:
             log.warning("%s: maintenance failed after a durable write, retried later: %s",
-                        mem.root, exc)
-            _mark_owed(mem, str(exc))
+                        store.root, exc)
+            _mark_owed(store, str(exc))
             return False
-    if owed(mem):
+    if owed(store):
         try:
-            os.unlink(_owed_path(mem))
+            os.unlink(_owed_path(store))
         except OSError:
             pass
-        log.info("%s: owed maintenance completed", mem.root)
+        log.info("%s: owed maintenance completed", store.root)
     return True
 
 
@@ -75,15 +76,16 @@ def failed_step(exc: BaseException) -> Callable[[], None]:
     return step
 
 
-def repair_owed(mem: "Memory") -> None:
-    """At open: retry a prune a previous process owed (logged again if it still fails)."""
-    if owed(mem) and mem.auto_prune:
-        after_write(mem, mem.prune)
+def repair_owed(store: "Store", prune: Callable[[], object] | None) -> None:
+    """At open: retry a prune a previous process owed (logged again if it still fails);
+    ``prune`` None: the memory does not prune by itself."""
+    if prune is not None and owed(store):
+        after_write(store, prune)
 
 
-def _mark_owed(mem: "Memory", why: str) -> None:
+def _mark_owed(store: "Store", why: str) -> None:
     """Record the debt (best effort: on a full disk the next write retries anyway)."""
-    path = _owed_path(mem)
+    path = _owed_path(store)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
@@ -94,7 +96,7 @@ def _mark_owed(mem: "Memory", why: str) -> None:
         log.warning("%s: cannot record owed maintenance: %s", path, exc)
 
 
-def stored_event(mem: "Memory", event_id: str) -> str:
+def stored_event(mem: "Writer", event_id: str) -> str:
     """The id of the unit holding an event with this id in L1, or in an L2 unit created
     within the idempotency window ('' when none does). Damaged units are skipped (fsck
     reports them)."""

@@ -25,13 +25,15 @@ from fsmem.memory.l1cache import load_context
 from fsmem.format.errors import FsmemError
 from fsmem.format.layout import JournalEntry
 from fsmem.search.lazy_vectors import embed_rows, on_demand
+from fsmem.store.pins import read_pins
 from fsmem.store.store import new_unit_id
 from fsmem.format.timestamps import Timestamp
 
 if TYPE_CHECKING:
-    from fsmem.memory.flows import Memory, _Loaded
+    from fsmem.memory.reader import Loaded as _Loaded
+    from fsmem.memory.writer import Writer
 
-__all__ = ["prune_context", "stage_arriving", "commit_arriving", "ArrivingPrune",
+__all__ = ["prune", "prune_context", "stage_arriving", "commit_arriving", "ArrivingPrune",
            "select_evictions", "watermark", "group_evictions",
            "AVG_EVENT_TOKENS", "SESSION_GAP_NS"]
 
@@ -121,7 +123,7 @@ def group_evictions(pairs: list[Pair], gap_ns: int = SESSION_GAP_NS) -> list[lis
     return groups
 
 
-def _similarity(mem: "Memory", units: list["_Loaded"], query: str
+def _similarity(mem: "Writer", units: list["_Loaded"], query: str
                 ) -> Callable[["_Loaded", EventRecord], float]:
     """How close each L1 event is to the query, in the ranker's terms: BM25 over the events'
     compute-layer text (the default: no embedder call), or the cosine of their stored
@@ -146,7 +148,24 @@ def _similarity(mem: "Memory", units: list["_Loaded"], query: str
     return cosine
 
 
-def prune_context(mem: "Memory", query: str, *, context_tokens: int | None = None,
+def prune(mem: "Writer", query: str = "") -> str | None:
+    """If L1 holds more than capacity, move the least relevant unprotected, unpinned
+    events down to the watermark into new L2 units, one per coherent group, in one
+    journal entry (exactly once); returns the first unit's id, or None when nothing
+    moved (``prune_context`` returns them all)."""
+    try:
+        ids = prune_context(mem, query)
+    except FsmemError as exc:   # a damaged L1 unit: prune around it, once
+        damaged = mem._damaged_context()
+        if not damaged:
+            raise
+        log.warning("%s: pruning around damaged L1 units %s (fsck reports them): %s",
+                    mem.root, ", ".join(sorted(damaged)), exc)
+        ids = prune_context(mem, query, skip=damaged)
+    return ids[0] if ids else None
+
+
+def prune_context(mem: "Writer", query: str, *, context_tokens: int | None = None,
                   pinned: frozenset[str] | None = None,
                   skip: frozenset[str] = frozenset()) -> list[str]:
     """Prune L1 if it holds more than capacity; returns the new L2 unit ids (oldest group
@@ -187,7 +206,7 @@ class ArrivingPrune:
     before: int | None   # documents/'s stamp before the change (``Memory._index_stamp``)
 
 
-def stage_arriving(mem: "Memory", query: str, arrivals: list["_Loaded"], entry: JournalEntry,
+def stage_arriving(mem: "Writer", query: str, arrivals: list["_Loaded"], entry: JournalEntry,
                    *, context_tokens: int | None = None) -> list[str] | None:
     """The prune of an append (or a burst, or a turn), staged before its units are
     published: ``arrivals`` (finished units still in staging, which ``entry`` publishes)
@@ -223,7 +242,7 @@ def stage_arriving(mem: "Memory", query: str, arrivals: list["_Loaded"], entry: 
             entry.mtimes = mtimes
 
 
-def commit_arriving(mem: "Memory", plan: ArrivingPrune) -> list[str]:
+def commit_arriving(mem: "Writer", plan: ArrivingPrune) -> list[str]:
     """Publish staged L1 arrivals and their prune (``stage_arriving``) by one journal entry;
     returns the new L2 unit ids. A failure up to the entry's barrier undoes the entry, the
     arrivals included (``Store.drop_entry``), and raises: nothing stored. After it the
@@ -249,7 +268,7 @@ def commit_arriving(mem: "Memory", plan: ArrivingPrune) -> list[str]:
     return plan.l2_ids
 
 
-def _stage_prune(mem: "Memory", units: list["_Loaded"], query: str, entry: JournalEntry, *,
+def _stage_prune(mem: "Writer", units: list["_Loaded"], query: str, entry: JournalEntry, *,
                  context_tokens: int | None = None, pinned: frozenset[str] | None = None
                  ) -> tuple[list[str], list[str]]:
     """Choose the evictions of L1 (``units``) and build their units in staging, listed in
@@ -258,7 +277,6 @@ def _stage_prune(mem: "Memory", units: list["_Loaded"], query: str, entry: Journ
     if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
         return [], []
     if pinned is None:
-        from fsmem.memory.turn import read_pins
         pinned = frozenset(read_pins(mem.store))
     tokens = context_tokens if context_tokens is not None else \
         getattr(mem, "context_tokens", None)
@@ -297,7 +315,7 @@ def _stage_prune(mem: "Memory", units: list["_Loaded"], query: str, entry: Journ
     return staged, l2_ids
 
 
-def _index_archives(mem: "Memory", l2_ids: list[str], before: int | None) -> None:
+def _index_archives(mem: "Writer", l2_ids: list[str], before: int | None) -> None:
     """Tell a loaded index about the archive units a prune published."""
     for l2_id in l2_ids:
         mem._indexed(l2_id, "documents", added=True)
@@ -327,7 +345,7 @@ def _settle_failed(store, entry: JournalEntry, staged: list[str]) -> None:
                 pass
 
 
-def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: JournalEntry,
+def _stage(mem: "Writer", pairs: list[tuple["_Loaded", EventRecord]], entry: JournalEntry,
            layer: str, *, archive: bool, base: Manifest | None = None,
            history: tuple[int, Timestamp | None] = (1, None)) -> str:
     """Build one unit from existing events in staging (links, copied vector rows)."""
@@ -341,7 +359,7 @@ def _stage(mem: "Memory", pairs: list[tuple["_Loaded", EventRecord]], entry: Jou
         raise
 
 
-def _fill_staged(mem: "Memory", builder, pairs: list[tuple["_Loaded", EventRecord]],
+def _fill_staged(mem: "Writer", builder, pairs: list[tuple["_Loaded", EventRecord]],
                  entry: JournalEntry, layer: str, *, archive: bool, base: Manifest | None,
                  history: tuple[int, Timestamp | None]) -> str:
     keys, rows, records = [], [], []

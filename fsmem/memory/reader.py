@@ -32,8 +32,9 @@ if TYPE_CHECKING:   # numpy, the index, embedders and plugins load on first use 
     from fsmem.search.embed import Embedder
     from fsmem.search.index import Index
     from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
+    from fsmem.memory.render import HitView
 
-__all__ = ["Reader", "Loaded", "MEDIA_STORE", "default_ranker"]
+__all__ = ["Reader", "Loaded", "MEDIA_STORE", "default_ranker", "hit_views", "find_cold"]
 
 log = logging.getLogger("fsmem.reader")
 
@@ -210,7 +211,6 @@ class Reader:
         ``hits`` (a turn's query hits) come first as their own section within
         ``memory_tokens`` (default: a third of the budget, budget_split's memory share)."""
         from fsmem.memory.render import render
-        from fsmem.memory.turn import hit_views
         views = hit_views(self, hits)
         if views and memory_tokens is None:
             memory_tokens = budget_tokens // 3
@@ -411,7 +411,6 @@ class Reader:
         return self._graph
 
     def find_cold(self, max_age_s: float = 72 * 3600, max_access: int = 2) -> list[str]:
-        from fsmem.memory.stablemem import find_cold
         return find_cold(self, max_age_s, max_access)
 
     # -- maintenance ------------------------------------------------------------------------
@@ -432,3 +431,35 @@ class Reader:
         from fsmem.homeagent.documents import legacy_counts
         out["legacy_documents"], out["legacy_unreadable"] = legacy_counts(self.root)
         return out
+
+
+def hit_views(mem: Reader, hits: Iterable[Hit]) -> list["HitView"]:
+    """The hits as the model's view shows them: label = summary (or id), text = the unit's
+    content, every event whole. Read-only; a hit gone meanwhile is left out."""
+    from fsmem.memory.render import HitView
+    out = []
+    for hit in hits:
+        try:
+            doc = mem.document(hit.unit_id)
+        except (FsmemError, OSError):
+            continue
+        out.append(HitView(label=doc.summary or hit.summary or doc.id, text=doc.content))
+    return out
+
+
+def find_cold(mem: Reader, max_age_s: float = 72 * 3600, max_access: int = 2, *,
+              now: Timestamp | None = None) -> list[str]:
+    """L2 units accessed at most ``max_access`` times (the write counts as the first, as in
+    HomeAgent) whose last access (else creation) is at least ``max_age_s`` old, oldest first
+    (HomeAgent FindColdDocs, thresholds as parameters). Counts come from the manifest a unit
+    was written with plus the access log."""
+    now_ns = (now or Timestamp.now()).ns
+    limit = now_ns - int(max_age_s * 1e9)
+    logged = mem.access.stats()
+    found = []
+    for unit in mem._load_layer("documents", with_vectors=False):
+        count, last = mem.access_of(unit.manifest, logged.get(unit.unit_id))
+        ref = (last or unit.manifest.created_at).ns
+        if count <= max_access and ref <= limit:
+            found.append((ref, unit.unit_id))
+    return [u for _, u in sorted(found)]

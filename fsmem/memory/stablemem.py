@@ -14,28 +14,32 @@ present; the next run finds the rows and only moves the unit. See docs/STABLEMEM
 from __future__ import annotations
 
 import logging
+from functools import partial
 import os
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import msgspec
 
 from fsmem.format import fsops as fsops
-from fsmem.format.blocks import hash_bytes
+from fsmem.format.blocks import hash_bytes, read_block
 from fsmem.graph.distill import DistillError, Distiller, RuleDistiller, TextPiece, Triple, unit_texts
 from fsmem.format.errors import FsmemError, NotFound, StorageError
 from fsmem.format.timestamps import Timestamp
-from fsmem.format.unit import read_manifest
+from fsmem.format.unit import block_path, read_manifest
 from fsmem.format.views import Document
+from fsmem.homeagent.documents import convert_cold_legacy
+from fsmem.memory.maintenance import after_write
+from fsmem.memory.prune import prune as prune_l1
+from fsmem.memory.reader import find_cold
 from fsmem.graph.graph import (GRAPH_FILE, BlockRow, CommitResult, Entity, Graph, Provenance, Recall,
                     Relation, UnitFacts, sentence_block_id, triple_block_id)
 
 if TYPE_CHECKING:
-    from fsmem.memory.flows import Memory
-    from fsmem.memory.reader import Reader
+    from fsmem.memory.writer import Writer
 __all__ = [
     "GRAPH_FILE", "Graph", "Entity", "Relation", "Provenance", "Recall", "CommitResult",
     "TextPiece", "UnitFacts", "BlockRow", "DistillReport", "UnitReport", "find_cold", "distill",
-    "recall_from_graph", "unit_texts", "unit_facts", "triple_block_id", "sentence_block_id",
+    "recall_from_graph", "distill_store", "unit_texts", "unit_facts", "triple_block_id", "sentence_block_id",
 ]
 
 log = logging.getLogger("fsmem.stablemem")
@@ -43,7 +47,7 @@ log = logging.getLogger("fsmem.stablemem")
 
 # -- from a unit to graph rows ------------------------------------------------------------
 
-def unit_blocks(mem: "Memory", doc: Document) -> list[BlockRow]:
+def unit_blocks(mem: "Writer", doc: Document) -> list[BlockRow]:
     """Every block of a unit as a ``memory_blocks`` row; text rows carry the original text,
     except for no_memory sources, whose text stays only in the unit (linked, not indexed)."""
     rows = []
@@ -73,13 +77,11 @@ def _sha256_of(unit_dir: str, ref) -> str:
     if ref.modality == "text":
         return ""
     import hashlib
-    from fsmem.format.blocks import read_block
-    from fsmem.format.unit import block_path
     return hashlib.sha256(read_block(block_path(unit_dir, ref), ref.digest)).hexdigest()
 
 
-def unit_facts(mem: "Memory", doc: Document, distiller: Distiller,
-               texts: Callable[["Memory", Document], list[TextPiece]] = unit_texts) -> UnitFacts:
+def unit_facts(mem: "Writer", doc: Document, distiller: Distiller,
+               texts: Callable[["Writer", Document], list[TextPiece]] = unit_texts) -> UnitFacts:
     """Run the distiller over a unit's text pieces (may raise DistillError)."""
     facts: list[tuple[TextPiece, Triple]] = []
     for piece in texts(mem, doc):
@@ -115,28 +117,10 @@ class DistillReport(msgspec.Struct, kw_only=True):
     error: str = ""               # why the run stopped early after committing ('' if it did not)
 
 
-def find_cold(mem: "Reader", max_age_s: float = 72 * 3600, max_access: int = 2, *,
-              now: Timestamp | None = None) -> list[str]:
-    """L2 units accessed at most ``max_access`` times (the write counts as the first, as in
-    HomeAgent) whose last access (else creation) is at least ``max_age_s`` old, oldest first
-    (HomeAgent FindColdDocs, thresholds as parameters). Counts come from the manifest a unit
-    was written with plus the access log."""
-    now_ns = (now or Timestamp.now()).ns
-    limit = now_ns - int(max_age_s * 1e9)
-    logged = mem.access.stats()
-    found = []
-    for unit in mem._load_layer("documents", with_vectors=False):
-        count, last = mem.access_of(unit.manifest, logged.get(unit.unit_id))
-        ref = (last or unit.manifest.created_at).ns
-        if count <= max_access and ref <= limit:
-            found.append((ref, unit.unit_id))
-    return [u for _, u in sorted(found)]
-
-
-def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
+def distill(mem: "Writer", *, max_age_s: float = 72 * 3600, max_access: int = 2,
             distiller: Distiller | None = None, dry_run: bool = False,
             now: Timestamp | None = None, move_empty: bool = False,
-            texts: Callable[["Memory", Document], list[TextPiece]] = unit_texts,
+            texts: Callable[["Writer", Document], list[TextPiece]] = unit_texts,
             progress: Callable[[int, int], None] | None = None,
             busy_timeout_s: float = 10.0) -> DistillReport:
     """Distil cold L2 units into graph.db and move each, whole, into stablemem/.
@@ -177,8 +161,19 @@ def distill(mem: "Memory", *, max_age_s: float = 72 * 3600, max_access: int = 2,
     return report
 
 
-def _distill_unit(mem: "Memory", graph: Graph | None, unit_id: str, distiller: Distiller,
-                  texts: Callable[["Memory", Document], list[TextPiece]], move_empty: bool,
+def distill_store(mem: "Writer", *, max_age_s: float = 72 * 3600, max_access: int = 2,
+                  distiller: Distiller | None = None, dry_run: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> DistillReport:
+    """``Memory.distill``: cold legacy HomeAgent documents first become new-format units,
+    whole (unless ``dry_run``), then ``distill`` runs."""
+    if not dry_run:
+        convert_cold_legacy(mem, max_age_s, max_access)
+    return distill(mem, max_age_s=max_age_s, max_access=max_access, distiller=distiller,
+                   dry_run=dry_run, progress=progress)
+
+
+def _distill_unit(mem: "Writer", graph: Graph | None, unit_id: str, distiller: Distiller,
+                  texts: Callable[["Writer", Document], list[TextPiece]], move_empty: bool,
                   report: DistillReport) -> None:
     """Extract one cold unit and (unless a dry run: ``graph`` None) commit and move it."""
     try:
@@ -214,7 +209,7 @@ def _distill_unit(mem: "Memory", graph: Graph | None, unit_id: str, distiller: D
     report.units.append(entry)
 
 
-def _commit_and_move(mem: "Memory", graph: Graph, unit: UnitFacts, report: DistillReport) -> bool:
+def _commit_and_move(mem: "Writer", graph: Graph, unit: UnitFacts, report: DistillReport) -> bool:
     """One graph transaction, then one rename. Once the rows are committed a failing move
     does not fail the run: it raises only when the unit stayed in documents/ (the next run
     moves it), and a rename that happened counts as moved."""
@@ -239,9 +234,11 @@ def _commit_and_move(mem: "Memory", graph: Graph, unit: UnitFacts, report: Disti
     return True
 
 
-def recall_from_graph(mem: "Memory", names: Sequence[str] | str, depth: int = 2) -> list[str]:
+def recall_from_graph(mem: "Writer", names: Sequence[str] | str, depth: int = 2, *,
+                      prune: Callable[[str], object] | None = None) -> list[str]:
     """Bring the original units of the facts around ``names`` back into L1, each by one
-    rename (stablemem/ or documents/ -> context/), as ``Memory.recall`` does; returns them."""
+    rename (stablemem/ or documents/ -> context/), as ``Memory.recall`` does; returns them.
+    ``prune(query)``: the memory's prune (``Memory.prune``; default: the plain one)."""
     if isinstance(names, str):
         names = [names]
     with Graph(mem) as graph:
@@ -269,12 +266,11 @@ def recall_from_graph(mem: "Memory", names: Sequence[str] | str, depth: int = 2)
                 break
             moved.append(unit_id)
     if moved and mem.auto_prune:
-        from fsmem.memory.maintenance import after_write
-        after_write(mem, lambda: mem.prune(query=" ".join(names)))
+        after_write(mem.store, lambda: (prune or partial(prune_l1, mem))(query=" ".join(names)))
     return moved
 
 
-def _move_to_context(mem: "Memory", layer: str, unit_id: str) -> None:
+def _move_to_context(mem: "Writer", layer: str, unit_id: str) -> None:
     src = mem.store.unit_dir(layer, unit_id)
     fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
     if mem.store.sync:
@@ -282,7 +278,7 @@ def _move_to_context(mem: "Memory", layer: str, unit_id: str) -> None:
     mem.store.move(unit_id, layer, "context")
 
 
-def _locate(mem: "Memory", unit_id: str, event_id: str) -> tuple[str, str]:
+def _locate(mem: "Writer", unit_id: str, event_id: str) -> tuple[str, str]:
     """(layer, unit id) holding the fact: the unit named by the graph, else (after a prune
     regrouped events) whichever unit now holds the event."""
     try:

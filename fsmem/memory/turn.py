@@ -29,14 +29,14 @@ import msgspec
 from fsmem.format.errors import FormatError, FsmemError
 from fsmem.format.model import Event, TextEvent
 from fsmem.format.plugins import _POLICIES, ChannelDef, Plugins
-from fsmem.store.store import Store
+from fsmem.store.pins import tick_pins
 from fsmem.format.views import Hit
+from fsmem.memory.writer import as_event
 
 if TYPE_CHECKING:
-    from fsmem.memory.flows import Memory
-    from fsmem.memory.render import HitView
+    from fsmem.memory.writer import Writer
 
-__all__ = ["InjectOptions", "TurnResult", "run_turn", "hit_views", "read_pins", "pin_units", "tick_pins",
+__all__ = ["InjectOptions", "TurnResult", "run_turn",
            "CONTEXT_POLICIES", "RECALL_POLICIES", "PRIORITIES", "RECALL_TOP_K"]
 
 log = logging.getLogger("fsmem.turn")
@@ -45,8 +45,6 @@ CONTEXT_POLICIES = _POLICIES["context_policy"]
 RECALL_POLICIES = _POLICIES["recall_policy"]
 PRIORITIES = ("", "L1", "L2", "L3", "L4")
 RECALL_TOP_K = 3            # HomeAgent injects Query(input, top 3)
-PINS_FILE = "pins.json"
-_PINS_CAP = 1 << 20         # a pins file is a few hundred bytes; refuse anything huge
 
 
 @dataclass(frozen=True)
@@ -92,80 +90,6 @@ class TurnResult:
 
 # -- pins ---------------------------------------------------------------------------------
 
-class _Pins(msgspec.Struct, kw_only=True):
-    format: int = 1
-    pins: dict[str, int] = {}     # unit id -> write calls it still survives
-
-
-_pins_decoder = msgspec.json.Decoder(_Pins)
-
-
-def _pins_path(store: Store) -> str:
-    return os.path.join(store.meta, PINS_FILE)
-
-
-def read_pins(store: Store) -> dict[str, int]:
-    """The pinned L1 unit ids (nothing when the file is absent or unreadable: a pin is a
-    courtesy to the agent, never needed for consistency). Opened safely, read-only."""
-    path = _pins_path(store)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return {}
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _PINS_CAP:
-            log.warning("%s: not a small regular file; ignoring pins", path)
-            return {}
-        data = os.read(fd, _PINS_CAP + 1)
-    finally:
-        os.close(fd)
-    try:
-        return dict(_pins_decoder.decode(data).pins)
-    except msgspec.DecodeError as exc:
-        log.warning("%s: undecodable pins ignored: %s", path, exc)
-        return {}
-
-
-def _write_pins(store: Store, pins: dict[str, int]) -> None:
-    """Replace the pins file atomically (under the writer lock, the only writer of pins);
-    temp files a crashed writer left beside it go first."""
-    from fsmem.format import fsops as _fsops
-    path = _pins_path(store)
-    for name in os.listdir(store.meta):
-        if name.startswith(PINS_FILE + ".") and name.endswith(".tmp"):
-            _fsops.unlink(os.path.join(store.meta, name))
-    if not pins:
-        if os.path.lexists(path):
-            _fsops.unlink(path)
-        return
-    store.write_file_atomic(path, msgspec.json.encode(_Pins(pins=pins)))
-
-
-def pin_units(store: Store, unit_ids: Iterable[str]) -> None:
-    """Pin freshly recalled units through the rest of this turn (call under the lock)."""
-    ids = list(unit_ids)
-    if not ids:
-        return
-    pins = read_pins(store)
-    pins.update({uid: 1 for uid in ids})
-    _write_pins(store, pins)
-
-
-def tick_pins(store: Store) -> None:
-    """One write call ended: pins that have lived through it are released; pins of units
-    no longer in L1 are dropped."""
-    pins = read_pins(store)
-    if not pins:
-        return
-    with store.locked():
-        pins = read_pins(store)
-        kept = {uid: n - 1 for uid, n in pins.items()
-                if n > 1 and os.path.isdir(store.unit_dir("context", uid))}
-        if kept != pins:
-            _write_pins(store, kept)
-
-
 # -- the turn -----------------------------------------------------------------------------
 
 def _clean(plugins: Plugins, event: Event, opts: InjectOptions) -> str:
@@ -194,16 +118,6 @@ def _overlay(plugins: Plugins, source: str, opts: InjectOptions) -> Plugins | No
     return Plugins(tools=dict(plugins.tools), channels=channels)
 
 
-def _as_event(event: Event | TextEvent | dict) -> Event:
-    if isinstance(event, dict):
-        event = TextEvent(**event) if "content" in event else Event(**event)
-    if isinstance(event, TextEvent):
-        return event.to_event()
-    if not isinstance(event, Event):
-        raise FormatError(f"turn: expected an Event or TextEvent, got {type(event).__name__}")
-    return event
-
-
 def _policies(plugins: Plugins, source: str, opts: InjectOptions) -> tuple[str, str]:
     """(context policy, recall policy) of the input: the options', else its channel's."""
     ch = plugins.channels.get(source)
@@ -230,7 +144,7 @@ def _tool_focus(plugins: Plugins, events: list[Event]) -> tuple[list[str], list[
     return prune, recall
 
 
-def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
+def run_turn(mem: "Writer", input_event: Event | TextEvent | dict,
              response_event: Event | TextEvent | dict | None = None, *,
              options: InjectOptions | None = None,
              context_tokens: int | None = None) -> TurnResult:
@@ -238,8 +152,8 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     budget for this turn's watermark."""
     opts = options if options is not None else InjectOptions()
     opts.check(mem.plugins)
-    first = _as_event(input_event)
-    events = [first] + ([_as_event(response_event)] if response_event is not None else [])
+    first = as_event(input_event)
+    events = [first] + ([as_event(response_event)] if response_event is not None else [])
     result = TurnResult(priority="L3" if opts.priority == "L4" else opts.priority)
     overlay = _overlay(mem.plugins, first.source, opts)
     result.focus = _clean(mem.plugins, first, opts)
@@ -262,9 +176,9 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     step = prune_after(outcome, lambda: result.archived.extend(
         prune_context(mem, " ".join(focus), context_tokens=tokens))) if due else None
     if step is not None:
-        after_write(mem, step)
+        after_write(mem.store, step)
     if _l1_events(mem) > 2 * mem.context_capacity:
-        after_write(mem, lambda: result.archived.extend(   # maintenance
+        after_write(mem.store, lambda: result.archived.extend(   # maintenance
             prune_context(mem, "", context_tokens=tokens)))
     queries = ([result.focus] if recall == "auto" and result.focus else []) + tool_recall
     seen: set[str] = set()
@@ -281,22 +195,7 @@ def run_turn(mem: "Memory", input_event: Event | TextEvent | dict,
     return result
 
 
-def hit_views(mem: "Memory", hits: Iterable[Hit]) -> list["HitView"]:
-    """The hits as the model's view shows them: label = summary (or id), text = the unit's
-    content, every event whole. Read-only; a hit gone meanwhile is left out."""
-    from fsmem.format.errors import FsmemError
-    from fsmem.memory.render import HitView
-    out = []
-    for hit in hits:
-        try:
-            doc = mem.document(hit.unit_id)
-        except (FsmemError, OSError):
-            continue
-        out.append(HitView(label=doc.summary or hit.summary or doc.id, text=doc.content))
-    return out
-
-
-def _l1_events(mem: "Memory") -> int:
+def _l1_events(mem: "Writer") -> int:
     """L1's event count, from the writer's L1 cache (fsmem.l1cache: only units changed since
     are read; reading every manifest here cost ~30 reads a turn)."""
     from fsmem.memory.l1cache import load_context

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from fsmem.format.model import encode
 from fsmem.ingest.archive import export_archive, import_archive
 from fsmem.ingest.importers import import_chatgpt
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.store.store import LAYERS
 
 __all__ = ["add_cli"]

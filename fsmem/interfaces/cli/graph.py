@@ -11,7 +11,7 @@ from fsmem.format.model import encode
 from fsmem.graph.distill import Distiller, LLMDistiller, RuleDistiller
 from fsmem.graph.graph import Graph, Recall
 from fsmem.interfaces.cli.progress import progress
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 from fsmem.memory.reader import Reader
 
 __all__ = ["add_cli", "cmd_distill", "cmd_graph"]

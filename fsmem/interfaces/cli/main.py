@@ -18,7 +18,7 @@ from fsmem.interfaces.cli.args import (Parser, UsageError, add_globals, positive
                        timestamp_arg, tool_result_arg, stdin_text, version_string)
 
 if TYPE_CHECKING:
-    from fsmem.memory.flows import Memory
+    from fsmem.memory.facade import Memory
     from fsmem.format.model import Event, MediaAttachment
     from fsmem.memory.reader import Reader
 
@@ -40,7 +40,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def _open(args: argparse.Namespace, **kw: Any) -> "Memory":
     """A writer on an existing store (``init``, ``demo`` and ``--init`` create one), with the
     store's settings (flags and FSMEM_* override them)."""
-    from fsmem.memory.flows import Memory
+    from fsmem.memory.facade import Memory
     create = args.verb in ("init", "adopt") or getattr(args, "init", False)
     cfg = _settings(args)
     for key in ("context_capacity", "context_protected", "durability", "lock_timeout"):

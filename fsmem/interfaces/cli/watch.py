@@ -16,7 +16,7 @@ from fsmem.format.errors import FsmemError
 from fsmem.ingest.inbox import Outcome, _Interrupted
 from fsmem.ingest.inbox_dirs import _display
 from fsmem.ingest.watch import DEFAULT_RESCAN_S, DEFAULT_SIZE_CAP, Watcher
-from fsmem.memory.flows import Memory
+from fsmem.memory.facade import Memory
 
 __all__ = ["add_cli", "cmd_watch", "main"]
 

@@ -1,46 +1,48 @@
-"""The layer flows: commit and append write units; prune, recall and query move or read them.
+"""The write core every flow builds on: a unit staged, filled and published under the writer
+lock, and the derived state (the index, deferred vectors) kept in step with what was written.
 
-Everything here speaks in units, events and blocks; paths come from ``Store`` and ``unit``.
-The compute layer (vectors) is derived from block text through the plugin declarations and
-stored inside each unit, so no move between layers ever recomputes it.
+``Writer`` is the read side (``Reader``) plus the store's lock and these primitives; the flows
+(fsmem.memory.appending, prune, recall, turn, stablemem) take a ``Writer`` and the ``Memory``
+facade (fsmem.memory.facade) delegates to them. Everything here speaks in units, events and
+blocks; paths come from ``Store`` and ``fsmem.format.unit``. The compute layer (vectors) is
+derived from block text through the plugin declarations and stored inside each unit, so no
+move between layers ever recomputes it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from fsmem.format import fsops as fsops
-from fsmem.search.embed import Embedder, HashEmbedder
+import msgspec
+
+from fsmem.format import fsops
 from fsmem.format.errors import FormatError, FsmemError, NotFound, StorageError
-from fsmem.search.lazy_vectors import stores_vectors
-from fsmem.format.model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest, MediaAttachment,
-                    TextEvent, ToolResult, check_name)
-from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
-from fsmem.search.ranking import DEFAULT_RANKER   # not from .index: an append never loads the index
-from fsmem.memory.reader import MEDIA_STORE, Loaded, Reader, default_ranker
-from fsmem.store.store import Durability, Store, new_unit_id
+from fsmem.format.model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest,
+                                MediaAttachment, TextEvent, ToolResult, check_name)
+from fsmem.format.plugins import Plugins
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import UnitBuilder, Written
+from fsmem.memory.reader import MEDIA_STORE, Loaded, Reader
+from fsmem.search.embed import Embedder
+from fsmem.search.lazy_vectors import stores_vectors
+from fsmem.search.ranking import DEFAULT_RANKER   # not from the index: an append never loads it
+from fsmem.store.store import Store, new_unit_id
 
-__all__ = ["Memory"]
-
-if TYPE_CHECKING:
-    from fsmem.memory.turn import InjectOptions, TurnResult
+__all__ = ["Writer", "as_event", "check_strings", "with_changes", "shared_embedder"]
 
 log = logging.getLogger("fsmem.flows")
-_Loaded = Loaded   # the name prune.py and older callers use
 
 
-class Memory(Reader):
-    """A three-layer memory rooted at a directory (see README and docs/FORMAT.md): the read
-    side of ``Reader`` plus every write, each under the store's writer lock."""
+class Writer(Reader):
+    """The read side plus every write primitive, each under the store's writer lock."""
 
     writable = True
-    _filler = None   # fsmem.vector_cache.VectorFiller when vectors are deferred
-    vectors_mode = "auto"   # Memory.open's ``vectors`` (fsmem.lazy_vectors.stores_vectors)
+    _filler = None   # fsmem.search.vector_cache.VectorFiller when vectors are deferred
+    vectors_mode = "auto"   # Memory.open's ``vectors`` (fsmem.search.lazy_vectors.stores_vectors)
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,
@@ -54,66 +56,7 @@ class Memory(Reader):
         self.auto_prune = auto_prune
         self.context_tokens = context_tokens   # the host's token budget: sets prune's watermark
 
-    @classmethod
-    def open(cls, root: str | os.PathLike, *, context_capacity: int | None = None,
-             context_protected: int | None = None,
-             plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
-             embedder: Embedder | None = None, durability: Durability | None = None,
-             lock_timeout: float | None = None, auto_prune: bool = True, create: bool = True,
-             ranker: str | None = None, readonly: bool = False,
-             adopt: bool = False, context_tokens: int | None = None,
-             vectors: str = "auto") -> "Memory | Reader":
-        """Open (creating what is missing) the store at ``root`` and run crash recovery.
-
-        ``readonly=True`` returns a ``Reader`` instead: no lock, nothing created or written,
-        works on a read-only filesystem (NotAStore if ``root`` holds no store). ``adopt``
-        adopts HomeAgent's ``context.json`` into L1 (fsmem.legacy_context). ``context_tokens``
-        (the host's token budget for L1) sets prune's low watermark. ``vectors``: "inline"
-        (embedded into each unit at commit), "deferred" (embedded after the commit returns,
-        into the derived vector cache, fsmem.vector_cache) or "auto" (deferred for a real
-        embedder; for the hashed default, inline under a ranker that reads vectors, else
-        none stored: computed on first use, fsmem.lazy_vectors)."""
-        if vectors not in ("auto", "inline", "deferred"):
-            raise ValueError(f"vectors must be auto, inline or deferred, got {vectors!r}")
-        if readonly:
-            return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
-        from fsmem.store.config import effective   # .fsmem/config.toml < FSMEM_* < these arguments
-        cfg = effective(root, {"context_capacity": context_capacity,
-                               "context_protected": context_protected,
-                               "durability": durability, "lock_timeout": lock_timeout})
-        context_capacity, context_protected = cfg["context_capacity"], cfg["context_protected"]
-        durability, lock_timeout = cfg["durability"], cfg["lock_timeout"]
-        store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,
-                      create=create)
-        filler_embedder = None
-        if vectors == "deferred" or (vectors == "auto" and embedder is not None
-                                     and not isinstance(embedder, HashEmbedder)):
-            embedder = filler_embedder = _shared_embedder(embedder or HashEmbedder())
-        mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
-                  plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
-                  auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
-                  context_tokens=context_tokens)
-        mem.vectors_mode = vectors
-        if filler_embedder is not None:
-            from fsmem.search.vector_cache import VectorCache, VectorFiller
-            mem._filler = VectorFiller(VectorCache(store.meta, filler_embedder.fingerprint,
-                                                   filler_embedder.dim,
-                                                   durable=durability == "full"),
-                                       filler_embedder.embed)
-        mem.access.create()
-        with store.locked():  # taking the lock runs recovery
-            from fsmem.homeagent.documents import allow_record
-            allow_record(store.root)
-            if adopt and os.path.isfile(os.path.join(store.root, "context.json")):
-                from fsmem.homeagent.context import adopt as adopt_context
-                try:
-                    adopt_context(mem)
-                except FormatError as exc:
-                    log.error("context.json not adopted: %s", exc)
-        from fsmem.memory.maintenance import repair_owed
-        repair_owed(mem)   # a prune a previous process owed (never fails the open)
-        return mem
-
+    # -- closing ---------------------------------------------------------------------------
     def close(self) -> None:
         """Save the search index if it has unsaved changes (it is derived: optional), fold
         the access log if it has grown, and close graph.db (deferred vectors are filled
@@ -133,14 +76,7 @@ class Memory(Reader):
             log.warning("%s: derived state not saved: %s", self.root, exc)
         super().close()
 
-    def timeline(self) -> list[Event]:
-        """The L1 events sorted by original timestamp (ties: arrival, then event id), from
-        the L1 this process keeps in memory (fsmem.l1cache): a turn re-reads only what
-        changed. The events are shared with that cache: do not modify them."""
-        from fsmem.memory.l1cache import context_timeline
-        return context_timeline(self)
-
-    # -- deferred vectors (fsmem.vector_cache) -------------------------------------------
+    # -- deferred vectors (fsmem.search.vector_cache) ---------------------------------------
     def flush_vectors(self) -> None:
         """Wait until every deferred vector submitted so far is in the cache, and let the
         index use them. A no-op when vectors are inline."""
@@ -200,24 +136,7 @@ class Memory(Reader):
             self._index.refresh_vectors()
             self._index._unsaved += 1
 
-    # -- L3 stable memory -----------------------------------------------------------------
-    def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
-                dry_run: bool = False, progress=None):
-        """Distil cold L2 units (legacy HomeAgent documents included: they first become
-        new-format units, whole) into graph.db, moving each original into stablemem/."""
-        from fsmem.memory.stablemem import distill
-        if not dry_run:
-            from fsmem.homeagent.documents import convert_cold_legacy
-            convert_cold_legacy(self, max_age_s, max_access)
-        return distill(self, max_age_s=max_age_s, max_access=max_access, distiller=distiller,
-                       dry_run=dry_run, progress=progress)
-
-    def recall_from_graph(self, names, depth: int = 2) -> list[str]:
-        """Bring the original units of the facts about ``names`` back to L1 (one rename each)."""
-        from fsmem.memory.stablemem import recall_from_graph
-        return recall_from_graph(self, names, depth)
-
-    # -- index --------------------------------------------------------------------------
+    # -- the index ---------------------------------------------------------------------------
     def reconcile(self, *, full: bool = True) -> dict[str, int]:
         """Bring the index in step with units added, moved or removed by plain file tools;
         returns how many entries were added and removed. ``full=False``: list ``documents/``
@@ -278,32 +197,7 @@ class Memory(Reader):
         except OSError:
             return None
 
-    # -- writing ------------------------------------------------------------------------
-    def commit(self, content: str, *, summary: str = "", tags: Sequence[str] = (),
-               attachments: Sequence[MediaAttachment] = (), source: str = "manual",
-               timestamp: object = None, entities: Sequence[str] = (),
-               meta: dict[str, str] | None = None, media_digests: Sequence[str] = (),
-               event_id: str | None = None) -> str:
-        """Write one L2 unit holding one event (``content`` as its input text block).
-
-        ``media_digests`` (coldcontext_commit's parameter) are digests or unique prefixes of
-        blocks already in the store, or sha256 digests of HomeAgent's media store.
-        ``event_id`` is an idempotency key (as in ``append``): when that event is already
-        stored, nothing is written and the id of the unit holding it is returned."""
-        atts = [*attachments, *(MediaAttachment(digest=d) for d in media_digests)]
-        event = Event(timestamp=Timestamp.coerce(timestamp), source=source, input=content,
-                      attachments=atts, id=check_name(event_id, "event_id") if event_id else "")
-        with self.store.locked():
-            if event_id:
-                from fsmem.memory.maintenance import stored_event
-                holder = stored_event(self, event_id)
-                if holder:
-                    log.info("%s: event %s already stored in %s; nothing committed",
-                             self.root, event_id, holder)
-                    return holder
-            return self.commit_events([event], summary=summary, tags=tags, source=source,
-                                      entities=entities, meta=meta)
-
+    # -- writing -----------------------------------------------------------------------------
     def commit_events(self, events: Sequence[Event | TextEvent], *, summary: str = "",
                       tags: Sequence[str] = (), source: str = "manual",
                       entities: Sequence[str] = (), meta: dict[str, str] | None = None,
@@ -311,7 +205,7 @@ class Memory(Reader):
                       plugins: Plugins | None = None) -> str:
         """Write one unit holding ``events`` into ``layer`` (documents by default);
         ``plugins`` overrides the declarations for the compute layer of these events."""
-        _check_strings(summary=summary, source=source, tags=tags, entities=entities)
+        check_strings(summary=summary, source=source, tags=tags, entities=entities)
         fill = self._events_fill(events, plugins)
         return self.write_unit(layer, fill, unit_id=unit_id, summary=summary, tags=list(tags),
                                entities=list(entities), source=source, meta=dict(meta or {}))
@@ -338,7 +232,7 @@ class Memory(Reader):
         the open file ``fd`` as an attachment block, hashed from the same bytes it writes
         (never loaded whole into memory). ``head`` (the first bytes) gives image dimensions."""
         ts = Timestamp.coerce(timestamp)
-        _check_strings(mime=mime, name=name, text=text, summary=summary, source=source)
+        check_strings(mime=mime, name=name, text=text, summary=summary, source=source)
 
         def fill(builder: UnitBuilder) -> tuple[list[EventRecord], list[tuple[str, str]]]:
             event_id = new_unit_id("e")
@@ -429,68 +323,11 @@ class Memory(Reader):
         try:
             yield
         except BaseException as exc:
-            _remove_tree(builder.path)
+            fsops.rmtree(builder.path)
             if isinstance(exc, OSError) and not isinstance(exc, FsmemError):
                 raise StorageError(exc.errno, f"{self.root}: commit failed, nothing published: "
                                    f"{exc}") from exc
             raise
-
-    def append(self, event: Event | TextEvent | dict, *, event_id: str | None = None) -> str:
-        """Add one event to L1 (durable on return); prunes (down to the watermark) if L1 is
-        over capacity; releases the pins of a recall made before the previous write call.
-
-        ``event_id`` (or the event's own ``id``) is an idempotency key: when an event with
-        that id is already stored (L1, or L2 within ``maintenance.IDEMPOTENCY_WINDOW_S``),
-        nothing is stored and the id is returned. Once the event is durable, append
-        succeeds: a failing prune is logged, owed (``.fsmem/maintenance``) and retried by
-        the next write or open (fsmem.maintenance)."""
-        from fsmem.memory.appending import pruning_publish
-        from fsmem.memory.maintenance import stored_event
-        from fsmem.memory.turn import _as_event
-        draft = _as_event(event)
-        if event_id is not None:
-            draft = _with(draft, id=check_name(event_id, "event_id"))
-        query = " ".join(self._compute_texts(draft))
-        outcome: list[object] = []   # what its own prune did (appending.pruning_publish)
-        with self.store.locked():
-            if draft.id and stored_event(self, draft.id):
-                log.info("%s: event %s already stored; nothing appended", self.root, draft.id)
-                return draft.id
-            combined = self.auto_prune and self.context_protected >= 1
-            event_id = self._append_draft(draft, publish_with=pruning_publish(
-                self, query, outcome) if combined else None)
-        self._after_append(query, outcome[0] if outcome else None)
-        return event_id
-
-    def _after_append(self, query: str, outcome: object) -> None:
-        """The maintenance after a durable append (fsmem.appending): the prune if it did not
-        go with the append's entry (``outcome`` None: prune now; an error: owed), then the
-        recall pins' tick."""
-        from fsmem.memory.appending import prune_after
-        from fsmem.memory.maintenance import after_write
-        from fsmem.memory.turn import tick_pins
-        step = prune_after(outcome, lambda: self.prune(query=query)) if self.auto_prune \
-            else None
-        after_write(self, *([step] if step is not None else []), lambda: tick_pins(self.store))
-
-    def append_many(self, events: Sequence[Event | TextEvent | dict]) -> list[str]:
-        """Add a burst of events to L1, each as its own unit (as ``append`` does), with one
-        durability barrier for the burst (group commit: one journal entry publishes them
-        all, and the prune they cause when ``context_protected`` covers the burst; else it
-        prunes after); returns the event ids in order.
-
-        All or nothing: a bad event or a failing write stores none of them; after a crash,
-        recovery completes the burst or leaves no trace of it. Idempotency keys (an event's
-        ``id``) are honoured as in ``append``: an event already stored, or repeated in the
-        burst, is not stored again and its id is returned."""
-        from fsmem.memory.appending import append_burst
-        from fsmem.memory.turn import _as_event
-        drafts = [_as_event(e) for e in events]
-        query = " ".join(t for d in drafts for t in self._compute_texts(d))
-        ids, _archived, outcome = append_burst(
-            self, drafts, prune=query if self.auto_prune else None)
-        self._after_append(query, outcome)
-        return ids
 
     def _append_draft(self, draft: Event, *, plugins: Plugins | None = None,
                       publish_with: "Callable[[UnitBuilder, Written], bool] | None" = None
@@ -498,22 +335,12 @@ class Memory(Reader):
         """Write one event into L1 as its own unit, without pruning (unless ``publish_with``
         does, see ``write_unit``); returns its id."""
         event_id = draft.id or new_unit_id("e")
-        draft = _with(draft, id=event_id, timestamp=Timestamp.coerce(draft.timestamp))
-        _check_strings(source=draft.source)
+        draft = with_changes(draft, id=event_id, timestamp=Timestamp.coerce(draft.timestamp))
+        check_strings(source=draft.source)
         self.write_unit("context", self._events_fill([draft], plugins),
                         publish_with=publish_with, summary="", tags=[], entities=[],
                         source=draft.source, meta={})
         return event_id
-
-    def turn(self, input_event: Event | TextEvent | dict,
-             response_event: Event | TextEvent | dict | None = None, *,
-             options: "InjectOptions | None" = None,
-             context_tokens: int | None = None) -> "TurnResult":
-        """One agent turn (HomeAgent's memoryPass): append, then act on the policies; returns
-        a fsmem.turn.TurnResult (event ids, query hits for the view, archived units)."""
-        from fsmem.memory.turn import run_turn
-        return run_turn(self, input_event, response_event, options=options,
-                        context_tokens=context_tokens)
 
     def _write_event(self, builder: UnitBuilder, draft: Event, links: list[tuple[str, BlockRef]],
                      plugins: Plugins | None = None
@@ -521,7 +348,7 @@ class Memory(Reader):
         """Blocks of one event: input and response text blocks, tool outputs, attachments."""
         ts = Timestamp.coerce(draft.timestamp, field="event.timestamp")
         event_id = check_name(draft.id or new_unit_id("e"), "event id")
-        _check_strings(source=draft.source, role=draft.role, tools_used=draft.tools_used)
+        check_strings(source=draft.source, role=draft.role, tools_used=draft.tools_used)
         blocks: list[BlockRef] = []
         texts: list[tuple[str, str]] = []
         compute = plugins or self.plugins
@@ -540,7 +367,7 @@ class Memory(Reader):
                        compute.source_text(draft.source, draft.response))
         results = []
         for tr in draft.tool_results:
-            _check_strings(tool_name=tr.name, tool_output=tr.output)
+            check_strings(tool_name=tr.name, tool_output=tr.output)
             ref = text_block(tr.output, "tool_output",
                              compute.tool_text(draft.source, tr.name, tr.output))
             results.append(ToolResult(name=tr.name, block=ref.digest))
@@ -587,101 +414,13 @@ class Memory(Reader):
                 out.append(self.find_block(att.digest))
         return out
 
-    # -- compute layer ------------------------------------------------------------------
     def _compute_texts(self, draft: Event) -> list[str]:
         texts = [self.plugins.source_text(draft.source, draft.input),
                  self.plugins.source_text(draft.source, draft.response)]
         texts += [self.plugins.tool_text(draft.source, t.name, t.output) for t in draft.tool_results]
         return [t for t in texts if t.strip()]
 
-    # -- recall / prune ---------------------------------------------------------------------
-    def recall(self, text: str, top_k: int = 3) -> list[str]:
-        """Move the best L2 matches into L1, each by one rename; returns the moved unit ids.
-
-        Once one unit has moved, recall succeeds: a later hit that cannot move is logged and
-        left in L2; pinning and the prune into a full L1 are maintenance (a failure is
-        logged and owed, fsmem.maintenance). Recall fails only with nothing moved."""
-        moved: list[str] = []
-        hits = self._search(text, top_k)   # brings the index in step once, not per hit
-        for hit in hits:
-            try:
-                uid = self._recall_hit(hit.unit_id)
-            except (OSError, FsmemError) as exc:
-                uid = self._moved_anyway(hit.unit_id)
-                if not moved and not uid:
-                    raise
-                log.warning("%s: recall stopped after %d unit(s); %s stays in documents/: %s",
-                            self.root, len(moved) + bool(uid), hit.unit_id, exc)
-                moved += [uid] if uid else []
-                break
-            if uid:
-                moved.append(uid)
-        if moved:
-            from fsmem.memory.maintenance import after_write
-            after_write(self, lambda: self._pin(moved),
-                        lambda: self.prune(query=text) if self.auto_prune else None)
-        return moved
-
-    def _recall_hit(self, unit_id: str) -> str | None:
-        """Move one L2 unit (or legacy document) into L1; its id, or None when another
-        process took it first."""
-        legacy_file = self._index.legacy_file(unit_id)
-        with self.store.locked():
-            if legacy_file:
-                from fsmem.homeagent.documents import recall_legacy
-                uid = recall_legacy(self, legacy_file)
-                self._indexed(unit_id, "documents", added=False)
-                return uid or None
-            src = self.store.unit_dir("documents", unit_id)
-            if not os.path.isdir(src):
-                return None  # another process recalled it first
-            fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
-            if self.store.sync:
-                fsops.fsync_dir(src)
-            before = self._index_stamp("documents")
-            self.store.move(unit_id, "documents", "context")
-            self._indexed(unit_id, "documents", added=False, before=before)
-            return unit_id
-
-    def _moved_anyway(self, unit_id: str) -> str | None:
-        """After a failed move: the unit id when its rename happened all the same (a parent
-        fsync failed after it): it is in L1 and the index is told."""
-        if not os.path.isdir(self.store.unit_dir("context", unit_id)):
-            return None
-        self._indexed(unit_id, "documents", added=False)
-        return unit_id
-
-    def _pin(self, moved: list[str]) -> None:
-        """Pin recalled units through the rest of this turn (fsmem.turn)."""
-        from fsmem.memory.turn import pin_units
-        with self.store.locked():
-            pin_units(self.store, moved)   # never evicted before the next turn
-
-    def prune(self, query: str = "") -> str | None:
-        """If L1 holds more than capacity, move the least relevant unprotected, unpinned
-        events down to the watermark into new L2 units, one per coherent group, in one
-        journal entry (exactly once); returns the first unit's id, or None when nothing
-        moved (fsmem.prune.prune_context returns them all)."""
-        from fsmem.memory.prune import prune_context
-        try:
-            ids = prune_context(self, query)
-        except FsmemError as exc:   # a damaged L1 unit: prune around it, once
-            damaged = self._damaged_context()
-            if not damaged:
-                raise
-            log.warning("%s: pruning around damaged L1 units %s (fsck reports them): %s",
-                        self.root, ", ".join(sorted(damaged)), exc)
-            ids = prune_context(self, query, skip=damaged)
-        return ids[0] if ids else None
-
-    def _damaged_context(self) -> frozenset[str]:
-        """L1 units whose manifest, blocks or vectors fail verification (the failure path
-        of prune only: every block of L1 is read)."""
-        from fsmem.format.unit import damaged
-        with self.store.locked():
-            return frozenset(uid for uid, path in self.store.list_layer("context").items()
-                             if damaged(path, uid))
-
+    # -- removing ----------------------------------------------------------------------------
     def remove(self, unit_id: str, layer: str = "documents") -> None:
         """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""
         path = self.store.unit_dir(layer, unit_id)
@@ -697,23 +436,17 @@ class Memory(Reader):
             self.store.discard(path)
         self._indexed(unit_id, layer, added=False)
 
-    # -- maintenance ----------------------------------------------------------------------
-    def snapshot(self, dest: str | os.PathLike[str]):
-        """A point-in-time copy of the store at ``dest`` (fsmem.snapshot.snapshot)."""
-        from fsmem.store.snapshot import snapshot
-        return snapshot(self.root, dest)
-
-    def fsck(self, *, fix: bool = False, read_data: bool = True):
-        """Read-only check; with ``fix``, under the writer lock: pending journals completed
-        and dead staging cleaned by recovery (reported as fixed), damaged units quarantined."""
-        from fsmem.memory.fsck import fsck, fsck_fix
-        if not fix:
-            return fsck(self.store, read_data=read_data)
-        return fsck_fix(self.store, read_data=read_data)
+    def _damaged_context(self) -> frozenset[str]:
+        """L1 units whose manifest, blocks or vectors fail verification (the failure path
+        of prune only: every block of L1 is read)."""
+        from fsmem.format.unit import damaged
+        with self.store.locked():
+            return frozenset(uid for uid, path in self.store.list_layer("context").items()
+                             if damaged(path, uid))
 
 
-def _with(event: Event, **changes: object) -> Event:
-    import msgspec
+def with_changes(event: Event, **changes: object) -> Event:
+    """A copy of ``event`` with ``changes`` (Events are msgspec Structs)."""
     return msgspec.structs.replace(event, **changes)
 
 
@@ -728,7 +461,7 @@ def _dedupe(blocks: list[BlockRef]) -> list[BlockRef]:
     return out
 
 
-def _check_strings(**fields: object) -> None:
+def check_strings(**fields: object) -> None:
     """Reject values that are not text (and NULs, which no path or manifest should carry)."""
     for name, value in fields.items():
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -737,16 +470,22 @@ def _check_strings(**fields: object) -> None:
                 raise FormatError(f"field {name!r}: expected text, got {type(item).__name__}")
 
 
-def _remove_tree(path: str) -> None:
-    fsops.rmtree(path)
-
-
-def _shared_embedder(embedder):
+def shared_embedder(embedder: Embedder) -> Embedder:
     """The embedder the writer's thread and its background filler share: as it is when it
     says it is ``thread_safe`` (a query then never waits behind a batch being embedded),
     else every call under one lock (an embedding engine need not be thread-safe)."""
     if getattr(embedder, "thread_safe", False):
         return embedder
-    import threading
     from fsmem.search.vector_cache import LockedEmbedder
     return LockedEmbedder(embedder, threading.Lock())
+
+
+def as_event(event: Event | TextEvent | dict) -> Event:
+    """An Event from what a caller hands in: an Event, a TextEvent, or a dict of either."""
+    if isinstance(event, dict):
+        event = TextEvent(**event) if "content" in event else Event(**event)
+    if isinstance(event, TextEvent):
+        return event.to_event()
+    if not isinstance(event, Event):
+        raise FormatError(f"turn: expected an Event or TextEvent, got {type(event).__name__}")
+    return event

@@ -1,0 +1,91 @@
+"""Recall (L2 -> L1): the best matches of a query move into L1, each unit by one rename, at
+its original timestamps; a HomeAgent document becomes a unit on the way. Then the recalled
+units are pinned through the turn and a full L1 is pruned (maintenance: never the recall's
+failure once one unit has moved)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import partial
+from typing import TYPE_CHECKING, Callable
+
+from fsmem.format import fsops
+from fsmem.format.errors import FsmemError
+from fsmem.format.timestamps import Timestamp
+from fsmem.homeagent.documents import recall_legacy
+from fsmem.memory.maintenance import after_write
+from fsmem.memory.prune import prune as prune_l1
+from fsmem.store.pins import pin_units
+
+if TYPE_CHECKING:
+    from fsmem.memory.writer import Writer
+
+__all__ = ["recall"]
+
+log = logging.getLogger("fsmem.flows")
+
+
+def recall(mem: "Writer", text: str, top_k: int = 3, *,
+           prune: Callable[[str], object] | None = None) -> list[str]:
+    """Move the best L2 matches into L1, each by one rename; returns the moved unit ids.
+
+    Once one unit has moved, recall succeeds: a later hit that cannot move is logged and
+    left in L2; pinning and the prune into a full L1 are maintenance (a failure is
+    logged and owed, fsmem.maintenance). Recall fails only with nothing moved. ``prune(query)``:
+    the memory's prune (``Memory.prune``, a host's override included; default: the plain one)."""
+    moved: list[str] = []
+    hits = mem._search(text, top_k)   # brings the index in step once, not per hit
+    for hit in hits:
+        try:
+            uid = _recall_hit(mem, hit.unit_id)
+        except (OSError, FsmemError) as exc:
+            uid = _moved_anyway(mem, hit.unit_id)
+            if not moved and not uid:
+                raise
+            log.warning("%s: recall stopped after %d unit(s); %s stays in documents/: %s",
+                        mem.root, len(moved) + bool(uid), hit.unit_id, exc)
+            moved += [uid] if uid else []
+            break
+        if uid:
+            moved.append(uid)
+    if moved:
+        after_write(mem.store, lambda: _pin(mem, moved),
+                    lambda: (prune or partial(prune_l1, mem))(query=text) if mem.auto_prune else None)
+    return moved
+
+
+def _recall_hit(mem: "Writer", unit_id: str) -> str | None:
+    """Move one L2 unit (or legacy document) into L1; its id, or None when another
+    process took it first."""
+    legacy_file = mem._index.legacy_file(unit_id)
+    with mem.store.locked():
+        if legacy_file:
+            uid = recall_legacy(mem, legacy_file)
+            mem._indexed(unit_id, "documents", added=False)
+            return uid or None
+        src = mem.store.unit_dir("documents", unit_id)
+        if not os.path.isdir(src):
+            return None  # another process recalled it first
+        fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
+        if mem.store.sync:
+            fsops.fsync_dir(src)
+        before = mem._index_stamp("documents")
+        mem.store.move(unit_id, "documents", "context")
+        mem._indexed(unit_id, "documents", added=False, before=before)
+        return unit_id
+
+
+def _moved_anyway(mem: "Writer", unit_id: str) -> str | None:
+    """After a failed move: the unit id when its rename happened all the same (a parent
+    fsync failed after it): it is in L1 and the index is told."""
+    if not os.path.isdir(mem.store.unit_dir("context", unit_id)):
+        return None
+    mem._indexed(unit_id, "documents", added=False)
+    return unit_id
+
+
+def _pin(mem: "Writer", moved: list[str]) -> None:
+    """Pin recalled units through the rest of this turn (fsmem.store.pins)."""
+    with mem.store.locked():
+        pin_units(mem.store, moved)   # never evicted before the next turn

@@ -1,0 +1,97 @@
+"""Pins: the L1 units a recall brought in, kept from eviction through the rest of the turn.
+
+State outside every unit (``ROOT/.fsmem/pins.json``), written under the writer lock; a pin is a
+courtesy to the agent, never needed for consistency, so an unreadable file is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from typing import Iterable
+
+import msgspec
+
+from fsmem.format import fsops as _fsops
+from fsmem.store.store import Store
+
+__all__ = ["PINS_FILE", "read_pins", "pin_units", "tick_pins"]
+
+log = logging.getLogger("fsmem.turn")
+
+PINS_FILE = "pins.json"
+_PINS_CAP = 1 << 20         # a pins file is a few hundred bytes; refuse anything huge
+
+
+class _Pins(msgspec.Struct, kw_only=True):
+    format: int = 1
+    pins: dict[str, int] = {}     # unit id -> write calls it still survives
+
+
+_pins_decoder = msgspec.json.Decoder(_Pins)
+
+
+def _pins_path(store: Store) -> str:
+    return os.path.join(store.meta, PINS_FILE)
+
+
+def read_pins(store: Store) -> dict[str, int]:
+    """The pinned L1 unit ids (nothing when the file is absent or unreadable: a pin is a
+    courtesy to the agent, never needed for consistency). Opened safely, read-only."""
+    path = _pins_path(store)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _PINS_CAP:
+            log.warning("%s: not a small regular file; ignoring pins", path)
+            return {}
+        data = os.read(fd, _PINS_CAP + 1)
+    finally:
+        os.close(fd)
+    try:
+        return dict(_pins_decoder.decode(data).pins)
+    except msgspec.DecodeError as exc:
+        log.warning("%s: undecodable pins ignored: %s", path, exc)
+        return {}
+
+
+def _write_pins(store: Store, pins: dict[str, int]) -> None:
+    """Replace the pins file atomically (under the writer lock, the only writer of pins);
+    temp files a crashed writer left beside it go first."""
+    path = _pins_path(store)
+    for name in os.listdir(store.meta):
+        if name.startswith(PINS_FILE + ".") and name.endswith(".tmp"):
+            _fsops.unlink(os.path.join(store.meta, name))
+    if not pins:
+        if os.path.lexists(path):
+            _fsops.unlink(path)
+        return
+    store.write_file_atomic(path, msgspec.json.encode(_Pins(pins=pins)))
+
+
+def pin_units(store: Store, unit_ids: Iterable[str]) -> None:
+    """Pin freshly recalled units through the rest of this turn (call under the lock)."""
+    ids = list(unit_ids)
+    if not ids:
+        return
+    pins = read_pins(store)
+    pins.update({uid: 1 for uid in ids})
+    _write_pins(store, pins)
+
+
+def tick_pins(store: Store) -> None:
+    """One write call ended: pins that have lived through it are released; pins of units
+    no longer in L1 are dropped."""
+    pins = read_pins(store)
+    if not pins:
+        return
+    with store.locked():
+        pins = read_pins(store)
+        kept = {uid: n - 1 for uid, n in pins.items()
+                if n > 1 and os.path.isdir(store.unit_dir("context", uid))}
+        if kept != pins:
+            _write_pins(store, kept)
