@@ -17,20 +17,29 @@ __version__ = "0.1.0"
 
 _moved.install()   # the documented module paths of the flat 0.1 layout (fsmem._moved)
 
-_WHERE: dict[str, str] = {
-    "DistillError": "graph.distill", "LLMDistiller": "graph.distill", "RuleDistiller": "graph.distill",
-    "Triple": "graph.distill", "Doc": "interfaces.docmemory", "DocMemory": "interfaces.docmemory",
-    "AlreadyExists": "format.errors", "AmbiguousDigest": "format.errors", "ChecksumMismatch": "format.errors",
-    "FormatError": "format.errors", "FsmemError": "format.errors", "InvalidName": "format.errors",
-    "MissingDependency": "format.errors", "NotFound": "format.errors", "StorageError": "format.errors",
-    "StoreLocked": "format.errors", "Memory": "memory.facade", "Reader": "memory.reader", "NotAStore": "format.layout",
-    "InjectOptions": "memory.turn", "Finding": "memory.fsck", "FORMAT_VERSION": "format.model", "BlockRef": "format.model",
-    "Event": "format.model", "MediaAttachment": "format.model", "TextEvent": "format.model", "ToolOutput": "format.model",
+_WHERE: dict[str, str] = {   # public name -> the module that defines it
+    "DistillError": "graph.distill", "LLMDistiller": "graph.distill",
+    "RuleDistiller": "graph.distill", "Triple": "graph.distill",
+    "Doc": "interfaces.docmemory", "DocMemory": "interfaces.docmemory",
+    "AlreadyExists": "format.errors", "AmbiguousDigest": "format.errors",
+    "ChecksumMismatch": "format.errors", "FormatError": "format.errors",
+    "FsmemError": "format.errors", "InvalidName": "format.errors",
+    "MissingDependency": "format.errors", "NotFound": "format.errors",
+    "StorageError": "format.errors", "StoreLocked": "format.errors",
+    "Memory": "memory.facade",
+    "Reader": "memory.reader",
+    "NotAStore": "format.layout",
+    "InjectOptions": "memory.turn",
+    "Finding": "memory.fsck",
+    "FORMAT_VERSION": "format.model", "BlockRef": "format.model", "Event": "format.model",
+    "MediaAttachment": "format.model", "TextEvent": "format.model", "ToolOutput": "format.model",
     "ChannelDef": "format.plugins", "Plugins": "format.plugins", "ToolDef": "format.plugins",
-    "BudgetSplit": "memory.render", "HeuristicEstimator": "memory.render", "RuneEstimator": "memory.render",
-    "TiktokenEstimator": "memory.render", "TokenEstimator": "memory.render", "budget_split": "memory.render",
-    "render": "memory.render", "Graph": "graph.graph", "Timestamp": "format.timestamps", "Document": "format.views",
-    "Hit": "format.views",
+    "BudgetSplit": "memory.render", "HeuristicEstimator": "memory.render",
+    "RuneEstimator": "memory.render", "TiktokenEstimator": "memory.render",
+    "TokenEstimator": "memory.render", "budget_split": "memory.render", "render": "memory.render",
+    "Graph": "graph.graph",
+    "Timestamp": "format.timestamps",
+    "Document": "format.views", "Hit": "format.views",
 }
 
 __all__ = [
@@ -76,20 +85,43 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from fsmem.format.errors import (
+        AlreadyExists,
+        AmbiguousDigest,
+        ChecksumMismatch,
+        FormatError,
+        FsmemError,
+        InvalidName,
+        MissingDependency,
+        NotFound,
+        StorageError,
+        StoreLocked,
+    )
+    from fsmem.format.layout import NotAStore
+    from fsmem.format.model import (
+        FORMAT_VERSION,
+        BlockRef,
+        Event,
+        MediaAttachment,
+        TextEvent,
+        ToolOutput,
+    )
+    from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
+    from fsmem.format.timestamps import Timestamp
+    from fsmem.format.views import Document, Hit
     from fsmem.graph.distill import DistillError, LLMDistiller, RuleDistiller, Triple
+    from fsmem.graph.graph import Graph
     from fsmem.interfaces.docmemory import Doc, DocMemory
-    from fsmem.format.errors import (AlreadyExists, AmbiguousDigest, ChecksumMismatch, FormatError,
-                         FsmemError, InvalidName, MissingDependency, NotFound, StorageError,
-                         StoreLocked)
     from fsmem.memory.facade import Memory
     from fsmem.memory.fsck import Finding
-    from fsmem.graph.graph import Graph
-    from fsmem.format.layout import NotAStore
-    from fsmem.format.model import FORMAT_VERSION, BlockRef, Event, MediaAttachment, TextEvent, ToolOutput
-    from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
     from fsmem.memory.reader import Reader
-    from fsmem.memory.render import (BudgetSplit, HeuristicEstimator, RuneEstimator, TiktokenEstimator,
-                         TokenEstimator, budget_split, render)
-    from fsmem.format.timestamps import Timestamp
+    from fsmem.memory.render import (
+        BudgetSplit,
+        HeuristicEstimator,
+        RuneEstimator,
+        TiktokenEstimator,
+        TokenEstimator,
+        budget_split,
+        render,
+    )
     from fsmem.memory.turn import InjectOptions
-    from fsmem.format.views import Document, Hit

@@ -43,8 +43,8 @@ class _Alias:
         new = MOVED.get(fullname)
         if new is None:
             return None
-        import importlib.machinery   # here: only when an old name is imported
-        import importlib.util
+        import importlib.machinery  # lazy: here: only when an old name is imported (+importlib)
+        import importlib.util  # lazy: start-up, loaded only when used (+importlib)
         real = importlib.util.find_spec(new)
         if real is None:
             return None
@@ -53,7 +53,7 @@ class _Alias:
         return spec
 
     def create_module(self, spec: "ModuleSpec") -> "types.ModuleType":
-        import importlib
+        import importlib  # lazy: start-up, loaded only when used (+importlib)
         return importlib.import_module(MOVED[spec.name])
 
     def exec_module(self, module: "types.ModuleType") -> None:
@@ -61,7 +61,7 @@ class _Alias:
 
     def get_code(self, fullname: str) -> "types.CodeType | None":
         """``python -m OLD`` (runpy) runs the new module's code as ``__main__``."""
-        import importlib.util
+        import importlib.util  # lazy: start-up, loaded only when used (+importlib)
         real = importlib.util.find_spec(MOVED[fullname])
         loader = real.loader if real is not None else None
         get_code = getattr(loader, "get_code", None)

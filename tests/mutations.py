@@ -22,15 +22,15 @@ _ARCHIVE_LOOP = '''        for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
         records.append(rec)'''
 
-_RECALL_MOVE = '''            self.store.move(unit_id, "documents", "context")'''
+_RECALL_MOVE = '''        mem.store.move(unit_id, "documents", "context")'''
 
 
 def _after_recall(body: str) -> str:
     """Code run right after the recall rename, rewriting the recalled unit (a wrong recall)."""
-    pad = " " * 12
+    pad = " " * 8
     lines = ["import msgspec as _ms", "from fsmem.format.unit import read_manifest as _rm",
              "from fsmem.format.model import encode_pretty as _ep",
-             "_p = self.store.unit_dir('context', unit_id)", "_m = _rm(_p)",
+             "_p = mem.store.unit_dir('context', unit_id)", "_m = _rm(_p)",
              *body.strip().splitlines(),
              "open(_p + '/manifest.json', 'wb').write(_ep(_m))"]
     return _RECALL_MOVE + "\n" + "\n".join(pad + line for line in lines)
@@ -61,20 +61,20 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
         for ref in _keep:
             builder.add_existing(unit.path, ref)
         records.append(_ms.structs.replace(rec, blocks=_keep, tool_results=[]) if archive else rec)'''),
-    "input and response merged into one block": ("fsmem/memory/flows.py", '''        if draft.input:
+    "input and response merged into one block": ("fsmem/memory/writer.py", '''        if draft.input:
             text_block(draft.input, "input", compute.source_text(draft.source, draft.input))
         if draft.response:''', '''        if draft.input or draft.response:
             _merged = draft.input + " → " + draft.response
             text_block(_merged, "input", compute.source_text(draft.source, _merged))
         if False:'''),
     "recall uses the document's created_at as the event time": (
-        "fsmem/memory/flows.py", _RECALL_MOVE, _after_recall(
+        "fsmem/memory/recall.py", _RECALL_MOVE, _after_recall(
             "_m.events = [_ms.structs.replace(e, timestamp=_m.created_at) for e in _m.events]")),
-    "recall does not carry the blocks": ("fsmem/memory/flows.py", _RECALL_MOVE, _after_recall('''
+    "recall does not carry the blocks": ("fsmem/memory/recall.py", _RECALL_MOVE, _after_recall('''
 _m.events = [_ms.structs.replace(e, blocks=[b for b in e.blocks if b.modality == "text"]) for e in _m.events]
 import os as _os
 [_os.unlink(_os.path.join(_p, n)) for n in _os.listdir(_p) if not n.endswith((".txt", ".json", ".npy"))]''')),
-    "recall truncates text to 2000 characters": ("fsmem/memory/flows.py", _RECALL_MOVE, _after_recall('''
+    "recall truncates text to 2000 characters": ("fsmem/memory/recall.py", _RECALL_MOVE, _after_recall('''
 from fsmem.format.blocks import write_block as _wb
 _evs = []
 for _e in _m.events:
@@ -109,8 +109,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/format/layout.py", "                lost.append(staged)", "                pass",
         POWERLOSS),
     "append: its prune in a journal entry of its own (four barriers, not two)": (
-        "fsmem/memory/flows.py", "            combined = self.auto_prune and self.context_protected >= 1",
-        "            combined = False", ["tests/test_speed_append.py"]),
+        "fsmem/memory/appending.py", "        combined = mem.auto_prune and mem.context_protected >= 1",
+        "        combined = False", ["tests/test_speed_append.py"]),
     "publish: no fsync of the parent directory after the rename": ("fsmem/store/store.py", """\
                 try:
                     fsops.fsync_dir(os.path.dirname(dst))
@@ -222,16 +222,16 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""",
         ["tests/test_legacy_crash.py"]),
     # h16: recall, turn and distill after their durable point
-    "recall: the pin and the prune after the moves fail the recall": ("fsmem/memory/flows.py", """\
-            after_write(self, lambda: self._pin(moved),
-                        lambda: self.prune(query=text) if self.auto_prune else None)""", """\
-            self._pin(moved)
-            if self.auto_prune:
-                self.prune(query=text)""", HARDENING),
-    "recall: a later hit's failure fails the recall": ("fsmem/memory/flows.py", """\
-                if not moved and not uid:
-                    raise""", """\
-                raise""", HARDENING),
+    "recall: the pin and the prune after the moves fail the recall": ("fsmem/memory/recall.py", """\
+        after_write(mem.store, lambda: _pin(mem, moved),
+                    lambda: prune(query=text) if mem.auto_prune else None)""", """\
+        _pin(mem, moved)
+        if mem.auto_prune:
+            prune(query=text)""", HARDENING),
+    "recall: a later hit's failure fails the recall": ("fsmem/memory/recall.py", """\
+            if not moved and not uid:
+                raise""", """\
+            raise""", HARDENING),
     "distill: a failure after a graph commit fails the run": ("fsmem/memory/stablemem.py", """\
                 if not report.committed:
                     raise""", """\

@@ -15,8 +15,7 @@ import stat
 
 import blake3
 
-from fsmem.format.errors import ChecksumMismatch, InvalidName, NotFound
-from fsmem.format.errors import FormatError
+from fsmem.format.errors import ChecksumMismatch, FormatError, InvalidName, NotFound
 from fsmem.format.layout import open_regular, read_fd
 from fsmem.format.media import extension_for
 
@@ -58,7 +57,7 @@ def _tmp_name() -> str:
 
 def _finish(dir_path: str, tmp: str, digest: str, mime: str) -> str:
     """Link the finished temp file to its digest name; an existing name is a dedupe hit."""
-    from fsmem.format import fsops as fsops
+    from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
     final = os.path.join(dir_path, block_filename(digest, mime))
     try:
         fsops.link(tmp, final)
@@ -75,7 +74,7 @@ def write_block(dir_path: str, data: bytes | memoryview, mime: str, *, sync: boo
     The digest is known before the bytes are written, so they go straight to the block's
     name (no temp file, link and unlink: two metadata operations fewer per block); an
     existing name is a dedupe hit. A write that fails removes its partial file."""
-    from fsmem.format import fsops as fsops
+    from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
     digest = hash_bytes(data)
     final = os.path.join(dir_path, block_filename(digest, mime))
     try:
@@ -98,7 +97,7 @@ def write_block(dir_path: str, data: bytes | memoryview, mime: str, *, sync: boo
 def write_block_from_fd(dir_path: str, src_fd: int, mime: str, *, sync: bool,
                         size_cap: int | None = None) -> tuple[str, str, int]:
     """Copy an open file into a block, hashing the same bytes it writes: (digest, path, size)."""
-    from fsmem.format import fsops as fsops
+    from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
     tmp = os.path.join(dir_path, _tmp_name())
     fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, BLOCK_MODE)
     hasher = blake3.blake3()
@@ -133,7 +132,7 @@ def link_block(src_path: str, dir_path: str, digest: str, mime: str, *, sync: bo
 
     Across filesystems (EXDEV) the bytes are copied, re-hashed and checked instead.
     """
-    from fsmem.format import fsops as fsops
+    from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
     final = os.path.join(dir_path, block_filename(digest, mime))
     try:
         fsops.link(src_path, final)

@@ -204,6 +204,7 @@ _pool_lock = threading.Lock()
 
 def _flush_pool() -> ThreadPoolExecutor:
     global _pool
+    # lazy: start-up, loaded only when used (+concurrent, textwrap)
     from concurrent.futures import ThreadPoolExecutor
     with _pool_lock:
         if _pool is None:

@@ -23,7 +23,14 @@ from typing import Callable, Iterator, Literal, TypeVar
 import msgspec
 
 from fsmem.format.errors import FormatError, FsmemError, NotFound
-from fsmem.format.model import FORMAT_VERSION, HASH_ALGORITHM, Marker, NAME_RE, check_name, decode_marker
+from fsmem.format.model import (
+    FORMAT_VERSION,
+    HASH_ALGORITHM,
+    NAME_RE,
+    Marker,
+    check_name,
+    decode_marker,
+)
 from fsmem.format.timestamps import Timestamp
 
 __all__ = ["Layout", "View", "JournalEntry", "LAYERS", "Layer", "META", "Vanished",

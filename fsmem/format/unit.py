@@ -16,13 +16,27 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
 
-from fsmem.format.blocks import (block_filename, check_digest, hash_bytes, link_block, verify_block,
-                     write_block, write_block_from_fd)
+from fsmem.format.blocks import (
+    block_filename,
+    check_digest,
+    hash_bytes,
+    link_block,
+    verify_block,
+    write_block,
+    write_block_from_fd,
+)
 from fsmem.format.errors import FormatError, NotFound
 from fsmem.format.layout import read_small
 from fsmem.format.media import image_size, modality_of
-from fsmem.format.model import (FORMAT_VERSION, BlockRef, Manifest, VectorsRef, check_name,
-                    decode_manifest, encode_pretty)
+from fsmem.format.model import (
+    FORMAT_VERSION,
+    BlockRef,
+    Manifest,
+    VectorsRef,
+    check_name,
+    decode_manifest,
+    encode_pretty,
+)
 from fsmem.format.timestamps import Timestamp
 
 if TYPE_CHECKING:   # numpy loads where vectors are written or read (CLI start-up)
@@ -63,7 +77,7 @@ class UnitBuilder:
     """Builds one unit directory in staging; ``finish`` writes the manifest last."""
 
     def __init__(self, staging_root: str, unit_id: str, *, sync: bool) -> None:
-        from fsmem.format import fsops as fsops
+        from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
         self.unit_id = check_name(unit_id)
         self.sync = sync
         self.path = os.path.join(staging_root, staging_name(unit_id))
@@ -110,7 +124,7 @@ class UnitBuilder:
 
     def set_vectors(self, rows: list[str], matrix: np.ndarray, embedder: str) -> VectorsRef:
         """Write ``vectors.npy`` (float32, one row per key) and return its reference."""
-        import numpy as np
+        import numpy as np  # lazy: start-up, loaded only when used (+numpy, ctypes)
         mat = np.ascontiguousarray(matrix, dtype=np.float32)
         if mat.ndim != 2 or mat.shape[0] != len(rows):
             raise ValueError(f"vectors: {mat.shape} does not match {len(rows)} rows")
@@ -124,7 +138,7 @@ class UnitBuilder:
 
     def finish(self, manifest: Manifest) -> str:
         """Write the manifest (the commit record) and make the directory durable."""
-        from fsmem.format import fsops as fsops
+        from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
         if manifest.id != self.unit_id:
             raise ValueError(f"manifest id {manifest.id!r} != unit id {self.unit_id!r}")
         data = encode_pretty(manifest)
@@ -141,7 +155,7 @@ class UnitBuilder:
         since nothing reads a staged directory before it is published (a staged unit left
         by a crash is dead staging, removed whole by recovery; one a journal entry names was
         finished, and under ``sync`` flushed, before the entry was written)."""
-        from fsmem.format import fsops as fsops
+        from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
         path = os.path.join(self.path, name)
         fd = fsops.open_(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -214,7 +228,7 @@ def load_npy(source: "str | io.BytesIO", **kwargs: object) -> "np.ndarray":
     not safe across threads: one query thread reading a unit's vectors while others indexed
     raised ``SystemError: AST constructor recursion depth mismatch`` (seen once in .ci/run,
     tests/test_search_threads.py). The arrays read here are small, or mapped (no copy)."""
-    import numpy as np
+    import numpy as np  # lazy: start-up, loaded only when used (+numpy, ctypes)
     with _NPY_LOCK:
         return np.load(source, **kwargs)
 

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 import msgspec
 
-from fsmem.homeagent import graph_tables as legacy_g
-from fsmem.graph.distill import TextPiece, Triple
 from fsmem.format.errors import FsmemError
 from fsmem.format.timestamps import Timestamp
+from fsmem.graph.distill import TextPiece, Triple
+from fsmem.homeagent import graph_tables as legacy_g
+from fsmem.homeagent.documents import sqlite_readonly
 
 if TYPE_CHECKING:
     from fsmem.format.layout import Layout
@@ -246,7 +247,6 @@ class Graph:
                                   "written")
             if not create:
                 if self._ro is None and os.path.isfile(self.path):
-                    from fsmem.homeagent.documents import sqlite_readonly
                     try:
                         self._ro = sqlite_readonly(self.path, timeout=self.busy_timeout_s)
                         self._ro.execute(

@@ -20,9 +20,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fsmem.format import fsops as fsops
 from fsmem.format.errors import FormatError, FsmemError
-from fsmem.homeagent.documents import (LegacyMedia, Sink, _add_media, _media_of_block, _read_json,
-                                       _strs, _ts)
 from fsmem.format.model import NAME_RE, EventRecord, ToolResult
+from fsmem.homeagent.documents import (
+    LegacyMedia,
+    Sink,
+    _add_media,
+    _media_of_block,
+    _read_json,
+    _strs,
+    _ts,
+    legacy_counts,
+    unread_files,
+)
 
 if TYPE_CHECKING:
     from fsmem.format.layout import Layout
@@ -124,7 +133,7 @@ def _events(raw: Any, path: str, dropped: list[str]) -> list[dict]:
 
 
 def _store_event_ids(mem: Source) -> set[str]:
-    from fsmem.format.unit import read_manifest
+    from fsmem.format.unit import read_manifest  # lazy: start-up, loaded only when used (+blake3)
     ids: set[str] = set()
     for layer in ("context", "documents", "stablemem"):
         for unit_id in mem.layout.iter_units(layer):
@@ -137,7 +146,6 @@ def _store_event_ids(mem: Source) -> set[str]:
 
 def plan(mem: Source) -> tuple[AdoptionPlan, list[dict], bytes]:
     """What ``adopt`` would do, changing nothing."""
-    from fsmem.homeagent.documents import legacy_counts, unread_files
     p = AdoptionPlan(legacy_documents=legacy_counts(mem.root)[0], unread=unread_files(mem.root))
     path = os.path.join(mem.root, CONTEXT_FILE)
     if not os.path.isfile(path) or os.path.islink(path):

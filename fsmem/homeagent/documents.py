@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from fsmem.format.errors import FormatError, NotFound
-from fsmem.format.media import sniff_mime
-from fsmem.format.model import NAME_RE, BlockRef, EventRecord
+from fsmem.format.media import modality_of, sniff_mime
+from fsmem.format.model import NAME_RE, BlockRef, Event, EventRecord
 from fsmem.format.timestamps import Timestamp
 
 if TYPE_CHECKING:   # hashlib, json and sqlite3 load where legacy content is read (CLI start-up)
@@ -120,7 +120,7 @@ class LegacyDoc:
 def legacy_id(filename: str) -> str:
     """The unit id a legacy file is known by: its name without ``.json`` when that is a valid
     id (HomeAgent names files ``<doc.id>.json``), else a stable hash of the name."""
-    import hashlib
+    import hashlib  # lazy: start-up, loaded only when used (+hashlib)
     stem = filename[:-5] if filename.endswith(".json") else filename
     if NAME_RE.match(stem):
         return stem
@@ -201,7 +201,7 @@ def _media_of_block(b: Any, where: str, dropped: list[str]) -> LegacyMedia | Non
 
 
 def _read_json(path: str) -> Any:
-    import json
+    import json  # lazy: start-up, loaded only when used (+json)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
@@ -264,7 +264,8 @@ def allow_record(root: str) -> None:
     """A writer makes the record file in ``root/.fsmem/``; from then on every process,
     readers too, appends to it where it is writable (like the access log, a reader never
     creates it and a read-only store just logs once per process)."""
-    from fsmem.format import fsops as fsops   # here: readers (stats, ls) never load ctypes for it
+    # lazy: start-up, loaded only when used (+ctypes)
+    from fsmem.format import fsops as fsops  # here: readers (stats, ls) never load ctypes for it
     root = os.path.realpath(root)
     try:
         fd = fsops.open_(os.path.join(root, ".fsmem", RECORD),
@@ -360,7 +361,7 @@ def sqlite_readonly(path: str, *, timeout: float = 10.0) -> sqlite3.Connection:
     """A read-only SQLite connection that creates nothing next to ``path``: ``mode=ro`` when a
     ``-wal`` file exists (a writer is active: its sidecar files are already there), else
     ``immutable=1`` (everything is in the main file; ``mode=ro`` would leave -wal/-shm)."""
-    import sqlite3
+    import sqlite3  # lazy: start-up, loaded only when used (+sqlite3)
     uri = "file:" + path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     mode = "mode=ro" if os.path.exists(path + "-wal") else "immutable=1"
     return sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=timeout,
@@ -370,7 +371,7 @@ def sqlite_readonly(path: str, *, timeout: float = 10.0) -> sqlite3.Connection:
 def media_info(root: str) -> dict[str, dict[str, Any]]:
     """``media/media.db``'s rows by sha256 digest (both schemas: with or without the
     ``vec``/``vec_model`` columns), read-only; {} when there is no media.db."""
-    import sqlite3
+    import sqlite3  # lazy: start-up, loaded only when used (+sqlite3)
     path = os.path.join(root, "media", "media.db")
     try:
         mtime = os.stat(path).st_mtime_ns
@@ -397,7 +398,7 @@ def media_info(root: str) -> dict[str, dict[str, Any]]:
 def read_blob(root: str, m: LegacyMedia) -> tuple[bytes, str] | None:
     """The bytes and MIME type of a media reference, or None if the blob is missing. The
     type is the block's own, else media.db's, else sniffed from the bytes."""
-    import hashlib
+    import hashlib  # lazy: start-up, loaded only when used (+hashlib)
     path = blob_path(root, m.sha256)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -424,7 +425,7 @@ def legacy_texts(doc: LegacyDoc) -> list[str]:
 def block_ref(ref: BlockRef, m: LegacyMedia, root: str) -> BlockRef:
     """``ref`` with the legacy block's own fields (format 2), and media.db's vector when the
     block has none."""
-    import json
+    import json  # lazy: start-up, loaded only when used (+json)
     row = media_info(root).get(m.sha256) or {} if m.sha256 else {}
     vector, fp = m.vector, m.fingerprint
     if not vector and row.get("vec"):
@@ -492,7 +493,7 @@ def recall_legacy(mem: Sink, filename: str, layer: str = "context") -> str | Non
     content, its blocks with every field; then move the JSON aside (``.fsmem/legacy-recalled/``).
 
     Must run under the writer lock. Returns the unit id, or None if the file is gone."""
-    import hashlib
+    import hashlib  # lazy: start-up, loaded only when used (+hashlib)
     path = os.path.join(mem.root, "documents", filename)
     if not os.path.isfile(path):
         return None
@@ -563,7 +564,7 @@ def _unit_exists(mem: Sink, unit_id: str) -> bool:
 
 def _move_aside(mem: Sink, filename: str, where: str) -> str:
     """Rename ``documents/<filename>`` into ``.fsmem/<where>/`` (a free name); returns it."""
-    from fsmem.format import fsops as fsops
+    from fsmem.format import fsops as fsops  # lazy: start-up, loaded only when used (+ctypes)
     src = os.path.join(mem.root, "documents", filename)
     base = os.path.join(mem.store.meta, where)
     if not os.path.isdir(base):
@@ -605,9 +606,9 @@ def legacy_document(root: str, unit_id: str) -> "Document":
     """A legacy document as a read-only Document (layer ``legacy``), through the fallback
     reader: one ``cold_storage`` event, as recall would make it; nothing is converted.
     Media blocks are named by their sha256 (what find_block and media_digests accept)."""
-    import hashlib
-    from fsmem.format.model import Event
-    from fsmem.format.views import Document
+    import hashlib  # lazy: start-up, loaded only when used (+hashlib)
+
+    from fsmem.format.views import Document  # lazy: start-up, loaded only when used (+blake3)
     name = legacy_file_of(root, unit_id)
     if name is None:
         raise NotFound(f"unit {unit_id!r} not found under {root}")
@@ -624,7 +625,6 @@ def legacy_document(root: str, unit_id: str) -> "Document":
         else:
             row = media_info(root).get(m.sha256) or {}
             mime = m.mime or str(row.get("mime") or "") or "application/octet-stream"
-            from fsmem.format.media import modality_of
             ref = BlockRef(digest=m.sha256, modality=modality_of(mime), mime=mime,
                            size=m.size or int(row.get("size") or 0), created_at=created,
                            role="attachment", sha256=m.sha256)

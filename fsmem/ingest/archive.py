@@ -14,6 +14,7 @@ id with different content is refused, and the whole archive with it.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -28,12 +29,20 @@ import blake3
 import msgspec
 
 from fsmem.format import fsops as fsops
-from fsmem.format.blocks import BLOCK_MODE, CHUNK
+from fsmem.format.blocks import BLOCK_MODE, CHUNK, block_filename, verify_block
 from fsmem.format.errors import AlreadyExists, ChecksumMismatch, FormatError, FsmemError, NotFound
-from fsmem.format.model import FORMAT_VERSION, HASH_ALGORITHM, Manifest, check_name, decode_manifest
-from fsmem.store.store import LAYERS, JournalEntry, Store, new_unit_id
+from fsmem.format.model import (
+    FORMAT_VERSION,
+    HASH_ALGORITHM,
+    Manifest,
+    check_name,
+    decode_manifest,
+    encode,
+    encode_pretty,
+)
 from fsmem.format.timestamps import Timestamp
-from fsmem.format.unit import MANIFEST, VECTORS, read_manifest, staging_name
+from fsmem.format.unit import MANIFEST, VECTORS, read_manifest, read_vectors, staging_name
+from fsmem.store.store import LAYERS, JournalEntry, Store, new_unit_id
 
 __all__ = ["ARCHIVE_FORMAT", "ARCHIVE_VERSION", "HEADER_NAME", "ArchiveHeader", "ArchiveUnit",
            "ExportReport", "ImportReport", "export_archive", "import_archive",
@@ -145,7 +154,6 @@ def _snapshot(store: Store, layers: Sequence[str], since: Timestamp | None
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
-    import io
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = len(data), int(mtime), 0o644
     tar.addfile(info, io.BytesIO(data))
@@ -170,7 +178,6 @@ def _add_file(tar: tarfile.TarFile, name: str, path: str, size: int, digest: str
 
 
 def _unit_files(manifest: Manifest) -> list[tuple[str, int, str | None]]:
-    from fsmem.format.blocks import block_filename
     files: dict[str, tuple[int, str | None]] = {}
     for ev in manifest.events:
         for ref in ev.blocks:
@@ -191,7 +198,6 @@ def export_archive(store: Store, out: str, *, layers: Sequence[str] | None = Non
     units = _snapshot(store, list(layers or LAYERS), since_ts)
     header = ArchiveHeader(format=ARCHIVE_FORMAT, version=ARCHIVE_VERSION,
                            created_at=Timestamp.now(), units=[u for u, _, _, _ in units])
-    from fsmem.format.model import encode_pretty
     out = os.path.abspath(out)
     tmp = f"{out}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -348,8 +354,6 @@ def _verify_staged(header: ArchiveHeader, staged: dict[str, str], src: str) -> N
 def _verify_unit_files(path: str, uid: str, src: str) -> None:
     """verify_unit for a staged directory (whose name is not the unit id): the manifest
     decodes, every block has its size and BLAKE3, vectors match, nothing else is there."""
-    from fsmem.format.blocks import block_filename, verify_block
-    from fsmem.format.unit import read_vectors
     where = f"{src}: entry 'units/{uid}/"
     try:
         manifest = read_manifest(path, expect_id=uid)
@@ -378,7 +382,6 @@ def _verify_unit_files(path: str, uid: str, src: str) -> None:
 
 def _comparable(m: Manifest) -> bytes:
     """A manifest without its access statistics (they change on query; the unit does not)."""
-    from fsmem.format.model import encode
     return encode(msgspec.structs.replace(m, access_count=0, last_access=None))
 
 

@@ -13,16 +13,17 @@ import logging
 import os
 import re
 import shutil
+import stat as _stat
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from fsmem.ingest.archive import ImportReport, publish_staged
 from fsmem.format.errors import FormatError, NotFound
-from fsmem.search.lazy_vectors import stores_vectors
 from fsmem.format.model import FORMAT_VERSION, Event, Manifest
 from fsmem.format.timestamps import Timestamp
+from fsmem.ingest.archive import ImportReport, publish_staged
+from fsmem.search.lazy_vectors import stores_vectors
 
 __all__ = ["ChatConversation", "parse_chatgpt", "import_chatgpt", "CHATGPT_SOURCE"]
 
@@ -132,7 +133,6 @@ def parse_chatgpt(path: str) -> list[ChatConversation]:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
-        import stat as _stat
         if not _stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
             raise FormatError(f"{path}: not a regular file of at most {MAX_FILE} bytes")
         raw = fh.read()

@@ -25,18 +25,18 @@ import blake3
 import msgspec
 
 from fsmem.format import fsops as fsops
-from fsmem.search import analyze
 from fsmem.format.blocks import CHUNK, block_filename, hash_bytes
 from fsmem.format.errors import FormatError, FsmemError, NotFound, StoreLocked
-from fsmem.memory.facade import Memory
-from fsmem.format.layout import read_small
-from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name
 from fsmem.format.event_json import decode_json, event_from_record
+from fsmem.format.layout import read_small
 from fsmem.format.media import sniff_mime
 from fsmem.format.model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
-from fsmem.store.store import LAYERS
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, load_npy, read_manifest
+from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name
+from fsmem.memory.facade import Memory
+from fsmem.search import analyze
+from fsmem.store.store import LAYERS
 
 __all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "TEXT_PART", "EVENTS_CAP",
            "TERM_MEMO_MAX", "ignored_name", "trim_term_memos"]

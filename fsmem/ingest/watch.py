@@ -26,10 +26,30 @@ from typing import Any, Callable
 
 from fsmem.format import fsops as fsops
 from fsmem.format.errors import FsmemError, StoreLocked
+from fsmem.format.layout import read_small
+from fsmem.format.unit import damaged
+from fsmem.ingest.inbox import (
+    DEFAULT_SIZE_CAP,
+    Ingestor,
+    Outcome,
+    Rejected,
+    _Interrupted,
+    _Ledger,
+    _StoreScan,
+)
+from fsmem.ingest.inbox_dirs import (
+    _BatchSync,
+    _close,
+    _dir_fingerprint,
+    _display,
+    _in_thread,
+    _InboxDirs,
+    _LockSlice,
+    _stat_key,
+    _writer_holds,
+    ignored_name,
+)
 from fsmem.memory.facade import Memory
-from fsmem.ingest.inbox import DEFAULT_SIZE_CAP, Ingestor, Outcome, Rejected, _Interrupted, _Ledger, _StoreScan
-from fsmem.ingest.inbox_dirs import (_BatchSync, _close, _dir_fingerprint, _display, _in_thread,
-                         _InboxDirs, _LockSlice, _stat_key, _writer_holds, ignored_name)
 from fsmem.store.store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "DEFAULT_RESCAN_S",
@@ -196,7 +216,9 @@ class Watcher:
         return old
 
     def _observe(self) -> Any:
-        from watchdog import events as ev
+        from watchdog import events as ev  # lazy: start-up, loaded only when used (+watchdog)
+
+        # lazy: start-up, loaded only when used (+ctypes, watchdog, tempfile)
         from watchdog.observers import Observer
 
         q = self._queue
@@ -596,8 +618,6 @@ class Watcher:
         claimed, and is stored again. Then mark this run's start: the durable write runs in a
         thread; returns its wait (raises what the write raised), to be called before the
         first publish."""
-        from fsmem.format.layout import read_small
-        from fsmem.format.unit import damaged
         try:
             raw = read_small(self._mark_path(), 64)
             since = int(raw) if raw.strip().isdigit() else 0   # a torn mark: check them all

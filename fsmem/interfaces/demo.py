@@ -7,9 +7,11 @@ import sys
 from importlib import resources
 from typing import Any
 
-from fsmem.memory.facade import Memory
 from fsmem.format.event_json import events_from_jsonl
+from fsmem.format.model import encode
 from fsmem.format.views import event_text
+from fsmem.memory.facade import Memory
+from fsmem.store.config import write_config
 
 __all__ = ["run_demo"]
 
@@ -53,8 +55,6 @@ def run_demo(directory: str, *, as_json: bool = False) -> int:
 
 
 def _run(directory: str, events: list[Any], as_json: bool) -> int:
-    from fsmem.store.config import write_config
-    from fsmem.format.model import encode
     mem = Memory.open(directory, context_capacity=6, context_protected=2, auto_prune=False)
     with mem.store.locked():   # the store remembers its settings: later tools agree
         write_config(mem.root, {"context_capacity": 6, "context_protected": 2})

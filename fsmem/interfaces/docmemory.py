@@ -10,8 +10,8 @@ from typing import Sequence
 
 import msgspec
 
-from fsmem.memory.facade import Memory
 from fsmem.format.model import MediaAttachment
+from fsmem.memory.facade import Memory
 
 __all__ = ["Doc", "DocMemory"]
 

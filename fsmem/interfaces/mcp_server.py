@@ -19,8 +19,12 @@ import os
 import threading
 from typing import Any, Sequence
 
+from fsmem import __version__
+from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.errors import FsmemError, MissingDependency, NotFound
-from fsmem.interfaces.tools import TOOLS, call, unit_json
+from fsmem.format.unit import block_path
+from fsmem.interfaces.tools import TOOLS, call, definitions, unit_json, validate
+from fsmem.memory.facade import Memory
 
 __all__ = ["MemoryService", "build_server", "serve_stdio", "serve_http", "add_cli",
            "MEDIA_INLINE_MAX", "RESOURCE_PAGE"]
@@ -33,7 +37,9 @@ RESOURCE_PAGE = 500
 
 def _sdk() -> Any:
     try:
-        import mcp_types
+        import mcp_types  # lazy: start-up, loaded only when used (+shutil, hashlib, fractions)
+
+        # lazy: start-up, loaded only when used (+mcp, shutil, hashlib)
         from mcp.server.lowlevel import Server
     except ImportError as exc:
         raise MissingDependency("fsmem mcp needs the MCP SDK: pip install 'fsmem[mcp]'") from exc
@@ -51,14 +57,12 @@ class MemoryService:
         self._lock = threading.Lock()
 
     def memory(self) -> Any:
-        from fsmem.memory.facade import Memory
         if self._mem is None:
             self._mem = Memory.open(self.root, create=self.create)
         return self._mem
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
         with self._lock:
-            from fsmem.interfaces.tools import validate
             validate(name, arguments)   # bad arguments never open (or create) anything
             return call(self.memory(), name, arguments)
 
@@ -67,9 +71,7 @@ class MemoryService:
             doc = self.memory().document(unit_id)
             for ref in doc.blocks:
                 if ref.digest == digest:
-                    from fsmem.format.blocks import read_block
-                    from fsmem.format.unit import block_path
-                    return read_block(block_path(doc.path, ref), ref.digest), ref.mime
+                    return blockfiles.read_block(block_path(doc.path, ref), ref.digest), ref.mime
         raise NotFound(f"unit {unit_id}: no block {digest}")
 
     def unit(self, unit_id: str) -> dict[str, Any]:
@@ -136,7 +138,7 @@ def _sdk_tools(types: Any) -> list[Any]:
 def build_server(service: MemoryService) -> Any:
     """The low-level SDK server with fsmem's tools and unit resources."""
     types, Server = _sdk()
-    import anyio
+    import anyio  # lazy: start-up, loaded only when used
     tools = _sdk_tools(types)
 
     async def list_tools(ctx: Any, params: Any) -> Any:
@@ -182,7 +184,6 @@ def build_server(service: MemoryService) -> Any:
         return types.ReadResourceResult(contents=[types.BlobResourceContents(
             uri=uri, mime_type=mime, blob=base64.b64encode(raw).decode("ascii"))])
 
-    from fsmem import __version__
     return Server("fsmem", version=__version__,
                   instructions="Long-term memory of this agent: query before answering about "
                                "the past; commit what is worth keeping.",
@@ -194,7 +195,9 @@ def build_server(service: MemoryService) -> Any:
 def serve_stdio(service: MemoryService) -> None:
     """Serve MCP over stdin/stdout until the client closes them."""
     server = build_server(service)
-    import anyio
+    import anyio  # lazy: start-up, loaded only when used
+
+    # lazy: start-up, loaded only when used (+mcp, shutil, hashlib)
     from mcp.server.stdio import stdio_server
 
     async def main() -> None:
@@ -210,7 +213,7 @@ def serve_http(service: MemoryService, port: int) -> None:
     """Serve streamable HTTP at http://127.0.0.1:<port>/mcp (loopback only)."""
     server = build_server(service)
     try:
-        import uvicorn
+        import uvicorn  # lazy: start-up, loaded only when used (+shutil, http, concurrent)
     except ImportError as exc:
         raise MissingDependency("fsmem mcp --http needs uvicorn: pip install 'fsmem[mcp]'") from exc
     app = server.streamable_http_app(host="127.0.0.1")
@@ -231,7 +234,6 @@ def _cmd_mcp(args: Any) -> int:
 
 
 def _cmd_tools(args: Any) -> int:
-    from fsmem.interfaces.tools import definitions
     print(json.dumps(definitions(args.format), ensure_ascii=False, indent=2))
     return 0
 

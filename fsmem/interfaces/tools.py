@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal
@@ -24,9 +25,10 @@ from typing import Any, Callable, Iterator, Literal
 import msgspec
 
 from fsmem.format.errors import FsmemError, NotFound
+from fsmem.format.model import Event, MediaAttachment, ToolOutput
+from fsmem.format.timestamps import Timestamp
 from fsmem.memory.facade import Memory
 from fsmem.memory.reader import Reader
-from fsmem.format.timestamps import Timestamp
 
 __all__ = ["ToolSpec", "TOOLS", "BadArgument", "call", "definitions", "tool_names",
            "jsonable", "unit_json", "TEXT_PREVIEW_CHARS"]
@@ -163,7 +165,6 @@ def _q_recall(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _q_append(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    from fsmem.format.model import Event, MediaAttachment, ToolOutput
     if not a["input"] and not a["response"]:
         raise BadArgument("memory_append: argument 'input' or 'response': give at least one")
     ts = Timestamp.coerce(a["timestamp"] or None, field="argument 'timestamp'")
@@ -216,6 +217,7 @@ def _q_graph_neighbors(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 def _q_distill(mem: Reader, a: dict[str, Any]) -> dict[str, Any]:
     kw = dict(max_age_s=a["max_age_hours"] * 3600.0, max_access=a["max_access"])
     if a["dry_run"]:   # a read: runs on the reader, writes nothing
+        # lazy: start-up, loaded only when used (+sqlite3, shutil, hashlib)
         from fsmem.memory.stablemem import distill
         report = distill(mem, dry_run=True, **kw)  # type: ignore[arg-type]
     else:
@@ -373,7 +375,6 @@ def _check(value: Any, schema: dict[str, Any], where: str) -> Any:
         if "maximum" in schema and value > schema["maximum"]:
             raise BadArgument(f"{where}: {value} is above the maximum {schema['maximum']}")
     elif want == "string":
-        import re
         if "\x00" in value:
             raise BadArgument(f"{where}: contains a NUL character")
         if schema.get("minLength") and not value.strip():

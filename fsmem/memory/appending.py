@@ -19,21 +19,23 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from fsmem.format.errors import FsmemError
 from fsmem.format.layout import JournalEntry
 from fsmem.format.model import check_name
-from fsmem.memory.prune import ArrivingPrune, commit_arriving, stage_arriving
+from fsmem.format.timestamps import Timestamp
+from fsmem.format.unit import Written
+from fsmem.memory.l1cache import note_written, seed_written
 from fsmem.memory.maintenance import after_write, failed_step, stored_event
+from fsmem.memory.prune import ArrivingPrune, commit_arriving, stage_arriving
 from fsmem.memory.reader import Loaded
 from fsmem.memory.writer import as_event, check_strings, with_changes
 from fsmem.store.pins import tick_pins
 from fsmem.store.store import new_unit_id
-from fsmem.format.timestamps import Timestamp
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from fsmem.memory.writer import Writer
     from fsmem.format.model import Event, Manifest, TextEvent
     from fsmem.format.plugins import Plugins
-    from fsmem.format.unit import UnitBuilder, Written
+    from fsmem.format.unit import UnitBuilder
+    from fsmem.memory.writer import Writer
 
 __all__ = ["append", "append_many", "after_append", "pruning_publish", "append_burst", "prune_after"]
 
@@ -100,7 +102,6 @@ def _arrival(mem: "Writer", builder: "UnitBuilder", manifest: "Manifest",
              vectors: "tuple[list[str], np.ndarray] | None") -> Loaded:
     """A finished staged unit as L1 will hold it (for the prune's ranking, which takes its
     text from what the builder wrote: nothing is read back)."""
-    from fsmem.memory.l1cache import note_written
     note_written(mem, builder.unit_id, builder.texts)
     rows = dict(zip(*vectors)) if vectors is not None else {}
     return Loaded(builder.unit_id, builder.path, manifest, rows,
@@ -190,8 +191,6 @@ def append_burst(mem: "Writer", drafts: Sequence["Event"], *,
         if entry.publish:   # the commit point: one barrier for the burst and its prune
             commit_arriving(mem, ArrivingPrune(entry, l2_ids, before))
         if mem._filler is None:   # the next turn does not read them back
-            from fsmem.memory.l1cache import seed_written
-            from fsmem.format.unit import Written
             for builder, manifest, _texts in staged:
                 seed_written(mem, mem.store.unit_dir("context", builder.unit_id),
                              Written(manifest, builder.vectors, builder.texts,

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from fsmem.format.model import Event, MediaAttachment, TextEvent
 from fsmem.memory import appending, commit, prune, recall
+from fsmem.memory.fsck import fsck, fsck_fix
 from fsmem.memory.l1cache import context_timeline
 from fsmem.memory.opening import open_memory
+from fsmem.memory.turn import run_turn
 from fsmem.memory.writer import Writer
 
 if TYPE_CHECKING:
@@ -85,7 +87,6 @@ class Memory(Writer):
              context_tokens: int | None = None) -> "TurnResult":
         """One agent turn (HomeAgent's memoryPass): append, then act on the policies
         (fsmem.memory.turn.run_turn)."""
-        from fsmem.memory.turn import run_turn   # lazy: the turn's policies load only for a turn
         return run_turn(self, input_event, response_event, options=options,
                         context_tokens=context_tokens)
 
@@ -116,26 +117,25 @@ class Memory(Writer):
                 dry_run: bool = False, progress=None) -> "DistillReport":
         """Distil cold L2 units (legacy HomeAgent documents included) into graph.db, moving
         each original into stablemem/ (fsmem.memory.stablemem.distill_store)."""
-        from fsmem.memory.stablemem import distill_store   # lazy: sqlite3 and the distillers
+        from fsmem.memory.stablemem import distill_store  # lazy: sqlite3 and the distillers
         return distill_store(self, max_age_s=max_age_s, max_access=max_access,
                              distiller=distiller, dry_run=dry_run, progress=progress)
 
     def recall_from_graph(self, names, depth: int = 2) -> list[str]:
         """Bring the original units of the facts about ``names`` back to L1 (one rename each)."""
-        from fsmem.memory.stablemem import recall_from_graph   # lazy: sqlite3
+        from fsmem.memory.stablemem import recall_from_graph  # lazy: sqlite3
         return recall_from_graph(self, names, depth, prune=self.prune)
 
     # -- the store --------------------------------------------------------------------------
     def snapshot(self, dest: str | os.PathLike[str]) -> "SnapshotReport":
         """A point-in-time copy of the store at ``dest`` (fsmem.store.snapshot.snapshot)."""
-        from fsmem.store.snapshot import snapshot   # lazy: only the snapshot verb needs it
+        from fsmem.store.snapshot import snapshot  # lazy: only the snapshot verb needs it
         return snapshot(self.root, dest)
 
     def fsck(self, *, fix: bool = False, read_data: bool = True) -> "list[Finding]":
         """Read-only check; with ``fix``, under the writer lock: pending journals completed
         and dead staging cleaned by recovery (reported as fixed), damaged units quarantined
         (fsmem.memory.fsck)."""
-        from fsmem.memory.fsck import fsck, fsck_fix   # lazy: only the fsck verb needs it
         if not fix:
             return fsck(self.store, read_data=read_data)
         return fsck_fix(self.store, read_data=read_data)

@@ -104,9 +104,10 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
                                         layer=layer, detail=f"unit id present in {where}"))
     findings.extend(_check_meta(layout, view))
     findings.extend(_check_foreign(layout))
+    # lazy: start-up, loaded only when used (+fcntl)
     from fsmem.memory.fsck_checks import check_graph
     findings.extend(Finding(kind=k, path=p, detail=d) for k, p, d in check_graph(layout.root))
-    from fsmem.homeagent.documents import legacy_problems
+    from fsmem.homeagent.documents import legacy_problems  # lazy: start-up, loaded only when used
     for path, problem in legacy_problems(layout.root):
         findings.append(Finding(kind="legacy", path=path, detail=problem, layer="documents"))
     return findings
@@ -160,7 +161,10 @@ def _check_meta(layout: Layout, view: View) -> list[Finding]:
             findings.append(Finding(kind="stray-staging", path=os.path.join(layout.staging, name),
                                     detail="left by a writer that is gone"))
     if os.path.isdir(os.path.join(layout.meta, "vectors")):   # none: nothing to check
-        from fsmem.search.vector_cache import check_cache   # (and numpy stays unloaded: CLI start-up)
+        # lazy: start-up, loaded only when used (+numpy, ctypes, queue)
+        from fsmem.search.vector_cache import (
+            check_cache,  # (and numpy stays unloaded: CLI start-up)
+        )
         findings.extend(Finding(kind="derived-vector", path=p, detail=d)
                         for p, d in check_cache(layout.meta))
     if live_writer:
@@ -177,7 +181,7 @@ def _check_meta(layout: Layout, view: View) -> list[Finding]:
 
 
 def _repair(store: Store, finding: Finding) -> None:
-    import shutil
+    import shutil  # lazy: start-up, loaded only when used (+shutil, zlib)
     path = finding.path
     if not os.path.lexists(path):
         finding.fixed = "already gone"
@@ -221,6 +225,7 @@ def _check_foreign(layout: Layout) -> list[Finding]:
         return []
     if not names:   # the usual case: a plain check never loads the writer's modules
         return []
+    # lazy: start-up, loaded only when used (+ctypes, fcntl)
     from fsmem.store.store import FOREIGN_LABEL
     return [Finding(kind="quarantined-foreign", path=os.path.join(layout.quarantine_dir, n),
                     detail="a discarded unit held files fsmem did not write; kept whole "
@@ -233,6 +238,7 @@ def repair_marker(root: str) -> Finding | None:
     ``bad-marker`` finding, fixed (the damaged file moved to quarantine, a new marker
     written) only when the directory is recognisably an fsmem store (its .fsmem/staging and
     .fsmem/journal and a layer directory exist) and no writer holds the lock."""
+    # lazy: start-up, loaded only when used (+fcntl)
     from fsmem.memory.fsck_checks import rewrite_marker
     layout = Layout(root)
     if not os.path.lexists(layout.marker_path):

@@ -35,6 +35,7 @@ _REFS = (  # (kind, what it must name): a 'block' end names memory_blocks.id, an
 def _connect(path: str) -> sqlite3.Connection:
     """Read-only and creating nothing (fsmem.legacy.sqlite_readonly: ``mode=ro`` while a
     ``-wal`` file exists, else ``immutable=1``)."""
+    # lazy: start-up, loaded only when used (+struct)
     from fsmem.homeagent.documents import sqlite_readonly
     return sqlite_readonly(path, timeout=2.0)
 
@@ -51,7 +52,7 @@ def check_graph(root: str) -> list[tuple[str, str, str]]:
         # its -shm file and an immutable one would miss the WAL; a reader writes nothing.
         log.info("%s: has a -wal file; graph.db not checked", path)
         return []
-    import sqlite3
+    import sqlite3  # lazy: start-up, loaded only when used (+sqlite3)
     try:
         db = _connect(path)
     except sqlite3.Error as exc:
@@ -99,6 +100,7 @@ def _recognisable(layout: Layout) -> bool:
 def rewrite_marker(layout: Layout) -> str:
     """Move a damaged marker into quarantine and write a fresh one; returns what was done
     ('' when nothing was: not recognisably a store, or a writer holds the lock)."""
+    # lazy: start-up, loaded only when used (+ctypes, struct)
     from fsmem.format import fsops as fsops
     if not _recognisable(layout):
         log.error("%s: damaged, and %s does not look like an fsmem store: not rewritten",

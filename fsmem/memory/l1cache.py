@@ -22,8 +22,8 @@ from fsmem.search.lazy_vectors import on_demand
 
 if TYPE_CHECKING:
     from fsmem.format.model import Event
-    from fsmem.memory.reader import Loaded, Reader
     from fsmem.format.unit import Written
+    from fsmem.memory.reader import Loaded, Reader
 
 __all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_terms",
            "seed_written", "note_written"]
@@ -118,6 +118,7 @@ class L1Cache:
         text this process wrote where it has it (``written``), else from their blocks, read
         and verified. A unit not in the cache (one staged to arrive) keeps its counts in
         ``fresh`` until it is published and seeded."""
+        # lazy: start-up, loaded only when used (+blake3)
         from fsmem.search.index_entry import event_texts, term_rows
         out: list[tuple[np.ndarray, np.ndarray] | None] = []
         todo: list[int] = []
@@ -164,7 +165,7 @@ def seed_written(mem: "Reader", path: str, written: "Written") -> None:
     it was staged, else they are tokenised from its text in hand when a prune first ranks
     it. A unit of another process, or one read after a restart, is read from its blocks and
     verified (a damaged block fails the prune: tests/test_hardening.py)."""
-    from fsmem.memory.reader import Loaded
+    from fsmem.memory.reader import Loaded  # lazy: start-up, loaded only when used (+blake3)
     manifest = written.manifest
     rows: dict[str, np.ndarray] = {}
     if manifest.vectors is not None:

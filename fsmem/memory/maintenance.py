@@ -100,6 +100,7 @@ def stored_event(mem: "Writer", event_id: str) -> str:
     """The id of the unit holding an event with this id in L1, or in an L2 unit created
     within the idempotency window ('' when none does). Damaged units are skipped (fsck
     reports them)."""
+    # lazy: start-up, loaded only when used (+numpy, ctypes)
     from fsmem.memory.l1cache import load_context
     for unit in load_context(mem):   # L1 from the writer's cache: re-read only what changed
         if any(ev.id == event_id for ev in unit.manifest.events):

@@ -57,7 +57,10 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
               context_tokens=context_tokens)
     mem.vectors_mode = vectors
     if filler_embedder is not None:
-        from fsmem.search.vector_cache import VectorCache, VectorFiller   # lazy: threads, only for a real embedder
+        from fsmem.search.vector_cache import (  # lazy: threads, only for a real embedder
+            VectorCache,
+            VectorFiller,
+        )
         mem._filler = VectorFiller(VectorCache(store.meta, filler_embedder.fingerprint,
                                                filler_embedder.dim,
                                                durable=durability == "full"),
@@ -66,7 +69,7 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
     with store.locked():  # taking the lock runs recovery
         allow_record(store.root)
         if adopt and os.path.isfile(os.path.join(store.root, "context.json")):
-            from fsmem.homeagent.context import adopt as adopt_context   # lazy: hashlib, json
+            from fsmem.homeagent.context import adopt as adopt_context  # lazy: hashlib, json
             try:
                 adopt_context(mem)
             except FormatError as exc:

@@ -14,20 +14,22 @@ with the same arrival time.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from fsmem.format import fsops as fsops
-from fsmem.format.model import FORMAT_VERSION, EventRecord, Manifest
-from fsmem.memory.l1cache import load_context
 from fsmem.format.errors import FsmemError
 from fsmem.format.layout import JournalEntry
+from fsmem.format.model import FORMAT_VERSION, EventRecord, Manifest
+from fsmem.format.timestamps import Timestamp
+from fsmem.memory.l1cache import event_terms, load_context
+from fsmem.memory.render import budget_split
 from fsmem.search.lazy_vectors import embed_rows, on_demand
 from fsmem.store.pins import read_pins
 from fsmem.store.store import new_unit_id
-from fsmem.format.timestamps import Timestamp
 
 if TYPE_CHECKING:
     from fsmem.memory.reader import Loaded as _Loaded
@@ -52,7 +54,6 @@ def watermark(capacity: int, protected: int, *, context_tokens: int | None,
     HomeAgent's budget for an unknown window (32768 tokens, empty system prompt), which is
     what HomeAgent itself falls back to: 11 at the defaults 30/10."""
     if context_tokens is None:
-        from fsmem.memory.render import budget_split
         context_tokens = budget_split(0, "").context_tokens
     if avg_event_tokens < 1:
         raise ValueError(f"avg_event_tokens: expected >= 1, got {avg_event_tokens!r}")
@@ -131,8 +132,8 @@ def _similarity(mem: "Writer", units: list["_Loaded"], query: str
     if not query.strip():
         return lambda unit, rec: 0.0
     if mem.ranker == "bm25":
+        # lazy: start-up, loaded only when used (+search.analyze, search.index_files)
         from fsmem.search.index_entry import bm25_scores
-        from fsmem.memory.l1cache import event_terms
         pairs = [(u, r) for u in units for r in u.manifest.events]
         docs = event_terms(mem, pairs)
         scores = dict(zip((r.id for _, r in pairs), bm25_scores(docs, query)))
@@ -328,7 +329,6 @@ def _settle_failed(store, entry: JournalEntry, staged: list[str]) -> None:
     written), the change is decided, so roll it forward now (best effort; else the next
     writer does); if not, nothing is decided, so remove what was staged. Deleting staged
     units of a written entry would let recovery remove the L1 originals with no copy."""
-    import os
     if os.path.lexists(os.path.join(store.journal_dir, f"{entry.id}.json")):
         try:
             store.journal_apply(entry)

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
-from fsmem.store.access import AccessLog, AccessStats
+from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.blocks import DIGEST_RE
 from fsmem.format.errors import AmbiguousDigest, FsmemError, InvalidName, NotFound
 from fsmem.format.layout import LAYERS, Layout, Vanished, View
@@ -25,14 +25,15 @@ from fsmem.format.model import BlockRef, Event, Manifest, check_name
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest, read_vectors
 from fsmem.format.views import Document, Hit, hydrate_event
+from fsmem.store.access import AccessLog, AccessStats
 
 if TYPE_CHECKING:   # numpy, the index, embedders and plugins load on first use (CLI start-up)
     import numpy as np
 
-    from fsmem.search.embed import Embedder
-    from fsmem.search.index import Index
     from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
     from fsmem.memory.render import HitView
+    from fsmem.search.embed import Embedder
+    from fsmem.search.index import Index
 
 __all__ = ["Reader", "Loaded", "MEDIA_STORE", "default_ranker", "hit_views", "find_cold"]
 
@@ -45,7 +46,10 @@ T = TypeVar("T")
 def default_ranker(embedder: Embedder | None) -> str:
     """BM25 alone beats every fusion with the hashed dense signal; with a real embedder,
     fusion wins (docs/BENCHMARKS.md)."""
+    # lazy: start-up, loaded only when used (+numpy, ctypes, zlib)
     from fsmem.search.embed import HashEmbedder
+
+    # lazy: start-up, loaded only when used (+numpy, ctypes)
     from fsmem.search.ranking import DEFAULT_RANKER
     return DEFAULT_RANKER if embedder is None or isinstance(embedder, HashEmbedder) \
         else "fusion"
@@ -87,7 +91,7 @@ class Reader:
         layout = Layout(root)
         layout.require_readable()
         if plugins is not None:
-            from fsmem.format.plugins import Plugins
+            from fsmem.format.plugins import Plugins  # lazy: start-up, loaded only when used
             plugins = Plugins.of(plugins)
         return cls(layout, plugins=plugins, embedder=embedder, ranker=ranker)
 
@@ -96,7 +100,7 @@ class Reader:
         """The host's tool and channel declarations (none given: an empty registry, made on
         first use, as listing and reading units never consult it)."""
         if self._plugins is None:
-            from fsmem.format.plugins import Plugins
+            from fsmem.format.plugins import Plugins  # lazy: start-up, loaded only when used
             self._plugins = Plugins()
         return self._plugins
 
@@ -109,6 +113,7 @@ class Reader:
         """The embedder of vectors and queries; the default (fsmem.embed.HashEmbedder) is
         built on first use, so listing and reading units never import numpy."""
         if self._embedder is None:
+            # lazy: start-up, loaded only when used (+numpy, ctypes, zlib)
             from fsmem.search.embed import HashEmbedder
             self._embedder = HashEmbedder()
         return self._embedder
@@ -158,6 +163,7 @@ class Reader:
                 keys, mat = read_vectors(path, manifest)  # type: ignore[misc]
                 rows = dict(zip(keys, mat))
             if with_vectors:   # rows not stored in the unit: the derived vector cache
+                # lazy: start-up, loaded only when used (+numpy, ctypes, queue)
                 from fsmem.search.vector_cache import fill_rows
                 fill_rows(self.vector_cache, self.plugins, path, manifest, rows)
         except (FsmemError, OSError) as exc:
@@ -210,7 +216,7 @@ class Reader:
         """The model's view of L1 under a token budget (fsmem.render.render over timeline());
         ``hits`` (a turn's query hits) come first as their own section within
         ``memory_tokens`` (default: a third of the budget, budget_split's memory share)."""
-        from fsmem.memory.render import render
+        from fsmem.memory.render import render  # lazy: start-up, loaded only when used
         views = hit_views(self, hits)
         if views and memory_tokens is None:
             memory_tokens = budget_tokens // 3
@@ -225,6 +231,7 @@ class Reader:
         def read(view: View) -> Document:
             found = view.locate(unit_id)
             if found is None:   # a HomeAgent document still in documents/: the fallback
+                # lazy: start-up, loaded only when used
                 from fsmem.homeagent.documents import legacy_document
                 doc = legacy_document(self.root, unit_id)
                 seen = self.access.stats().get(unit_id)
@@ -278,6 +285,7 @@ class Reader:
             return found
         found = self.consistent(read)
         if not found:
+            # lazy: start-up, loaded only when used
             from fsmem.homeagent.documents import find_legacy_blob
             legacy = find_legacy_blob(self.root, prefix)
             if len(legacy) > 1:
@@ -306,6 +314,7 @@ class Reader:
         found = self.consistent(read)
         if found is not None:
             return found
+        # lazy: start-up, loaded only when used
         from fsmem.homeagent.documents import find_legacy_block
         m = find_legacy_block(self.root, block_id)
         sha = m.sha256 if m else self.graph.payload_digest(block_id)
@@ -315,15 +324,15 @@ class Reader:
 
     def read_block(self, digest: str) -> bytes:
         """The bytes of a block (digest or unique prefix), verified against its digest."""
-        from fsmem.format.blocks import read_block
         path, ref = self.find_block(digest)
         if path == MEDIA_STORE:   # a HomeAgent media-store blob (verified by its sha256)
+            # lazy: start-up, loaded only when used
             from fsmem.homeagent.documents import LegacyMedia, read_blob
             got = read_blob(self.root, LegacyMedia(sha256=ref.sha256))
             if got is None:
                 raise NotFound(f"media blob {ref.sha256} missing from the media store")
             return got[0]
-        return read_block(block_path(path, ref), ref.digest)
+        return blockfiles.read_block(block_path(path, ref), ref.digest)
 
     # -- search -----------------------------------------------------------------------------
     @property
@@ -347,6 +356,7 @@ class Reader:
         if filler is not None:
             return filler.cache
         if self._vector_cache is None:
+            # lazy: start-up, loaded only when used (+numpy, ctypes, queue)
             from fsmem.search.vector_cache import VectorCache
             self._vector_cache = VectorCache(self.layout.meta, self.embedder.fingerprint,
                                              self.embedder.dim)
@@ -362,6 +372,7 @@ class Reader:
             return
         self._vectors_healed = True
         if self.vector_cache is not None:
+            # lazy: start-up, loaded only when used (+numpy, ctypes, queue)
             from fsmem.search.vector_cache import heal_index
             heal_index(self._index)
 
@@ -373,6 +384,7 @@ class Reader:
         had to be rebuilt, else None."""
         if self._index is not None:
             return None
+        # lazy: start-up, loaded only when used (+numpy, ctypes)
         from fsmem.search.index import Index
         self._index = Index(self)
         return None if self._index.load() else self._index.rebuild()
@@ -406,6 +418,7 @@ class Reader:
     def graph(self):
         """graph.db (fsmem.graph.Graph); a reader opens it read-only and never creates it."""
         if self._graph is None:
+            # lazy: start-up, loaded only when used (+sqlite3, shutil, hashlib)
             from fsmem.graph.graph import Graph
             self._graph = Graph(self)
         return self._graph
@@ -416,7 +429,7 @@ class Reader:
     # -- maintenance ------------------------------------------------------------------------
     def fsck(self, *, read_data: bool = True):
         """The store's consistency check, read-only: findings, nothing repaired."""
-        from fsmem.memory.fsck import fsck
+        from fsmem.memory.fsck import fsck  # lazy: start-up, loaded only when used
         return fsck(self.layout, read_data=read_data)
 
     def stats(self) -> dict[str, int]:
@@ -428,6 +441,7 @@ class Reader:
                 out[f"{layer}_events"] = sum(len(u.manifest.events) for u in units)
             return out
         out = self.consistent(read)
+        # lazy: start-up, loaded only when used
         from fsmem.homeagent.documents import legacy_counts
         out["legacy_documents"], out["legacy_unreadable"] = legacy_counts(self.root)
         return out
@@ -436,7 +450,7 @@ class Reader:
 def hit_views(mem: Reader, hits: Iterable[Hit]) -> list["HitView"]:
     """The hits as the model's view shows them: label = summary (or id), text = the unit's
     content, every event whole. Read-only; a hit gone meanwhile is left out."""
-    from fsmem.memory.render import HitView
+    from fsmem.memory.render import HitView  # lazy: start-up, loaded only when used
     out = []
     for hit in hits:
         try:

@@ -50,8 +50,9 @@ def recall(mem: "Writer", text: str, top_k: int = 3, *,
         if uid:
             moved.append(uid)
     if moved:
+        prune = prune or partial(prune_l1, mem)
         after_write(mem.store, lambda: _pin(mem, moved),
-                    lambda: (prune or partial(prune_l1, mem))(query=text) if mem.auto_prune else None)
+                    lambda: prune(query=text) if mem.auto_prune else None)
     return moved
 
 

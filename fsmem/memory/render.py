@@ -103,7 +103,7 @@ def _heuristic_many(texts: list[str], limits: list[int]) -> tuple[list[int], ...
     with (keep, kept) = prefix(text, limit). A character weighs what its UTF-8 bytes weigh."""
     if "numpy" not in sys.modules and sum(map(len, texts)) <= _PY_CHARS:
         return _heuristic_many_py(texts, limits)
-    import numpy as np
+    import numpy as np  # lazy: start-up, loaded only when used (+numpy, ctypes, struct)
 
     lens = np.fromiter(map(len, texts), np.int64, len(texts))
     ends = np.cumsum(lens)
@@ -165,7 +165,7 @@ class TiktokenEstimator:
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         try:
-            import tiktoken
+            import tiktoken  # lazy: start-up, loaded only when used (+tiktoken)
         except ImportError as exc:
             raise MissingDependency("TiktokenEstimator needs the optional package tiktoken: "
                                     "pip install 'fsmem[tiktoken]'") from exc
@@ -540,7 +540,7 @@ class BudgetSplit:
 
 def _ratio(value: float | Fraction, name: str) -> Fraction:
     """An exact ratio, so 0.8 × 32768 floors like HomeAgent's integer 80/100 (no 0.79999…)."""
-    from fractions import Fraction
+    from fractions import Fraction  # lazy: start-up, loaded only when used (+fractions)
     ratio = Fraction(value).limit_denominator(1_000_000)
     if not 0 <= ratio <= 1:
         raise ValueError(f"{name}: expected a ratio in [0, 1], got {value!r}")

@@ -13,26 +13,45 @@ present; the next run finds the rows and only moves the unit. See docs/STABLEMEM
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from functools import partial
 import os
+from functools import partial
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import msgspec
 
 from fsmem.format import fsops as fsops
 from fsmem.format.blocks import hash_bytes, read_block
-from fsmem.graph.distill import DistillError, Distiller, RuleDistiller, TextPiece, Triple, unit_texts
 from fsmem.format.errors import FsmemError, NotFound, StorageError
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
 from fsmem.format.views import Document
+from fsmem.graph.distill import (
+    Distiller,
+    DistillError,
+    RuleDistiller,
+    TextPiece,
+    Triple,
+    unit_texts,
+)
+from fsmem.graph.graph import (
+    GRAPH_FILE,
+    BlockRow,
+    CommitResult,
+    Entity,
+    Graph,
+    Provenance,
+    Recall,
+    Relation,
+    UnitFacts,
+    sentence_block_id,
+    triple_block_id,
+)
 from fsmem.homeagent.documents import convert_cold_legacy
 from fsmem.memory.maintenance import after_write
 from fsmem.memory.prune import prune as prune_l1
 from fsmem.memory.reader import find_cold
-from fsmem.graph.graph import (GRAPH_FILE, BlockRow, CommitResult, Entity, Graph, Provenance, Recall,
-                    Relation, UnitFacts, sentence_block_id, triple_block_id)
 
 if TYPE_CHECKING:
     from fsmem.memory.writer import Writer
@@ -76,7 +95,6 @@ def _sha256_of(unit_dir: str, ref) -> str:
     """HomeAgent's payload_digest of a media block (sha256 of its bytes); '' for text."""
     if ref.modality == "text":
         return ""
-    import hashlib
     return hashlib.sha256(read_block(block_path(unit_dir, ref), ref.digest)).hexdigest()
 
 
@@ -266,7 +284,8 @@ def recall_from_graph(mem: "Writer", names: Sequence[str] | str, depth: int = 2,
                 break
             moved.append(unit_id)
     if moved and mem.auto_prune:
-        after_write(mem.store, lambda: (prune or partial(prune_l1, mem))(query=" ".join(names)))
+        prune = prune or partial(prune_l1, mem)
+        after_write(mem.store, lambda: prune(query=" ".join(names)))
     return moved
 
 

@@ -19,19 +19,19 @@ evicted only by relevance, like any other.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
-import msgspec
-
-from fsmem.format.errors import FormatError, FsmemError
+from fsmem.format.errors import FsmemError
 from fsmem.format.model import Event, TextEvent
 from fsmem.format.plugins import _POLICIES, ChannelDef, Plugins
-from fsmem.store.pins import tick_pins
 from fsmem.format.views import Hit
+from fsmem.memory.appending import append_burst, prune_after
+from fsmem.memory.l1cache import load_context
+from fsmem.memory.maintenance import after_write
+from fsmem.memory.prune import prune_context
 from fsmem.memory.writer import as_event
+from fsmem.store.pins import tick_pins
 
 if TYPE_CHECKING:
     from fsmem.memory.writer import Writer
@@ -162,9 +162,6 @@ def run_turn(mem: "Writer", input_event: Event | TextEvent | dict,
     focus = ([result.focus] if context == "prune" and result.focus else []) + tool_prune
     tokens = context_tokens if context_tokens is not None else mem.context_tokens
     due = context == "prune" or bool(tool_prune)
-    from fsmem.memory.appending import append_burst, prune_after
-    from fsmem.memory.maintenance import after_write
-    from fsmem.memory.prune import prune_context
     # All of the turn's events or none, by one journal entry, with the prune the policies
     # ask for when it can go with them (fsmem.appending).
     ids, archived, outcome = append_burst(
@@ -198,5 +195,4 @@ def run_turn(mem: "Writer", input_event: Event | TextEvent | dict,
 def _l1_events(mem: "Writer") -> int:
     """L1's event count, from the writer's L1 cache (fsmem.l1cache: only units changed since
     are read; reading every manifest here cost ~30 reads a turn)."""
-    from fsmem.memory.l1cache import load_context
     return sum(len(u.manifest.events) for u in load_context(mem, with_vectors=False))

@@ -21,15 +21,25 @@ import msgspec
 
 from fsmem.format import fsops
 from fsmem.format.errors import FormatError, FsmemError, NotFound, StorageError
-from fsmem.format.model import (FORMAT_VERSION, BlockRef, Event, EventRecord, Manifest,
-                                MediaAttachment, TextEvent, ToolResult, check_name)
+from fsmem.format.model import (
+    FORMAT_VERSION,
+    BlockRef,
+    Event,
+    EventRecord,
+    Manifest,
+    MediaAttachment,
+    TextEvent,
+    ToolResult,
+    check_name,
+)
 from fsmem.format.plugins import Plugins
 from fsmem.format.timestamps import Timestamp
-from fsmem.format.unit import UnitBuilder, Written
+from fsmem.format.unit import UnitBuilder, Written, damaged
+from fsmem.memory.l1cache import seed_written
 from fsmem.memory.reader import MEDIA_STORE, Loaded, Reader
 from fsmem.search.embed import Embedder
 from fsmem.search.lazy_vectors import stores_vectors
-from fsmem.search.ranking import DEFAULT_RANKER   # not from the index: an append never loads it
+from fsmem.search.ranking import DEFAULT_RANKER  # not from the index: an append never loads it
 from fsmem.store.store import Store, new_unit_id
 
 __all__ = ["Writer", "as_event", "check_strings", "with_changes", "shared_embedder"]
@@ -111,6 +121,7 @@ class Writer(Reader):
 
     def _queue_unit(self, unit: Loaded) -> int:
         """Submit the texts of ``unit`` that have a vector neither in it nor in the cache."""
+        # lazy: start-up, loaded only when used (+queue, heapq)
         from fsmem.search.vector_cache import fill_rows, unit_texts
         missing = set(fill_rows(self._filler.cache, self.plugins, unit.path, unit.manifest,
                                 dict(unit.rows)))
@@ -126,6 +137,7 @@ class Writer(Reader):
         already (after a crash, an import, a deleted cache: no reindex needed)."""
         if self._filler is None or self._index is None:
             return
+        # lazy: start-up, loaded only when used (+queue, heapq)
         from fsmem.search.vector_cache import heal_index, queue_missing
         if not self._vectors_healed:
             self._vectors_healed = True
@@ -148,6 +160,7 @@ class Writer(Reader):
 
     def reindex(self, progress=None) -> int:
         """Rebuild the index from the directories alone; returns how many units it holds."""
+        # lazy: start-up, loaded only when used (+search.analyze, search.index_entry)
         from fsmem.search.index import Index
         self._index = Index(self)
         return self._index.rebuild(progress)
@@ -174,6 +187,7 @@ class Writer(Reader):
         made before the publish (``_index_entry``), given its identity now."""
         if self._index is None or layer != "documents":
             return
+        # lazy: start-up, loaded only when used (+search.analyze, search.index_entry)
         from fsmem.search.index import unit_ident
         ino = unit_ident(self.store.unit_dir(layer, unit_id)) if entry is not None else None
         if added and entry is not None and ino is not None:
@@ -267,7 +281,6 @@ class Writer(Reader):
                 else:
                     dst = self._publish_indexed(builder, layer, written, before)
                 if layer == "context" and self._filler is None:
-                    from fsmem.memory.l1cache import seed_written
                     seed_written(self, dst, written)
             if self._filler is not None:   # after publish: off the commit's critical path
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])
@@ -379,6 +392,7 @@ class Writer(Reader):
                                                 created_at=ts, name=att.name))
         for src_dir, ref in links:
             if src_dir == MEDIA_STORE:   # a blob of HomeAgent's media store: copied in
+                # lazy: start-up, loaded only when used
                 from fsmem.homeagent.documents import LegacyMedia, read_blob
                 data, mime = read_blob(self.root, LegacyMedia(sha256=ref.sha256)) or (None, "")
                 if data is None:
@@ -425,6 +439,7 @@ class Writer(Reader):
         """Delete a unit on explicit request: it vanishes in one rename, then is deleted."""
         path = self.store.unit_dir(layer, unit_id)
         if layer == "documents" and not os.path.lexists(path):
+            # lazy: start-up, loaded only when used
             from fsmem.homeagent.documents import legacy_file_of, remove_legacy
             if legacy_file_of(self.root, unit_id):   # moved to .fsmem/legacy-removed/
                 remove_legacy(self, unit_id)
@@ -439,7 +454,6 @@ class Writer(Reader):
     def _damaged_context(self) -> frozenset[str]:
         """L1 units whose manifest, blocks or vectors fail verification (the failure path
         of prune only: every block of L1 is read)."""
-        from fsmem.format.unit import damaged
         with self.store.locked():
             return frozenset(uid for uid, path in self.store.list_layer("context").items()
                              if damaged(path, uid))
@@ -476,6 +490,7 @@ def shared_embedder(embedder: Embedder) -> Embedder:
     else every call under one lock (an embedding engine need not be thread-safe)."""
     if getattr(embedder, "thread_safe", False):
         return embedder
+    # lazy: start-up, loaded only when used (+queue, heapq)
     from fsmem.search.vector_cache import LockedEmbedder
     return LockedEmbedder(embedder, threading.Lock())
 

@@ -80,7 +80,7 @@ _CACHE_MAX = 1_000_000
 
 
 def _load_stemmer() -> Callable[[str], str]:
-    import snowballstemmer
+    import snowballstemmer  # lazy: start-up, loaded only when used (+snowballstemmer)
     return snowballstemmer.stemmer("english").stemWord
 
 

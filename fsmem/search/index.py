@@ -24,16 +24,33 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
-from fsmem.search import ranking
-from fsmem.search.ranking import DEFAULT_RANKER
-from fsmem.search.analyze import cjk_unigram_hashes, cjk_unigram_mask, date_text, is_pair, term_hashes
 from fsmem.format.errors import FsmemError
+from fsmem.format.timestamps import Timestamp
+from fsmem.format.unit import Written, read_manifest, read_manifest_key, read_vectors
+from fsmem.search import ranking
+from fsmem.search.analyze import (
+    cjk_unigram_hashes,
+    cjk_unigram_mask,
+    date_text,
+    is_pair,
+    term_hashes,
+)
+from fsmem.search.index_entry import (
+    IndexEntry,
+    _ident,
+    _row_lengths,
+    _Rows,
+    _valid_name,
+    clamp_ns,
+    event_texts,
+    fold_postings,
+    term_counts,
+    term_rows,
+    unit_ident,
+)
 from fsmem.search.index_files import INDEX_VERSION, IndexFiles, _Postings
 from fsmem.search.lazy_vectors import embed_rows, missing_text_rows, on_demand
-from fsmem.format.timestamps import Timestamp
-from fsmem.search.index_entry import (IndexEntry, _ident, _row_lengths, _Rows, _valid_name, clamp_ns,
-                          event_texts, fold_postings, term_counts, term_rows, unit_ident)
-from fsmem.format.unit import Written, read_manifest, read_manifest_key, read_vectors
+from fsmem.search.ranking import DEFAULT_RANKER
 
 if TYPE_CHECKING:
     from fsmem.format.layout import Layout
@@ -219,6 +236,7 @@ class Index(IndexFiles):
                     json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
         legacy_files = {}
         if json_files:   # (fsmem.legacy is not loaded for a store without any)
+            # lazy: start-up, loaded only when used
             from fsmem.homeagent.documents import legacy_id
         for fname, ino in sorted(json_files):
             uid = legacy_id(fname)
@@ -239,7 +257,13 @@ class Index(IndexFiles):
     def add_legacy(self, filename: str, ino: int) -> bool:
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
-        from fsmem.homeagent.documents import legacy_id, legacy_texts, read_legacy, report_unreadable
+        # lazy: start-up, loaded only when used
+        from fsmem.homeagent.documents import (
+            legacy_id,
+            legacy_texts,
+            read_legacy,
+            report_unreadable,
+        )
         path = os.path.join(self.layout.layer_dir("documents"), filename)
         try:
             doc = read_legacy(path)
@@ -338,6 +362,7 @@ class Index(IndexFiles):
         """Rows the unit does not store come from the derived vector cache
         (fsmem.vector_cache); a unit still missing some is noted in ``missing`` (its events
         rank lexically until ``refresh_vectors``)."""
+        # lazy: start-up, loaded only when used (+queue, heapq)
         from fsmem.search.vector_cache import fill_rows
         if fill_rows(getattr(self.mem, "vector_cache", None), self.mem.plugins, path,
                      manifest, rows):

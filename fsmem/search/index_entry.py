@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Iterable
 import blake3
 import numpy as np
 
+from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
+from fsmem.format.model import NAME_RE
+from fsmem.format.unit import block_path
 from fsmem.search import ranking
 from fsmem.search.analyze import is_pair, term_hashes, term_hashes_rows
 from fsmem.search.index_files import _Postings
-from fsmem.format.unit import block_path
 
 if TYPE_CHECKING:
     from fsmem.format.plugins import Plugins
@@ -139,7 +141,6 @@ def event_texts(plugins: "Plugins", path: str, ev,
     """One event's text blocks through the plugin declarations (cleaners applied, no_memory
     left out), plus the names and MIME types of its media blocks. ``text_of`` (digest ->
     text) holds blocks this process just wrote: they are not read back."""
-    from fsmem.format.blocks import read_block
     out = []
     tool_of = {tr.block: tr.name for tr in ev.tool_results}
     for ref in ev.blocks:
@@ -148,7 +149,7 @@ def event_texts(plugins: "Plugins", path: str, ev,
             continue
         text = text_of.get(ref.digest) if text_of else None
         if text is None:
-            text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
+            text = blockfiles.read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
         if ref.role == "tool_output":
             out.append(plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
         else:
@@ -183,7 +184,6 @@ def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.nda
 
 
 def _valid_name(name: str) -> bool:
-    from fsmem.format.model import NAME_RE
     return bool(NAME_RE.match(name))
 
 

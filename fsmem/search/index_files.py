@@ -10,6 +10,7 @@ its mtime, so an open with nothing changed skips the listing. ``IndexFiles`` is 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import stat
 import time
@@ -21,9 +22,9 @@ import blake3
 import msgspec
 import numpy as np
 
-from fsmem.search.analyze import ANALYZER_VERSION
-from fsmem.format.errors import FsmemError
+from fsmem.format.errors import FsmemError, StoreLocked
 from fsmem.format.layout import open_regular, read_small
+from fsmem.search.analyze import ANALYZER_VERSION
 
 __all__ = ["IndexFiles", "INDEX_VERSION", "StrTable"]
 
@@ -377,7 +378,6 @@ class IndexFiles:
             log.debug("%s: SEEN not written: %s", self.dir, exc)
 
     def _record_seen(self) -> None:
-        from fsmem.format.errors import StoreLocked
         try:
             with self.mem.store.locked():
                 self._write_seen()
@@ -395,6 +395,7 @@ class IndexFiles:
             self._dir_mtime, self._seen_at = self.stamp(), 0
 
     def _load(self) -> bool:
+        # lazy: start-up, loaded only when used (+format.blocks, format.media)
         from fsmem.format.unit import load_npy
         self._clear()
         gen_name = ""
@@ -470,7 +471,6 @@ class IndexFiles:
         The index is derived: a snapshot that cannot be written (a full disk, a busy lock)
         is simply not saved, logged, and left behind whole (no partial generation stays);
         the in-memory index goes on serving and a later save tries again."""
-        from fsmem.format.errors import StoreLocked
         self._compact()
         try:
             with self.mem.store.locked():   # never two savers, never a saver and a GC
@@ -484,7 +484,8 @@ class IndexFiles:
         """A new generation directory of ``.npy`` files plus ``meta.json`` (with each file's
         BLAKE3), then ``CURRENT`` switched to it by one rename. Older generations are removed
         after a grace period; a reader that mapped one keeps its (unlinked) files."""
-        import shutil   # here: a reader (a CLI query) never saves, and skips its import
+        # lazy: start-up, loaded only when used (+shutil, zlib)
+        import shutil  # here: a reader (a CLI query) never saves, and skips its import
         gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         gen = os.path.join(self.dir, gen_name)
         os.makedirs(gen)
@@ -570,7 +571,6 @@ def _fd_digest(fd: int) -> str:
 def _read_meta(path: str) -> "_Meta":
     """meta.json decoded straight from a read-only mapping of it (opened safely: no symlink,
     no FIFO, under 1 GiB): no read-and-join copy of its megabytes (~7 MB at 100k units)."""
-    import mmap
     fd = open_regular(path, cap=_META_CAP)
     try:
         if not os.fstat(fd).st_size:

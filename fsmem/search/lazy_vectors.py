@@ -51,6 +51,7 @@ def embed_rows(mem: Any, path: str, manifest: "Manifest", rows: dict[str, np.nda
     blocks (read and verified) by ``mem.embedder``; returns how many rows were added."""
     if not missing_text_rows(manifest, rows):
         return 0
+    # lazy: start-up, loaded only when used (+msgspec, blake3, uuid)
     from fsmem.search.vector_cache import unit_texts
     todo = [(k, t) for k, t in unit_texts(mem.plugins, path, manifest) if k not in rows]
     if not todo:

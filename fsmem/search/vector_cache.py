@@ -30,7 +30,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.blocks import hash_bytes
+from fsmem.format.errors import FsmemError
+from fsmem.format.unit import block_path, read_manifest
 
 if TYPE_CHECKING:
     from fsmem.format.model import Manifest
@@ -110,15 +113,13 @@ class VectorCache:
 def unit_texts(plugins: Any, path: str, manifest: "Manifest") -> list[tuple[str, str]]:
     """(vector row key ``<event id>:<digest>``, compute-layer text) of each text block of a
     unit, as a commit embeds them (cleaners applied, blank texts left out)."""
-    from fsmem.format.blocks import read_block
-    from fsmem.format.unit import block_path
     out = []
     for ev in manifest.events:
         tool_of = {tr.block: tr.name for tr in ev.tool_results}
         for ref in ev.blocks:
             if ref.modality != "text":
                 continue
-            text = read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
+            text = blockfiles.read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
             if ref.role == "tool_output":
                 text = plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text)
             else:
@@ -167,8 +168,6 @@ def queue_missing(filler: "VectorFiller", plugins: Any, layout: Any, missing: se
     ``missing`` that is not queued already; True when some unit turned out to have all its
     vectors in the cache (the index should re-read it). An unreadable unit is skipped
     (logged): its events keep ranking lexically."""
-    from fsmem.format.errors import FsmemError
-    from fsmem.format.unit import read_manifest
     cached = False
     for uid in sorted(missing - filler.submitted):
         path = layout.unit_dir("documents", uid)

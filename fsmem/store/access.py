@@ -68,6 +68,7 @@ class AccessLog:
     # -- writing a statistic (readers too) -------------------------------------------------
     def create(self) -> None:
         """Writers make the log at open, so readers never have to create it."""
+        # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops
         try:
             fd = fsops.open_(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
@@ -79,6 +80,7 @@ class AccessLog:
     def record(self, unit_ids: Iterable[str], when_ns: int | None = None) -> bool:
         """Append one line per unit; False (and nothing raised) where the log is missing or
         not writable (a read-only store just answers)."""
+        # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops
         ns = time.time_ns() if when_ns is None else when_ns
         data = "".join(f"{u} {ns}\n" for u in unit_ids if NAME_RE.match(u)).encode()
@@ -173,6 +175,7 @@ class AccessLog:
     def compact(self, *, force: bool = False) -> bool:
         """Fold sealed logs into the state when the log has grown (or ``force``); True if
         it did. The caller holds the writer lock."""
+        # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops
         try:
             size = os.stat(self.path).st_size
@@ -206,6 +209,7 @@ class AccessLog:
         return True
 
     def _write_state(self, state: _State) -> None:
+        # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops
         path = os.path.join(self.meta, STATE)
         tmp = f"{path}.{os.getpid()}.tmp"

@@ -19,6 +19,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser from PyPI
     import tomli as tomllib
 
+import stat
+
 from fsmem.format.errors import FormatError
 
 __all__ = ["DEFAULTS", "ENV", "CONFIG_NAME", "config_path", "load_config", "parse_value",
@@ -77,7 +79,6 @@ def load_config(root: str | os.PathLike[str]) -> dict[str, Any]:
         raise FormatError(f"{path}: cannot open: {exc.strerror}") from exc
     try:
         st = os.fstat(fd)
-        import stat
         if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BYTES:
             raise FormatError(f"{path}: not a regular file under {_MAX_BYTES} bytes")
         raw = os.read(fd, _MAX_BYTES + 1)

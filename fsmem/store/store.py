@@ -26,11 +26,12 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Literal
 
 from fsmem.format import fsops as fsops
+from fsmem.format.blocks import block_filename
 from fsmem.format.errors import AlreadyExists, FormatError, FsmemError, NotFound, StoreLocked
 from fsmem.format.layout import LAYERS, JournalEntry, Layer, Layout, owner_dead
 from fsmem.format.model import FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, encode_pretty
 from fsmem.format.timestamps import Timestamp
-from fsmem.format.unit import UnitBuilder
+from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, read_manifest, verify_unit
 
 __all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id",
            "foreign_entries", "FOREIGN_LABEL", "SyncStrategy", "SYNC_STRATEGIES"]
@@ -548,7 +549,6 @@ class Store(Layout):
         abort could not remove the entry durably either) and a power loss kept the entry
         but not all of the units' files (``drop_entry``). Checked in full (every block's
         BLAKE3): this runs only in recovery after a crash."""
-        from fsmem.format.unit import verify_unit
         torn = []
         for staged, _layer, unit_id in entry.publish:
             src = os.path.join(self.staging, staged)
@@ -588,7 +588,6 @@ class Store(Layout):
     def _settle_duplicates(self) -> None:
         """A unit id in two layers (a crash mid-rename on some filesystems): keep the first
         valid copy in layer order context, documents, stablemem; quarantine the others."""
-        from fsmem.format.unit import verify_unit
         seen: dict[str, list[str]] = {}
         for layer in LAYERS:
             for unit_id in self.iter_units(layer):
@@ -611,8 +610,6 @@ def foreign_entries(unit_dir: str) -> list[str]:
     """Names in a unit directory that its manifest does not account for (a user's
     ``notes.txt``); a unit whose manifest cannot be read counts all but the manifest as
     foreign, so nothing unknown is ever deleted."""
-    from fsmem.format.blocks import block_filename
-    from fsmem.format.unit import MANIFEST, VECTORS, read_manifest
     try:
         names = os.listdir(unit_dir)
     except OSError:

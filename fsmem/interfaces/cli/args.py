@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any
 
+from fsmem import __version__
+
 __all__ = ["UsageError", "Parser", "HelpFormatter", "add_globals", "positive_int", "nonneg_int",
            "timestamp_arg", "tool_result_arg", "stdin_text", "version_string"]
 
@@ -53,7 +55,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def version_string() -> str:
-    from fsmem import __version__
     return f"fsmem {__version__} (Python {sys.version.split()[0]})"
 
 
@@ -92,7 +93,9 @@ def nonneg_int(text: str) -> int:
 
 def timestamp_arg(text: str) -> Any:
     """An RFC 3339 timestamp with its zone offset (``2026-05-01T09:30:00+08:00``)."""
-    from fsmem.format.errors import FsmemError
+    from fsmem.format.errors import FsmemError  # lazy: start-up, loaded only when used
+
+    # lazy: start-up, loaded only when used (+datetime)
     from fsmem.format.timestamps import Timestamp
     try:
         return Timestamp.parse(text, field="--timestamp")
@@ -107,6 +110,7 @@ def tool_result_arg(text: str) -> Any:
     name, sep, output = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"want NAME=OUTPUT, got {text!r}")
+    # lazy: start-up, loaded only when used (+msgspec, uuid, decimal)
     from fsmem.format.model import ToolOutput
     return ToolOutput(name=name, output=output)
 

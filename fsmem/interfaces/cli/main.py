@@ -14,12 +14,21 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from fsmem.interfaces.cli.args import (Parser, UsageError, add_globals, positive_int, nonneg_int,
-                       timestamp_arg, tool_result_arg, stdin_text, version_string)
+from fsmem.interfaces.cli.args import (
+    Parser,
+    UsageError,
+    add_globals,
+    nonneg_int,
+    positive_int,
+    stdin_text,
+    timestamp_arg,
+    tool_result_arg,
+    version_string,
+)
 
 if TYPE_CHECKING:
-    from fsmem.memory.facade import Memory
     from fsmem.format.model import Event, MediaAttachment
+    from fsmem.memory.facade import Memory
     from fsmem.memory.reader import Reader
 
 __all__ = ["main"]
@@ -31,6 +40,7 @@ def _root_default() -> str:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The store's settings: defaults < .fsmem/config.toml < FSMEM_* < this run's flags."""
+    # lazy: start-up, loaded only when used (+tomllib, datetime)
     from fsmem.store.config import effective
     return effective(args.root, {"context_capacity": getattr(args, "capacity", None),
                                  "context_protected": getattr(args, "protected", None),
@@ -40,6 +50,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def _open(args: argparse.Namespace, **kw: Any) -> "Memory":
     """A writer on an existing store (``init``, ``demo`` and ``--init`` create one), with the
     store's settings (flags and FSMEM_* override them)."""
+    # lazy: start-up, loaded only when used (+numpy, msgspec, blake3)
     from fsmem.memory.facade import Memory
     create = args.verb in ("init", "adopt") or getattr(args, "init", False)
     cfg = _settings(args)
@@ -50,12 +61,14 @@ def _open(args: argparse.Namespace, **kw: Any) -> "Memory":
 
 def _read(args: argparse.Namespace) -> "Reader":
     """A reader: no lock, nothing created or written (NotAStore if there is no store)."""
+    # lazy: start-up, loaded only when used (+msgspec, blake3, threading)
     from fsmem.memory.reader import Reader
     return Reader.open(args.root)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.json:
+        # lazy: start-up, loaded only when used (+msgspec, uuid, decimal)
         from fsmem.format.model import encode
         sys.stdout.write(encode(data).decode() + "\n")
     elif text:
@@ -63,8 +76,11 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def _attachment(path: str) -> "MediaAttachment":
-    import mimetypes
-    from fsmem.format.media import sniff_mime
+    import mimetypes  # lazy: start-up, loaded only when used
+
+    from fsmem.format.media import sniff_mime  # lazy: start-up, loaded only when used (+struct)
+
+    # lazy: start-up, loaded only when used (+msgspec, uuid, decimal)
     from fsmem.format.model import MediaAttachment
     with open(path, "rb") as fh:
         data = fh.read()
@@ -73,6 +89,7 @@ def _attachment(path: str) -> "MediaAttachment":
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    # lazy: start-up, loaded only when used (+tomllib, datetime)
     from fsmem.store.config import config_path, load_config, write_config
     if args.dir:
         args.root = args.dir
@@ -142,7 +159,9 @@ def _legacy_rows(root: str) -> list[dict]:
     """HomeAgent JSON documents still in documents/ (read through the logged fallback)."""
     if _no_legacy(root):
         return []
-    from fsmem.format.errors import FsmemError
+    from fsmem.format.errors import FsmemError  # lazy: start-up, loaded only when used
+
+    # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
     from fsmem.homeagent.documents import legacy_doc_files, legacy_id, read_legacy
     rows = []
     for name, _ in legacy_doc_files(root):
@@ -156,13 +175,14 @@ def _legacy_rows(root: str) -> list[dict]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from fsmem.interfaces.cli.show import transcript
+    from fsmem.interfaces.cli.show import transcript  # lazy: start-up, loaded only when used
     doc = _read(args).document(args.unit)
     _emit(args, doc, transcript(doc))
     return 0
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
+    # lazy: start-up, loaded only when used
     from fsmem.interfaces.cli.show import confirm_remove, layer_of
     layer = layer_of(_read(args), args.unit)
     if not args.yes and not confirm_remove(args.unit, layer):
@@ -174,12 +194,12 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from fsmem.interfaces.cli.show import config_verb
+    from fsmem.interfaces.cli.show import config_verb  # lazy: start-up, loaded only when used
     return config_verb(args, _read, _open, _emit)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from fsmem.interfaces.cli.show import doctor
+    from fsmem.interfaces.cli.show import doctor  # lazy: start-up, loaded only when used
     report, text, ok = doctor(args.root)
     _emit(args, report, text)
     return 0 if ok else 1
@@ -187,6 +207,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_fsck(args: argparse.Namespace) -> int:
     if args.fix:
+        # lazy: start-up, loaded only when used (+msgspec, blake3, threading)
         from fsmem.memory.fsck import fsck_fix, repair_marker
         marker = repair_marker(args.root)   # a damaged marker blocks everything else
         if marker is not None and not marker.fixed:
@@ -206,7 +227,10 @@ def cmd_fsck(args: argparse.Namespace) -> int:
 
 
 def _event_from_args(args: argparse.Namespace) -> "Event":
+    # lazy: start-up, loaded only when used (+msgspec, uuid, decimal)
     from fsmem.format.model import Event
+
+    # lazy: start-up, loaded only when used (+datetime)
     from fsmem.format.timestamps import Timestamp
     if not (args.input or "").strip() and not (args.response or "").strip() and not args.attach:
         raise UsageError("arguments --input/--response: empty text; nothing stored")
@@ -218,6 +242,7 @@ def _event_from_args(args: argparse.Namespace) -> "Event":
 
 def cmd_append(args: argparse.Namespace) -> int:
     if args.input is None and args.response is None:
+        # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
         from fsmem.format.event_json import events_from_jsonl
         events = events_from_jsonl(stdin_text("append", "--input/--response"), "<stdin>")
         if not events:
@@ -233,7 +258,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from fsmem.interfaces.cli.progress import progress
+    from fsmem.interfaces.cli.progress import progress  # lazy: start-up, loaded only when used
     reader = _read(args)
     with progress("index", enabled=not args.json) as tick:   # a catch-up after a bulk load
         reader.progress = tick
@@ -258,6 +283,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
+    # lazy: start-up, loaded only when used (+msgspec, blake3, threading)
     from fsmem.format.views import event_text
     events = _read(args).timeline()
     _emit(args, events, "\n".join(event_text(e) for e in events))
@@ -265,6 +291,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
     from fsmem.memory.render import render
     text = render(_read(args).timeline(), args.budget)
     _emit(args, {"text": text}, text)
@@ -278,7 +305,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from fsmem.interfaces.cli.progress import progress
+    from fsmem.interfaces.cli.progress import progress  # lazy: start-up, loaded only when used
     mem = _open(args)
     with progress("reindex", enabled=not args.json) as tick:
         n = mem.reindex(progress=tick)
@@ -287,6 +314,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    # lazy: start-up, loaded only when used (+msgspec, blake3, sqlite3)
     from fsmem.store.snapshot import snapshot
     report = snapshot(args.root, args.dest)
     _emit(args, report, f"snapshot of {report.units} units at {report.dest}: "
@@ -295,7 +323,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
-    from fsmem.homeagent.context import adopt, plan as adoption_plan
+    # lazy: start-up, loaded only when used (+msgspec, ctypes, hashlib)
+    from fsmem.homeagent.context import adopt
+
+    # lazy: start-up, loaded only when used (+msgspec, ctypes, hashlib)
+    from fsmem.homeagent.context import plan as adoption_plan
     plan = adoption_plan(_read(args))[0] if args.dry_run else adopt(_open(args))
     lines = (["dry run: nothing changed"] if args.dry_run else []) + plan.lines()
     _emit(args, plan, "\n".join(lines))
@@ -303,6 +335,7 @@ def cmd_adopt(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # lazy: start-up, loaded only when used (+numpy, msgspec, blake3)
     from fsmem.interfaces.demo import run_demo
     if args.dir and args.root_given and os.path.abspath(args.dir) != os.path.abspath(args.root):
         raise UsageError(f"argument DIR: {args.dir} and --root {args.root} disagree; give one")
@@ -419,7 +452,10 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
               "(DIR, else --root, else ./fsmem-demo)")
     sp.add_argument("dir", nargs="?", default=None, metavar="DIR")
     if not core_only:   # their modules are heavy to import: only when they may be wanted
+        # lazy: start-up, loaded only when used (+numpy, msgspec, blake3)
         from fsmem.interfaces import mcp_server
+
+        # lazy: start-up, loaded only when used (+numpy, msgspec, blake3)
         from fsmem.interfaces.cli import archive, graph, watch
         for verbs in (graph, watch, archive, mcp_server):
             verbs.add_cli(sub, [common])
@@ -455,10 +491,11 @@ def _verb_at(argv: Sequence[str]) -> tuple[int | None, bool]:
 def _legacy_summary(args: argparse.Namespace) -> None:
     """One line per command about legacy documents served (per-document warnings come once
     per store: fsmem.legacy)."""
-    import logging
+    import logging  # lazy: start-up, loaded only when used (+threading, textwrap)
     root = getattr(args, "root", None)
     if not root or ("fsmem.legacy" not in sys.modules and _no_legacy(root)):
         return   # none served (the module never loaded), none left
+    # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
     from fsmem.homeagent.documents import summary_line
     line = summary_line(root) if os.path.isdir(root) else None
     if line:
@@ -496,18 +533,19 @@ def _main(argv: Sequence[str] | None) -> int:
     core = verb in _CORE_VERBS   # a core verb alone: only its own arguments are built
     parser = _parser(core_only=core, only=verb if core and plain else None)
     try:
-        import argcomplete   # optional extra "completion"
+        import argcomplete  # lazy: optional extra "completion" (+argcomplete)
         argcomplete.autocomplete(parser)
     except ImportError:
         pass
     args = parser.parse_args(argv)
     args.root_given = args.root is not None
     args.root = args.root or _root_default()
-    import logging
+    import logging  # lazy: start-up, loaded only when used (+threading, textwrap)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="fsmem: %(levelname)s %(name)s: %(message)s")
-    import msgspec
-    from fsmem.format.errors import FsmemError
+    import msgspec  # lazy: start-up, loaded only when used (+msgspec, uuid, decimal)
+
+    from fsmem.format.errors import FsmemError  # lazy: start-up, loaded only when used
     try:
         return args.fn(args)
     except UsageError as exc:

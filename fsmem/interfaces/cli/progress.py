@@ -34,7 +34,7 @@ def progress(label: str, *, enabled: bool = True) -> Iterator[Tick | None]:
             err.flush()
         return
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # lazy: start-up, loaded only when used (+tqdm)
     except ImportError:
         tqdm = None
     bar = None
@@ -43,7 +43,8 @@ def progress(label: str, *, enabled: bool = True) -> Iterator[Tick | None]:
         nonlocal bar
         if tqdm is not None:
             if bar is None:
-                import shutil   # only for a bar: a query that needs none skips it (~2.5 ms)
+                # lazy: start-up, loaded only when used (+shutil, zlib)
+                import shutil  # only for a bar: a query that needs none skips it (~2.5 ms)
                 # a terminal that reports a 0x0 size (a fresh pty) would get no bar at all
                 size = shutil.get_terminal_size((80, 24))
                 bar = tqdm(total=total, desc=label, unit="unit", file=err, leave=True,

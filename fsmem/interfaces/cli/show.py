@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from fsmem import __version__
 from fsmem.interfaces.cli.args import UsageError
 
 __all__ = ["transcript", "layer_of", "confirm_remove", "config_verb", "doctor", "EXTRAS"]
@@ -75,8 +76,10 @@ def config_verb(args: argparse.Namespace, read: Callable, open_writer: Callable,
                 emit: Callable) -> int:
     """``fsmem config`` (all effective settings), ``config KEY`` (one), ``config KEY VALUE``
     (set it in the file, atomically, under the writer lock)."""
+    from fsmem.format.errors import FormatError  # lazy: start-up, loaded only when used
+
+    # lazy: start-up, loaded only when used (+tomllib, datetime)
     from fsmem.store.config import DEFAULTS, ENV, effective, load_config, parse_value, write_config
-    from fsmem.format.errors import FormatError
     read(args)                                   # NotAStore unless there is a store
     if args.key is not None and args.key not in DEFAULTS:
         raise UsageError(f"argument KEY: unknown setting {args.key!r} "
@@ -119,6 +122,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
 
 def _tiktoken_offline() -> bool:
     try:
+        # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
         from fsmem.memory.render import TiktokenEstimator
         TiktokenEstimator()
         return True
@@ -128,7 +132,7 @@ def _tiktoken_offline() -> bool:
 
 def _lock_state(root: str) -> str:
     """Whether a writer holds the store lock (flock probe on a read-only descriptor)."""
-    import fcntl
+    import fcntl  # lazy: start-up, loaded only when used (+fcntl)
     path = os.path.join(root, ".fsmem", "lock")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -145,7 +149,6 @@ def _lock_state(root: str) -> str:
 
 def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
     """Installed extras and whether each works offline, the store's format and health."""
-    from fsmem import __version__
     extras = {}
     for name, (module, needs) in EXTRAS.items():
         installed = importlib.util.find_spec(module) is not None
@@ -159,6 +162,7 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
                  if e["installed"] else f" pip install 'fsmem[{n}]'") for n, e in extras.items()]
     ok = True
     try:
+        # lazy: start-up, loaded only when used (+msgspec, blake3, threading)
         from fsmem.memory.reader import Reader
         reader = Reader.open(root)
         findings = reader.fsck(read_data=False)
