@@ -118,10 +118,10 @@ def test_query_still_works_after_the_lazy_imports(store):
     assert "numpy" in modules and "fsmem.search.index" in modules   # the guard above can fail
     # a query is a read (it only appends its hits to the access log): no writer, no watcher,
     # no embedding model, no shutil (it saves no index, draws no bar); nor numpy's masked
-    # arrays (numpy >= 2.3's plain np.unique loads them), nor hashlib (the analyzer's blake2b
-    # comes without it)
+    # arrays (numpy >= 2.3's plain np.unique loads them). hashlib comes with the analyzer's
+    # blake2b (docs/DECISIONS.md: no private module of the standard library, issue 33)
     needless = ("fsmem.memory.facade", "fsmem.store.store", "watchdog", "fsmem.ingest.watch", "shutil",
-                "sentence_transformers", "fsmem.search.embedders", "numpy.ma", "hashlib",
+                "sentence_transformers", "fsmem.search.embedders", "numpy.ma",
                 "fsmem.homeagent.documents")   # the store holds no HomeAgent documents
     loaded = _needless(modules, needless)
     assert not loaded, f"`fsmem query` imported {loaded}"
@@ -159,7 +159,7 @@ def test_append_that_prunes_imports_no_index(tmp_path):
                                  "1", "--input", "and the basil?")
     assert _appended(root)[1] == 1   # pruned into one L2 unit
     assert "fsmem.search.analyze" in modules   # the prune ranked L1 (the guard below can fail)
-    loaded = _needless(modules, APPEND_NEEDS_NOT + ("hashlib",))
+    loaded = _needless(modules, APPEND_NEEDS_NOT)
     assert not loaded, f"`fsmem append` (pruning) imported {loaded}"
 
 
