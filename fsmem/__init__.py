@@ -12,8 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from fsmem import _moved
-
-__version__ = "0.1.0"
+from fsmem._version import __version__
 
 _moved.install()   # the documented module paths of the flat 0.1 layout (fsmem._moved)
 

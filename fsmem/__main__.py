@@ -1,4 +1,4 @@
-"""``python -m fsmem``: the ``fsmem`` command (fsmem.cli), with its lazy imports."""
+"""``python -m fsmem``: the ``fsmem`` command (fsmem.interfaces.cli.main), with its lazy imports."""
 
 from __future__ import annotations
 

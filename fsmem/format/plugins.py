@@ -4,7 +4,7 @@ The kernel names no plugin or channel. Behaviour differences are declared by the
 ``no_memory`` keeps an event's text out of the compute layer (vectors, keywords, summary,
 distillation) while the original is still stored; ``cleaner`` rewrites compute-layer text
 only, never the stored original. ``context_policy`` / ``recall_policy`` act in
-``Memory.turn`` (fsmem.turn): a channel's for its input events (unless the turn's
+``Memory.turn`` (fsmem.memory.turn): a channel's for its input events (unless the turn's
 InjectOptions set them), a tool's for its outputs in the turn.
 """
 

@@ -4,7 +4,7 @@ Tables ``memory_blocks``, ``memory_block_edges`` and ``documents``, column for c
 existing HomeAgent graph.db is only added to (missing columns by ADD COLUMN, rows by
 check-then-insert). A triple is two text blocks named by HomeAgent's triple-endpoint rule and
 one relation edge between them; ``Graph.recall`` walks relations from named entities and
-returns them with their provenance. Distillation, which fills the graph, is fsmem.stablemem.
+returns them with their provenance. Distillation, which fills the graph, is fsmem.memory.stablemem.
 """
 
 from __future__ import annotations

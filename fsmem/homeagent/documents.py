@@ -2,7 +2,7 @@
 
 Legacy documents (``documents/*.json``, versions v1 content-only, v2 ``media`` sha256 digests,
 v3 ``blocks`` with ``payload_digest``), the media store (``media/blobs/ab/cdef…`` with its
-``media.db``) are read here; ``context.json`` adoption is fsmem.legacy_context.
+``media.db``) are read here; ``context.json`` adoption is fsmem.homeagent.context.
 
 Every field is either kept or its loss logged by name (docs/FORMAT.md, "HomeAgent fields").
 A legacy document served through the fallback is reported once per document per store: the

@@ -5,7 +5,7 @@ relative to a directory fd, required to be a regular file with one link under th
 hashed and stored from the same descriptor (docs/FORMAT.md §7). Every ingested file's BLAKE3
 is recorded in what it became (``meta.inbox_digest``, event ids ``e-i<digest>-<n>``), and a
 small ledger keeps the duplicate check cheap, so a crash between claim and store re-ingests
-without a duplicate. The daemon that finds and claims entries is ``fsmem.watch``.
+without a duplicate. The daemon that finds and claims entries is ``fsmem.ingest.watch``.
 """
 
 from __future__ import annotations
@@ -762,7 +762,7 @@ def _comparable(m: Manifest) -> tuple:
 
 
 def _records(text: str) -> list[tuple[int, Any]]:
-    """JSON Lines, or one JSON object or array (as fsmem.ingest reads them), with line numbers."""
+    """JSON Lines, or one JSON object or array (as fsmem.format.event_json reads them), with line numbers."""
     stripped = text.strip()
     if stripped.startswith("["):
         return [(1, r) for r in _decode(stripped, "")]

@@ -4,7 +4,7 @@ A dropped entry is claimed by one rename into ``.processing/`` (``<stamp>~<name>
 long for that keeps its extension and a hash, its original in a ``.name-`` side file), released
 once its content is stored, or moved to ``.rejected/`` with a ``<name>.error.txt`` written first.
 Every name is one path component relative to a directory fd, never followed as a link
-(docs/WATCH.md). What a claimed entry becomes is ``fsmem.inbox``.
+(docs/WATCH.md). What a claimed entry becomes is ``fsmem.ingest.inbox``.
 """
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ def _writer_holds(fd: int) -> bool | None:
 
 class _LockSlice:
     """The store's writer lock held across several files, at most ``slice_s`` at a time
-    (``expired``; see ``fsmem.watch.Watcher._handle``)."""
+    (``expired``; see ``fsmem.ingest.watch.Watcher._handle``)."""
 
     def __init__(self, store: Any, slice_s: float) -> None:
         self.store = store

@@ -1,6 +1,6 @@
 """``fsmem mcp``: a Model Context Protocol server for one store, on the official ``mcp`` SDK.
 
-The tools are the ones defined in fsmem.tools (names, descriptions, JSON schemas and
+The tools are the ones defined in fsmem.interfaces.tools (names, descriptions, JSON schemas and
 annotations come from there; nothing is copied). A tool call answers with the result as JSON
 text plus structured content; media blocks come back as MCP image content (image/*) or as an
 embedded resource (other media), never as text. Bad arguments and store errors are MCP tool
@@ -19,7 +19,7 @@ import os
 import threading
 from typing import Any, Sequence
 
-from fsmem import __version__
+from fsmem._version import __version__
 from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.errors import FsmemError, MissingDependency, NotFound
 from fsmem.format.unit import block_path
@@ -126,7 +126,7 @@ def _parse_uri(uri: str) -> tuple[str, str | None]:
 
 
 def _sdk_tools(types: Any) -> list[Any]:
-    """fsmem.tools.TOOLS as SDK Tool objects: the same schemas and annotations."""
+    """fsmem.interfaces.tools.TOOLS as SDK Tool objects: the same schemas and annotations."""
     return [types.Tool(name=t.name, title=t.title, description=t.description,
                        input_schema=t.schema,
                        annotations=types.ToolAnnotations(

@@ -4,9 +4,9 @@ the prune they cause by ONE journal entry (issue 18).
 Publishing the new units and then pruning took two operations of two barriers each; staged
 together, the units and the prune's archive and remainder units are made durable with the
 journal entry in one wave and renamed in a second one. The evictions are those of the two-step
-path: the new units count as L1's newest arrivals (fsmem.prune.stage_arriving), so this is
+path: the new units count as L1's newest arrivals (fsmem.memory.prune.stage_arriving), so this is
 taken only when ``context_protected`` covers them. A prune that fails before its entry is
-written leaves the events published alone and the prune owed (fsmem.maintenance); a damaged L1
+written leaves the events published alone and the prune owed (fsmem.memory.maintenance); a damaged L1
 unit leaves the prune to ``Memory.prune``, which works around it.
 """
 
@@ -51,7 +51,7 @@ def append(mem: "Writer", event: "Event | TextEvent | dict", *, event_id: str | 
     that id is already stored (L1, or L2 within ``maintenance.IDEMPOTENCY_WINDOW_S``),
     nothing is stored and the id is returned. Once the event is durable, append
     succeeds: a failing prune is logged, owed (``.fsmem/maintenance``) and retried by
-    the next write or open (fsmem.maintenance). ``prune(query)``: the memory's prune (a host's
+    the next write or open (fsmem.memory.maintenance). ``prune(query)``: the memory's prune (a host's
     override of ``Memory.prune`` is the one called)."""
     draft = as_event(event)
     if event_id is not None:
@@ -71,7 +71,7 @@ def append(mem: "Writer", event: "Event | TextEvent | dict", *, event_id: str | 
 
 def after_append(mem: "Writer", query: str, outcome: object,
                  prune: Callable[[str], object]) -> None:
-    """The maintenance after a durable append (fsmem.appending): the prune if it did not
+    """The maintenance after a durable append (fsmem.memory.appending): the prune if it did not
     go with the append's entry (``outcome`` None: prune now; an error: owed), then the
     recall pins' tick."""
     step = prune_after(outcome, lambda: prune(query=query)) if mem.auto_prune \
@@ -110,7 +110,7 @@ def _arrival(mem: "Writer", builder: "UnitBuilder", manifest: "Manifest",
 
 def _stage_with(mem: "Writer", query: str, arrivals: list[Loaded], entry: JournalEntry,
                 context_tokens: int | None) -> tuple[object, list[str] | None]:
-    """Stage the prune into ``entry`` (fsmem.prune.stage_arriving): (outcome, new L2 ids or
+    """Stage the prune into ``entry`` (fsmem.memory.prune.stage_arriving): (outcome, new L2 ids or
     None when nothing of it goes with the entry). The outcome: True (staged, or no prune
     due), the OSError that stopped it before its entry (the prune is owed), or None (a
     damaged L1 unit: the caller prunes the old way)."""

@@ -138,7 +138,7 @@ def _similarity(mem: "Writer", units: list["_Loaded"], query: str
         docs = event_terms(mem, pairs)
         scores = dict(zip((r.id for _, r in pairs), bm25_scores(docs, query)))
         return lambda unit, rec: float(scores.get(rec.id, 0.0))
-    if on_demand(mem):   # units stored without vectors (fsmem.lazy_vectors)
+    if on_demand(mem):   # units stored without vectors (fsmem.search.lazy_vectors)
         for unit in units:
             embed_rows(mem, unit.path, unit.manifest, unit.rows)
     qv = mem.embedder.embed([query])[0]

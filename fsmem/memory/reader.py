@@ -6,7 +6,8 @@ consistent view of the layers (``Layout.consistent``): a prune being applied is 
 before or after, never half. A missing or stale search index is built in memory and not saved.
 Query bumps go to the access log only where it is writable.
 
-``Memory`` (fsmem.flows), the write side, is a Reader that also holds the writer lock.
+``Writer`` (fsmem.memory.writer), the write side, is a Reader that also holds the writer lock;
+``Memory`` (fsmem.memory.facade) is the Writer with the flows.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class Reader:
 
     @property
     def embedder(self) -> Embedder:
-        """The embedder of vectors and queries; the default (fsmem.embed.HashEmbedder) is
+        """The embedder of vectors and queries; the default (fsmem.search.embed.HashEmbedder) is
         built on first use, so listing and reading units never import numpy."""
         if self._embedder is None:
             # lazy: start-up, loaded only when used (+numpy, ctypes, zlib)
@@ -213,7 +214,7 @@ class Reader:
 
     def render(self, budget_tokens: int, *, estimator=None, hits: Sequence[Hit] = (),
                memory_tokens: int | None = None) -> str:
-        """The model's view of L1 under a token budget (fsmem.render.render over timeline());
+        """The model's view of L1 under a token budget (fsmem.memory.render.render over timeline());
         ``hits`` (a turn's query hits) come first as their own section within
         ``memory_tokens`` (default: a third of the budget, budget_split's memory share)."""
         from fsmem.memory.render import render  # lazy: start-up, loaded only when used
@@ -350,7 +351,7 @@ class Reader:
 
     @property
     def vector_cache(self):
-        """The derived vector cache of this embedder (fsmem.vector_cache), None if there is
+        """The derived vector cache of this embedder (fsmem.search.vector_cache), None if there is
         none; read here, written only by the writer's filler."""
         filler = getattr(self, "_filler", None)
         if filler is not None:
@@ -416,7 +417,7 @@ class Reader:
     # -- L3 -----------------------------------------------------------------------------------
     @property
     def graph(self):
-        """graph.db (fsmem.graph.Graph); a reader opens it read-only and never creates it."""
+        """graph.db (fsmem.graph.graph.Graph); a reader opens it read-only and never creates it."""
         if self._graph is None:
             # lazy: start-up, loaded only when used (+sqlite3, shutil, hashlib)
             from fsmem.graph.graph import Graph

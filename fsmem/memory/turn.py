@@ -163,7 +163,7 @@ def run_turn(mem: "Writer", input_event: Event | TextEvent | dict,
     tokens = context_tokens if context_tokens is not None else mem.context_tokens
     due = context == "prune" or bool(tool_prune)
     # All of the turn's events or none, by one journal entry, with the prune the policies
-    # ask for when it can go with them (fsmem.appending).
+    # ask for when it can go with them (fsmem.memory.appending).
     ids, archived, outcome = append_burst(
         mem, events, plugins=[overlay, *[None] * (len(events) - 1)], dedupe=False,
         prune=" ".join(focus) if due else None, context_tokens=tokens)
@@ -193,6 +193,6 @@ def run_turn(mem: "Writer", input_event: Event | TextEvent | dict,
 
 
 def _l1_events(mem: "Writer") -> int:
-    """L1's event count, from the writer's L1 cache (fsmem.l1cache: only units changed since
+    """L1's event count, from the writer's L1 cache (fsmem.memory.l1cache: only units changed since
     are read; reading every manifest here cost ~30 reads a turn)."""
     return sum(len(u.manifest.events) for u in load_context(mem, with_vectors=False))

@@ -396,7 +396,7 @@ _uni_sorted: np.ndarray | None = None
 def cjk_unigram_hashes() -> np.ndarray:
     """The hashes of every CJK character (unigram) term, sorted: every code point of the CJK
     ranges (about 100k), computed once. A row's or a query's share of CJK terms tells which
-    script its lexical evidence is in (``fsmem.ranking.reach``)."""
+    script its lexical evidence is in (``fsmem.search.ranking.reach``)."""
     global _uni_sorted
     if _uni_sorted is None:
         cps = np.concatenate([np.arange(lo, hi + 1, dtype=np.uint64) for lo, hi in _CJK_RANGES])
@@ -446,7 +446,7 @@ def memo_sizes() -> dict[str, int]:
 def trim_memos(limit: int) -> None:
     """Empty each memo table holding more than ``limit`` entries. They are speed memos only
     (emptying one costs re-hashing); a long ingest of distinct tokens calls this between
-    parts so memory stays flat (fsmem.inbox.trim_term_memos)."""
+    parts so memory stays flat (fsmem.ingest.inbox.trim_term_memos)."""
     for table in (_stems, _hashes, _tokens, _date_memo):
         if len(table) > limit:
             table.clear()

@@ -3,7 +3,7 @@
 Tokens: text is NFKC-normalised and lowercased; each run of CJK characters gives its
 character unigrams and bigrams, each run of Latin letters/digits gives word unigrams and
 bigrams. Each token is hashed (CRC-32, stable across processes) to a bucket and a sign.
-These are the hashed embedder's dense features only; BM25's terms come from ``fsmem.analyze``.
+These are the hashed embedder's dense features only; BM25's terms come from ``fsmem.search.analyze``.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class HashEmbedder:
 
     def trim_memos(self, limit: int) -> None:
         """Empty the word and token memo tables if one holds more than ``limit`` entries
-        (speed memos only; see fsmem.analyze.trim_memos)."""
+        (speed memos only; see fsmem.search.analyze.trim_memos)."""
         for table in (self._words, self._tokens):
             if len(table) > limit:
                 table.clear()

@@ -1,11 +1,11 @@
 """The derived search index of L2: dense vectors and BM25 postings, per event row.
 
 The unit directories are the only source of truth. The index is saved as snapshots
-(``fsmem.index_files``: ``.fsmem/index/CURRENT`` names a generation directory of ``.npy``
+(``fsmem.search.index_files``: ``.fsmem/index/CURRENT`` names a generation directory of ``.npy``
 arrays and a checksummed ``meta.json``; derived, never fsynced), holding, per unit,
 its id and the identity of its manifest (inode, size, mtime), and per event row (each event of a unit; a unit's
 summary and a legacy document are rows of their own) its id, time, conversation key,
-neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts (``fsmem.analyze`` terms; scoring in ``fsmem.ranking``).
+neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts (``fsmem.search.analyze`` terms; scoring in ``fsmem.search.ranking``).
 Events are rows so that an archive of many events ranks by its best events. On open the
 snapshot is checked against one listing of ``documents/``: units
 added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
@@ -138,7 +138,7 @@ class Index(IndexFiles):
         self._ev_alive_cache: tuple | None = None   # see _event_alive
         self._share_cache: tuple | None = None      # see _reach
         self.missing: set[str] = set()   # units whose cached vectors were not all there
-        # Units indexed without vectors that are computed on first use (fsmem.lazy_vectors).
+        # Units indexed without vectors that are computed on first use (fsmem.search.lazy_vectors).
         self.unembedded: set[str] = set()
         self.dense_scanned = False   # every such unit of the arrays found (and embedded)
 
@@ -235,7 +235,7 @@ class Index(IndexFiles):
                 elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
                     json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
         legacy_files = {}
-        if json_files:   # (fsmem.legacy is not loaded for a store without any)
+        if json_files:   # (fsmem.homeagent.documents is not loaded for a store without any)
             # lazy: start-up, loaded only when used
             from fsmem.homeagent.documents import legacy_id
         for fname, ino in sorted(json_files):
@@ -294,7 +294,7 @@ class Index(IndexFiles):
                  written: "Written | None" = None, embed: bool = False) -> bool:
         """Index one unit of ``documents/`` from its directory; False if it is unreadable.
         ``written``: what this process just wrote there (nothing is read back); ``embed``:
-        rows without a stored vector are embedded now (fsmem.lazy_vectors)."""
+        rows without a stored vector are embedded now (fsmem.search.lazy_vectors)."""
         path = self.layout.unit_dir("documents", unit_id)
         try:
             if ino is None:
@@ -360,7 +360,7 @@ class Index(IndexFiles):
 
     def _cached_vectors(self, path: str, unit_id: str, manifest, rows: dict) -> None:
         """Rows the unit does not store come from the derived vector cache
-        (fsmem.vector_cache); a unit still missing some is noted in ``missing`` (its events
+        (fsmem.search.vector_cache); a unit still missing some is noted in ``missing`` (its events
         rank lexically until ``refresh_vectors``)."""
         # lazy: start-up, loaded only when used (+queue, heapq)
         from fsmem.search.vector_cache import fill_rows
@@ -371,7 +371,7 @@ class Index(IndexFiles):
             self.missing.discard(unit_id)
 
     def _lazy_vectors(self, path: str, unit_id: str, manifest, rows: dict, embed: bool) -> None:
-        """Rows stored nowhere whose vectors are computed on first use (fsmem.lazy_vectors):
+        """Rows stored nowhere whose vectors are computed on first use (fsmem.search.lazy_vectors):
         embedded now when ``embed``, else the unit is noted in ``unembedded``."""
         if not on_demand(self.mem) or not missing_text_rows(manifest, rows):
             self.unembedded.discard(unit_id)
@@ -432,7 +432,7 @@ class Index(IndexFiles):
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
             return
-        self._as_lists()   # mapped string tables (fsmem.index_files.StrTable) decoded once
+        self._as_lists()   # mapped string tables (fsmem.search.index_files.StrTable) decoded once
         new = list(self.pending.values())
         ev_keep = np.repeat(self.alive, np.diff(self.u_ptr))
         n_ev_kept = int(ev_keep.sum())
@@ -546,7 +546,7 @@ class Index(IndexFiles):
     def _prepare(self, ranker: str) -> None:
         """Before a search reads the arrays: the checksums of a mapped snapshot's (a damaged
         one is rebuilt) and, for a ranker that reads vectors, the vectors a bm25 writer did not
-        store (fsmem.lazy_vectors). Both change the index once, so threads take turns."""
+        store (fsmem.search.lazy_vectors). Both change the index once, so threads take turns."""
         with self._first_use:
             if ranker != "bm25":
                 self.dense

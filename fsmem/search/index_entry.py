@@ -1,6 +1,6 @@
 """What the index keeps of one unit, and how it is worked out: the entry (event rows, term
 counts, vectors), the unit's identity on disk, its compute-layer texts, and BM25 over a few
-in-memory documents (L1). Split from ``fsmem.index`` (the arrays, sync and search)."""
+in-memory documents (L1). Split from ``fsmem.search.index`` (the arrays, sync and search)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def _row_lengths(e: IndexEntry) -> np.ndarray:
 
 
 def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Unique BM25 term hashes of ``texts`` (``fsmem.analyze``) and their counts."""
+    """Unique BM25 term hashes of ``texts`` (``fsmem.search.analyze``) and their counts."""
     texts = [t for t in texts if t]
     feats = term_hashes(texts) if texts else np.zeros(0, np.uint64)
     if not len(feats):

@@ -4,7 +4,7 @@
 and a ``meta.json`` with their checksums (written whole, then switched to by one rename; never
 fsynced: it is derived). ``SEEN`` records that a generation was in step with ``documents/`` at
 its mtime, so an open with nothing changed skips the listing. ``IndexFiles`` is the part of
-``fsmem.index.Index`` that reads and writes them; the arrays it fills are the index's.
+``fsmem.search.index.Index`` that reads and writes them; the arrays it fills are the index's.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ class _Postings:
 
 
 class IndexFiles:
-    """Snapshot I/O of the index (a mixin of ``fsmem.index.Index``, which holds the arrays
+    """Snapshot I/O of the index (a mixin of ``fsmem.search.index.Index``, which holds the arrays
     and provides ``_clear``, ``_compact`` and ``rebuild``)."""
 
     @property

@@ -6,7 +6,7 @@ it, and embedding was a sixth of a durable commit. The hashed embedder is determ
 cheap (``on_demand = True``), so the vector a unit would have stored is a pure function of its
 compute-layer texts: when a dense or fused ranker later reads vectors (a query of the index,
 a prune ranking L1 by cosine), the missing rows are embedded then, from the unit's blocks,
-exactly as a commit would have embedded them (``fsmem.vector_cache.unit_texts``), and kept in
+exactly as a commit would have embedded them (``fsmem.search.vector_cache.unit_texts``), and kept in
 memory (a writer's index saves them with its next snapshot; units are never written).
 docs/DECISIONS.md ("Vectors only for rankers that read them").
 """

@@ -1,6 +1,6 @@
 """Ranking arithmetic over event rows: BM25, conversation neighbours, fusion, unit scores.
 
-Pure numpy, no I/O. The index (``fsmem.index``) holds one row per event (a unit's summary and
+Pure numpy, no I/O. The index (``fsmem.search.index``) holds one row per event (a unit's summary and
 a legacy document are rows of their own) and calls these functions; the parameters below were
 chosen by measurement on the fixtures (docs/BENCHMARKS.md, "Analyzer and ranking").
 
@@ -23,7 +23,7 @@ __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND
 
 DEFAULT_RANKER = "bm25"   # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
-PAIR_WEIGHT = 0.3         # a query's word pair terms (fsmem.analyze) count at this share
+PAIR_WEIGHT = 0.3         # a query's word pair terms (fsmem.search.analyze) count at this share
                           # of their idf: phrase evidence, not a second copy of the words
 SMOOTH = 0.5              # a turn's score + SMOOTH x its best neighbour's
 WINDOW_NS = 30 * 60 * 1_000_000_000   # turns further apart are not neighbours

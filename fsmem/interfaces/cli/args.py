@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from fsmem import __version__
+from fsmem._version import __version__
 
 __all__ = ["UsageError", "Parser", "HelpFormatter", "add_globals", "positive_int", "nonneg_int",
            "timestamp_arg", "tool_result_arg", "stdin_text", "version_string"]

@@ -144,8 +144,8 @@ def _first_text(mem: "Reader", unit: Any) -> str:
 
 def _no_legacy(root: str) -> bool:
     """Whether documents/ holds no ``*.json`` name at all: then the legacy fallback has
-    nothing to read or report, and fsmem.legacy (milliseconds of dataclasses) stays
-    unimported. Any doubt (an unreadable directory) answers False: fsmem.legacy decides."""
+    nothing to read or report, and fsmem.homeagent.documents (milliseconds of dataclasses) stays
+    unimported. Any doubt (an unreadable directory) answers False: fsmem.homeagent.documents decides."""
     try:
         with os.scandir(os.path.join(root, "documents")) as it:
             return not any(e.name.endswith(".json") for e in it)
@@ -490,10 +490,10 @@ def _verb_at(argv: Sequence[str]) -> tuple[int | None, bool]:
 
 def _legacy_summary(args: argparse.Namespace) -> None:
     """One line per command about legacy documents served (per-document warnings come once
-    per store: fsmem.legacy)."""
+    per store: fsmem.homeagent.documents)."""
     import logging  # lazy: start-up, loaded only when used (+threading, textwrap)
     root = getattr(args, "root", None)
-    if not root or ("fsmem.legacy" not in sys.modules and _no_legacy(root)):
+    if not root or ("fsmem.homeagent.documents" not in sys.modules and _no_legacy(root)):
         return   # none served (the module never loaded), none left
     # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
     from fsmem.homeagent.documents import summary_line

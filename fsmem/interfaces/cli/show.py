@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from fsmem import __version__
+from fsmem._version import __version__
 from fsmem.interfaces.cli.args import UsageError
 
 __all__ = ["transcript", "layer_of", "confirm_remove", "config_verb", "doctor", "EXTRAS"]
