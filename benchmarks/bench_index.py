@@ -71,7 +71,7 @@ def _dense_bound(idx, qv: np.ndarray) -> np.ndarray:
 
 
 def reindex(root: str) -> None:
-    from fsmem.search.index import progress_bar
+    from fsmem.interfaces.cli.progress import progress_bar
     mem = Memory.open(root, auto_prune=False)
     t = time.perf_counter()
     n = mem.reindex(progress=progress_bar)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -27,9 +26,9 @@ import numpy as np
 from fsmem.format.errors import FsmemError
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import Written, read_manifest, read_manifest_key, read_vectors
+from fsmem.format.views import Hit
 from fsmem.search import ranking
 from fsmem.search.analyze import (
-    cjk_unigram_hashes,
     cjk_unigram_mask,
     date_text,
     is_pair,
@@ -48,7 +47,14 @@ from fsmem.search.index_entry import (
     term_rows,
     unit_ident,
 )
-from fsmem.search.index_files import INDEX_VERSION, IndexFiles, _Postings
+from fsmem.search.index_files import (
+    INDEX_VERSION,
+    IndexFiles,
+    _matvec,
+    _Postings,
+    _row_cjk_share,
+    _term_postings,
+)
 from fsmem.search.lazy_vectors import embed_rows, missing_text_rows, on_demand
 from fsmem.search.ranking import DEFAULT_RANKER
 
@@ -69,7 +75,6 @@ DEFAULT_WEIGHT: float | None = None
 K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
 _PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
-_BLAS_FROM = 8 << 20             # matrix elements (16k rows x 512) from which BLAS is used
 _PENDING_MAX = 256
 
 
@@ -490,6 +495,23 @@ class Index(IndexFiles):
         """The ``top_k`` live units for ``text`` as (unit id, score), best first."""
         return [(u, sc) for u, sc, _ in self.search_events(text, top_k, ranker, weight=weight)]
 
+    def hits(self, text: str, top_k: int, ranker: str) -> list[Hit]:
+        """The best ``top_k`` units for ``text`` under ``ranker``, as ``Hit``s (score, summary,
+        creation time, events and events matched)."""
+        hits = []
+        for unit_id, score, matched in self.search_events(text, top_k, ranker):
+            row = self.row_of.get(unit_id)
+            if row is not None and self.alive[row]:
+                summary, events = self.summaries[row], int(self.nevents[row])
+                created = self.created_at(row)
+            else:
+                e = self.pending[unit_id]
+                summary, events = e.summary, e.events
+                created = Timestamp(e.created_ns, e.created_off)
+            hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
+                            events=events, events_matched=matched))
+        return hits
+
     def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
                       weight: float | None = None, smooth: float | None = None
                       ) -> list[tuple[str, float, list[str]]]:
@@ -762,64 +784,7 @@ class _PendingRows:
         return pend_prev, pend_next, extra
 
 
-def _term_postings(post: _Postings, q_terms: np.ndarray
-                   ) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """(query term index, rows, tfs) of each of the sorted ``q_terms`` found in ``post``:
-    views of the CSR arrays (a term's postings are contiguous), nothing copied."""
-    if not len(post.terms) or not len(q_terms):
-        return []
-    pos = np.searchsorted(post.terms, q_terms)
-    ok = pos < len(post.terms)
-    ok[ok] = post.terms[pos[ok]] == q_terms[ok]
-    ptr, rows, tfs = np.asarray(post.ptr), np.asarray(post.rows), np.asarray(post.tfs)
-    out = []
-    for i in np.flatnonzero(ok):
-        lo, hi = int(ptr[pos[i]]), int(ptr[pos[i] + 1])
-        out.append((int(i), rows[lo:hi], tfs[lo:hi]))
-    return out
-
-
 fuse = ranking.fuse
-
-
-def _row_cjk_share(post: _Postings, lens: np.ndarray) -> np.ndarray:
-    """``ranking.cjk_share`` of every row of ``post`` (of lengths ``lens``): the counts of
-    its CJK character terms, summed from the postings of those terms only (the sorted
-    character table is looked up in the sorted terms; cached by ``Index._reach`` until the
-    postings change)."""
-    n = len(lens)
-    terms, ptr = np.asarray(post.terms), np.asarray(post.ptr)
-    if not n or not len(terms):
-        return np.zeros(n, np.float32)
-    table = cjk_unigram_hashes()
-    pos = np.searchsorted(terms, table)
-    ok = pos < len(terms)
-    ok[ok] = terms[pos[ok]] == table[ok]
-    k = pos[ok]   # the terms that are CJK characters (ascending, distinct)
-    lo, cnt = ptr[k], ptr[k + 1] - ptr[k]
-    at = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-    uni = np.bincount(np.asarray(post.rows)[at], weights=np.asarray(post.tfs)[at],
-                      minlength=n)[:n]
-    return ranking.cjk_share(uni, np.asarray(lens, np.float64))
-
-
-def _matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``m @ v`` without BLAS for a matrix up to _BLAS_FROM elements: BLAS wakes its thread
-    pool for a product that one core does faster (dense top-10 at 10k units: 18 ms with
-    OpenBLAS threads, 9 ms without, fresh processes, interleaved)."""
-    if m.size <= _BLAS_FROM:
-        return np.einsum("ij,j->i", m, v)
-    return m @ v
-
-
-def progress_bar(done: int, total: int) -> None:
-    """A one-line progress bar on stderr (for ``fsmem reindex``)."""
-    width = 40
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\rreindex [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
 
 
 def embed_index(index: Index) -> int:

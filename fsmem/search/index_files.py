@@ -24,7 +24,8 @@ import numpy as np
 
 from fsmem.format.errors import FsmemError, StoreLocked
 from fsmem.format.layout import open_regular, read_small
-from fsmem.search.analyze import ANALYZER_VERSION
+from fsmem.search import ranking
+from fsmem.search.analyze import ANALYZER_VERSION, cjk_unigram_hashes
 
 __all__ = ["IndexFiles", "INDEX_VERSION", "StrTable"]
 
@@ -588,3 +589,55 @@ def _file_digest(path: str) -> str:
         return _fd_digest(fd)
     finally:
         os.close(fd)
+
+
+# -- arithmetic over the postings and the dense matrix (fsmem.search.index) ------------------
+
+_BLAS_FROM = 8 << 20             # matrix elements (16k rows x 512) from which BLAS is used
+
+def _term_postings(post: _Postings, q_terms: np.ndarray
+                   ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(query term index, rows, tfs) of each of the sorted ``q_terms`` found in ``post``:
+    views of the CSR arrays (a term's postings are contiguous), nothing copied."""
+    if not len(post.terms) or not len(q_terms):
+        return []
+    pos = np.searchsorted(post.terms, q_terms)
+    ok = pos < len(post.terms)
+    ok[ok] = post.terms[pos[ok]] == q_terms[ok]
+    ptr, rows, tfs = np.asarray(post.ptr), np.asarray(post.rows), np.asarray(post.tfs)
+    out = []
+    for i in np.flatnonzero(ok):
+        lo, hi = int(ptr[pos[i]]), int(ptr[pos[i] + 1])
+        out.append((int(i), rows[lo:hi], tfs[lo:hi]))
+    return out
+
+
+
+def _row_cjk_share(post: _Postings, lens: np.ndarray) -> np.ndarray:
+    """``ranking.cjk_share`` of every row of ``post`` (of lengths ``lens``): the counts of
+    its CJK character terms, summed from the postings of those terms only (the sorted
+    character table is looked up in the sorted terms; cached by ``Index._reach`` until the
+    postings change)."""
+    n = len(lens)
+    terms, ptr = np.asarray(post.terms), np.asarray(post.ptr)
+    if not n or not len(terms):
+        return np.zeros(n, np.float32)
+    table = cjk_unigram_hashes()
+    pos = np.searchsorted(terms, table)
+    ok = pos < len(terms)
+    ok[ok] = terms[pos[ok]] == table[ok]
+    k = pos[ok]   # the terms that are CJK characters (ascending, distinct)
+    lo, cnt = ptr[k], ptr[k + 1] - ptr[k]
+    at = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    uni = np.bincount(np.asarray(post.rows)[at], weights=np.asarray(post.tfs)[at],
+                      minlength=n)[:n]
+    return ranking.cjk_share(uni, np.asarray(lens, np.float64))
+
+
+def _matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``m @ v`` without BLAS for a matrix up to _BLAS_FROM elements: BLAS wakes its thread
+    pool for a product that one core does faster (dense top-10 at 10k units: 18 ms with
+    OpenBLAS threads, 9 ms without, fresh processes, interleaved)."""
+    if m.size <= _BLAS_FROM:
+        return np.einsum("ij,j->i", m, v)
+    return m @ v

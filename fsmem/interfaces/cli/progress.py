@@ -8,7 +8,7 @@ import contextlib
 import sys
 from typing import Callable, Iterator
 
-__all__ = ["progress"]
+__all__ = ["progress", "progress_bar"]
 
 Tick = Callable[[int, int], None]
 
@@ -62,3 +62,13 @@ def progress(label: str, *, enabled: bool = True) -> Iterator[Tick | None]:
     finally:
         if bar is not None:
             bar.close()
+
+
+def progress_bar(done: int, total: int) -> None:
+    """A one-line progress bar on stderr (for ``fsmem reindex``)."""
+    width = 40
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\rreindex [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

@@ -1,0 +1,152 @@
+"""A unit or a block found by its id or digest, from whichever layer holds it (a HomeAgent
+document or media blob read in place through the fallback), and hits shown as the model
+reads them. Read-only; every lookup runs on one consistent view."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
+
+from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
+from fsmem.format.blocks import DIGEST_RE
+from fsmem.format.errors import AmbiguousDigest, FsmemError, InvalidName, NotFound
+from fsmem.format.layout import LAYERS, Vanished, View
+from fsmem.format.model import BlockRef, check_name
+from fsmem.format.timestamps import Timestamp
+from fsmem.format.unit import block_path, read_manifest
+from fsmem.format.views import Document, Hit, hydrate_event
+from fsmem.memory.units import Source, access_of, units_of
+
+if TYPE_CHECKING:
+    from fsmem.memory.render import HitView
+
+__all__ = ["MEDIA_STORE", "Lookup", "document", "find_block", "find_legacy_block", "read_block",
+           "hit_views"]
+
+MEDIA_STORE = "<media-store>"   # find_block's marker for a legacy media-store blob
+
+
+class Lookup(Source, Protocol):
+    """What a lookup takes of a memory (a ``Reader`` is one): ``Source`` plus the root and
+    graph.db (a HomeAgent block id may be named only there)."""
+
+    @property
+    def root(self) -> str: ...
+
+    @property
+    def graph(self) -> Any: ...
+
+
+def document(src: Lookup, unit_id: str) -> Document:
+    """A unit read back whole, from whichever layer holds it."""
+    check_name(unit_id)
+
+    def read(view: View) -> Document:
+        found = view.locate(unit_id)
+        if found is None:   # a HomeAgent document still in documents/: the fallback
+            # lazy: start-up, loaded only when used
+            from fsmem.homeagent.documents import legacy_document
+            doc = legacy_document(src.root, unit_id)
+            seen = src.access.stats().get(unit_id)
+            if seen is not None:
+                doc.access_count += seen.count
+            return doc
+        layer, path = found
+        try:
+            manifest = read_manifest(path, expect_id=unit_id)
+            events = [hydrate_event(path, manifest.id, rec) for rec in manifest.events]
+        except (FsmemError, OSError) as exc:
+            if src.layout.vanished(path):
+                raise Vanished(path) from exc
+            raise
+        doc = Document.of(manifest, layer=layer, path=path, events=events)
+        doc.access_count, last = access_of(manifest, src.access.stats().get(unit_id))
+        doc.last_access = last
+        return doc
+    return src.consistent(read)
+
+
+def find_block(src: Lookup, digest: str) -> tuple[str, BlockRef]:
+    """The unit directory and reference of the block whose digest (or unique prefix of at
+    least 8 hex) is ``digest``; NotFound or AmbiguousDigest otherwise. A HomeAgent block
+    id (``blk_…``) resolves too."""
+    if digest.startswith("blk_"):
+        return find_legacy_block(src, digest)
+    prefix = digest.strip().lower()
+    if not (8 <= len(prefix) <= 64) or not DIGEST_RE.match(prefix.ljust(64, "0")):
+        raise InvalidName(f"digest {digest!r}: want 8 to 64 hex characters")
+
+    def read(view: View) -> dict[str, tuple[str, BlockRef]]:
+        found: dict[str, tuple[str, BlockRef]] = {}
+        for layer in LAYERS:
+            for unit in units_of(src, view, layer):
+                for ev in unit.manifest.events:
+                    for ref in ev.blocks:
+                        if ref.digest.startswith(prefix) or ref.sha256.startswith(prefix):
+                            found.setdefault(ref.digest, (unit.path, ref))
+        return found
+    found = src.consistent(read)
+    if not found:
+        # lazy: start-up, loaded only when used
+        from fsmem.homeagent.documents import find_legacy_blob
+        legacy = find_legacy_blob(src.root, prefix)
+        if len(legacy) > 1:
+            raise AmbiguousDigest(f"digest {digest!r} matches {len(legacy)} media blobs")
+        if legacy:   # HomeAgent's media store (sha256): resolved, copied in on write
+            return MEDIA_STORE, BlockRef(digest="0" * 64, modality="file", mime="",
+                                         size=0, created_at=Timestamp.now(),
+                                         role="attachment", sha256=legacy[0])
+        raise NotFound(f"digest {digest!r}: no block in the store has it")
+    if len(found) > 1:
+        raise AmbiguousDigest(f"digest {digest!r} matches {len(found)} blocks: "
+                              + ", ".join(sorted(d[:16] for d in found)))
+    return next(iter(found.values()))
+
+
+def find_legacy_block(src: Lookup, block_id: str) -> tuple[str, BlockRef]:
+    """The block a HomeAgent ``blk_…`` id names: in a unit (kept as legacy_id), else a
+    media-store blob named by a legacy document or by graph.db's memory_blocks row."""
+    def read(view: View) -> tuple[str, BlockRef] | None:
+        for layer in LAYERS:
+            for unit in units_of(src, view, layer):
+                for ev in unit.manifest.events:
+                    for ref in ev.blocks:
+                        if ref.legacy_id == block_id:
+                            return unit.path, ref
+        return None
+    found = src.consistent(read)
+    if found is not None:
+        return found
+    # lazy: start-up, loaded only when used
+    from fsmem.homeagent.documents import find_legacy_block
+    m = find_legacy_block(src.root, block_id)
+    sha = m.sha256 if m else src.graph.payload_digest(block_id)
+    if sha:
+        return find_block(src, sha)
+    raise NotFound(f"block {block_id!r}: no unit, legacy document or graph row has it")
+
+
+def read_block(src: Lookup, digest: str) -> bytes:
+    """The bytes of a block (digest or unique prefix), verified against its digest."""
+    path, ref = find_block(src, digest)
+    if path == MEDIA_STORE:   # a HomeAgent media-store blob (verified by its sha256)
+        # lazy: start-up, loaded only when used
+        from fsmem.homeagent.documents import LegacyMedia, read_blob
+        got = read_blob(src.root, LegacyMedia(sha256=ref.sha256))
+        if got is None:
+            raise NotFound(f"media blob {ref.sha256} missing from the media store")
+        return got[0]
+    return blockfiles.read_block(block_path(path, ref), ref.digest)
+
+
+def hit_views(src: Lookup, hits: Iterable[Hit]) -> list["HitView"]:
+    """The hits as the model's view shows them: label = summary (or id), text = the unit's
+    content, every event whole. Read-only; a hit gone meanwhile is left out."""
+    from fsmem.memory.render import HitView  # lazy: start-up, loaded only when used
+    out = []
+    for hit in hits:
+        try:
+            doc = document(src, hit.unit_id)
+        except (FsmemError, OSError):
+            continue
+        out.append(HitView(label=doc.summary or hit.summary or doc.id, text=doc.content))
+    return out
