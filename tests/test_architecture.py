@@ -153,8 +153,9 @@ def test_the_documented_flat_paths_still_import():
     for old, (new, has, same) in got.items():
         assert has and same and new.startswith("fsmem.") and new != old, (old, new)
     # ``fsmem.render`` stays the function on the package, as before the move
-    r = subprocess.run([sys.executable, "-c", "import fsmem, importlib; m = importlib.import_module('fsmem.render'); "
-                        "print(callable(fsmem.render), fsmem.render is m.render)"],
+    code = ("import fsmem, importlib; m = importlib.import_module('fsmem.render'); "
+            "print(callable(fsmem.render), fsmem.render is m.render)")
+    r = subprocess.run([sys.executable, "-c", code],
                        capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
     assert r.stdout.split() == ["True", "True"], r.stderr

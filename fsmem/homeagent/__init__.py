@@ -1,1 +1,2 @@
-"""HomeAgent's formats, read in place: legacy documents and media, context.json, the old graph tables."""
+"""HomeAgent's formats, read in place: legacy documents and media, context.json, the old graph
+tables."""

@@ -762,7 +762,8 @@ def _comparable(m: Manifest) -> tuple:
 
 
 def _records(text: str) -> list[tuple[int, Any]]:
-    """JSON Lines, or one JSON object or array (as fsmem.format.event_json reads them), with line numbers."""
+    """JSON Lines, or one JSON object or array (as fsmem.format.event_json reads them), with line
+    numbers."""
     stripped = text.strip()
     if stripped.startswith("["):
         return [(1, r) for r in _decode(stripped, "")]

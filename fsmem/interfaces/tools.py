@@ -3,7 +3,8 @@
 Each ``ToolSpec`` holds a tool's name, a description written for a model, the JSON schema of
 its arguments and its MCP annotations (readOnlyHint / destructiveHint / idempotentHint).
 ``definitions(fmt)`` renders them for OpenAI function calling, Anthropic tool use or MCP;
-the MCP server (fsmem.interfaces.mcp_server) and ``fsmem tools`` both read them from here, never a copy.
+the MCP server (fsmem.interfaces.mcp_server) and ``fsmem tools`` both read them from here, never a
+copy.
 
 ``call(mem_or_root, name, arguments)`` validates the arguments against the same schema (an
 error names the argument and nothing stored changes), runs the tool and returns a JSON-able

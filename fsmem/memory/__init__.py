@@ -1,1 +1,2 @@
-"""The memory flows: append, commit, prune, recall, turn, render, L3 moves, fsck; Reader and Memory."""
+"""The memory flows: append, commit, prune, recall, turn, render, L3 moves, fsck; Reader,
+Writer and Memory."""

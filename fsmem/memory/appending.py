@@ -6,7 +6,8 @@ together, the units and the prune's archive and remainder units are made durable
 journal entry in one wave and renamed in a second one. The evictions are those of the two-step
 path: the new units count as L1's newest arrivals (fsmem.memory.prune.stage_arriving), so this is
 taken only when ``context_protected`` covers them. A prune that fails before its entry is
-written leaves the events published alone and the prune owed (fsmem.memory.maintenance); a damaged L1
+written leaves the events published alone and the prune owed (fsmem.memory.maintenance); a damaged
+L1
 unit leaves the prune to ``Memory.prune``, which works around it.
 """
 
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     from fsmem.format.unit import UnitBuilder
     from fsmem.memory.writer import Writer
 
-__all__ = ["append", "append_many", "after_append", "pruning_publish", "append_burst", "prune_after"]
+__all__ = ["append", "append_many", "after_append", "pruning_publish", "append_burst",
+           "prune_after"]
 
 log = logging.getLogger("fsmem.appending")
 
@@ -51,7 +53,8 @@ def append(mem: "Writer", event: "Event | TextEvent | dict", *, event_id: str | 
     that id is already stored (L1, or L2 within ``maintenance.IDEMPOTENCY_WINDOW_S``),
     nothing is stored and the id is returned. Once the event is durable, append
     succeeds: a failing prune is logged, owed (``.fsmem/maintenance``) and retried by
-    the next write or open (fsmem.memory.maintenance). ``prune(query)``: the memory's prune (a host's
+    the next write or open (fsmem.memory.maintenance). ``prune(query)``: the memory's prune (a
+    host's
     override of ``Memory.prune`` is the one called)."""
     draft = as_event(event)
     if event_id is not None:

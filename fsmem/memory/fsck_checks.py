@@ -33,7 +33,8 @@ _REFS = (  # (kind, what it must name): a 'block' end names memory_blocks.id, an
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    """Read-only and creating nothing (fsmem.homeagent.documents.sqlite_readonly: ``mode=ro`` while a
+    """Read-only and creating nothing (fsmem.homeagent.documents.sqlite_readonly: ``mode=ro`` while
+    a
     ``-wal`` file exists, else ``immutable=1``)."""
     # lazy: start-up, loaded only when used (+struct)
     from fsmem.homeagent.documents import sqlite_readonly

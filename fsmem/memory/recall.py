@@ -32,7 +32,8 @@ def recall(mem: "Writer", text: str, top_k: int = 3, *,
 
     Once one unit has moved, recall succeeds: a later hit that cannot move is logged and
     left in L2; pinning and the prune into a full L1 are maintenance (a failure is
-    logged and owed, fsmem.memory.maintenance). Recall fails only with nothing moved. ``prune(query)``:
+    logged and owed, fsmem.memory.maintenance). Recall fails only with nothing moved.
+    ``prune(query)``:
     the memory's prune (``Memory.prune``, a host's override included; default: the plain one)."""
     moved: list[str] = []
     hits = mem._search(text, top_k)   # brings the index in step once, not per hit

@@ -58,7 +58,8 @@ if TYPE_CHECKING:
 __all__ = [
     "GRAPH_FILE", "Graph", "Entity", "Relation", "Provenance", "Recall", "CommitResult",
     "TextPiece", "UnitFacts", "BlockRow", "DistillReport", "UnitReport", "find_cold", "distill",
-    "recall_from_graph", "distill_store", "unit_texts", "unit_facts", "triple_block_id", "sentence_block_id",
+    "recall_from_graph", "distill_store", "unit_texts", "unit_facts", "triple_block_id",
+    "sentence_block_id",
 ]
 
 log = logging.getLogger("fsmem.stablemem")

@@ -1,1 +1,2 @@
-"""Search: the analyzer, ranking arithmetic, the derived index and its files, embedders, vector caches."""
+"""Search: the analyzer, ranking arithmetic, the derived index and its files, embedders,
+vector caches."""

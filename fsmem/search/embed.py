@@ -3,7 +3,8 @@
 Tokens: text is NFKC-normalised and lowercased; each run of CJK characters gives its
 character unigrams and bigrams, each run of Latin letters/digits gives word unigrams and
 bigrams. Each token is hashed (CRC-32, stable across processes) to a bucket and a sign.
-These are the hashed embedder's dense features only; BM25's terms come from ``fsmem.search.analyze``.
+These are the hashed embedder's dense features only; BM25's terms come from
+``fsmem.search.analyze``.
 """
 
 from __future__ import annotations

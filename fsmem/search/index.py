@@ -5,7 +5,8 @@ The unit directories are the only source of truth. The index is saved as snapsho
 arrays and a checksummed ``meta.json``; derived, never fsynced), holding, per unit,
 its id and the identity of its manifest (inode, size, mtime), and per event row (each event of a unit; a unit's
 summary and a legacy document are rows of their own) its id, time, conversation key,
-neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts (``fsmem.search.analyze`` terms; scoring in ``fsmem.search.ranking``).
+neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts
+(``fsmem.search.analyze`` terms; scoring in ``fsmem.search.ranking``).
 Events are rows so that an archive of many events ranks by its best events. On open the
 snapshot is checked against one listing of ``documents/``: units
 added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
@@ -342,7 +343,8 @@ class Index(IndexFiles):
             "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
         pieces += [(ev.id, ev.timestamp.ns,
                     ranking.conversation_key(ev.source, ev.role, session),
-                    ranking.event_kind(ev.role, session), event_texts(self.mem.plugins, path, ev, text_of)
+                    ranking.event_kind(ev.role, session), event_texts(
+                        self.mem.plugins, path, ev, text_of)
                     + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
                    for ev in manifest.events]
         terms, tfs, rows.ptr = term_rows([p[4] for p in pieces])

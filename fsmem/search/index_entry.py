@@ -149,7 +149,8 @@ def event_texts(plugins: "Plugins", path: str, ev,
             continue
         text = text_of.get(ref.digest) if text_of else None
         if text is None:
-            text = blockfiles.read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
+            data = blockfiles.read_block(block_path(path, ref), ref.digest)
+            text = data.decode("utf-8", "replace")
         if ref.role == "tool_output":
             out.append(plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text))
         else:

@@ -119,7 +119,8 @@ def unit_texts(plugins: Any, path: str, manifest: "Manifest") -> list[tuple[str,
         for ref in ev.blocks:
             if ref.modality != "text":
                 continue
-            text = blockfiles.read_block(block_path(path, ref), ref.digest).decode("utf-8", "replace")
+            data = blockfiles.read_block(block_path(path, ref), ref.digest)
+            text = data.decode("utf-8", "replace")
             if ref.role == "tool_output":
                 text = plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text)
             else:

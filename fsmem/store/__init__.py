@@ -1,1 +1,2 @@
-"""The store: its lock, marker, journal and recovery, publish and move of units, config, access log, snapshot."""
+"""The store: its lock, marker, journal and recovery, publish and move of units, config, the
+access log, pins, snapshot."""

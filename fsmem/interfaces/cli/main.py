@@ -145,7 +145,8 @@ def _first_text(mem: "Reader", unit: Any) -> str:
 def _no_legacy(root: str) -> bool:
     """Whether documents/ holds no ``*.json`` name at all: then the legacy fallback has
     nothing to read or report, and fsmem.homeagent.documents (milliseconds of dataclasses) stays
-    unimported. Any doubt (an unreadable directory) answers False: fsmem.homeagent.documents decides."""
+    unimported. Any doubt (an unreadable directory) answers False: fsmem.homeagent.documents
+    decides."""
     try:
         with os.scandir(os.path.join(root, "documents")) as it:
             return not any(e.name.endswith(".json") for e in it)
