@@ -48,8 +48,6 @@ def default_ranker(embedder: Embedder | None) -> str:
         else "fusion"
 
 
-
-
 class Reader:
     """Lock-free, write-free access to a store (or a HomeAgent directory read in place)."""
 
@@ -282,7 +280,5 @@ class Reader:
     def stats(self) -> dict[str, int]:
         """Units and events per layer, and the HomeAgent documents."""
         return units.stats(self)
-
-
 
 

@@ -452,7 +452,6 @@ def trim_memos(limit: int) -> None:
             table.clear()
 
 
-
 def is_pair(hashes: np.ndarray) -> np.ndarray:
     """Which of ``hashes`` are word pair terms (``PAIR_BIT`` set)."""
     return (np.asarray(hashes, np.uint64) & np.uint64(PAIR_BIT)) != 0

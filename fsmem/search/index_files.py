@@ -612,7 +612,6 @@ def _term_postings(post: _Postings, q_terms: np.ndarray
     return out
 
 
-
 def _row_cjk_share(post: _Postings, lens: np.ndarray) -> np.ndarray:
     """``ranking.cjk_share`` of every row of ``post`` (of lengths ``lens``): the counts of
     its CJK character terms, summed from the postings of those terms only (the sorted
