@@ -140,7 +140,11 @@ class Index(IndexFiles):
         self.ev_next = np.zeros(0, np.int32)
         self.ev_unit = np.zeros(0, np.int64)
         self._gen = ""
-        self._pend_cache: "_PendingRows | None" = None
+        # Every change to the entries bumps this count (never reset): a cache built from them
+        # is tagged with the count read before it was built, so one built while another
+        # thread changed the index is never taken for current (it would stay stale).
+        self._changes = getattr(self, "_changes", 0) + 1
+        self._pend_cache: "tuple[int, _PendingRows] | None" = None
         self._ev_alive_cache: tuple | None = None   # see _event_alive
         self._share_cache: tuple | None = None      # see _reach
         self.missing: set[str] = set()   # units whose cached vectors were not all there
@@ -416,6 +420,7 @@ class Index(IndexFiles):
         self.remove(entry.unit_id)
         self.pending[entry.unit_id] = entry
         self._pend_cache = None
+        self._changes += 1
         # Fold in geometrically (a quarter of the size), so bulk adds stay O(n log n).
         if len(self.pending) > max(_PENDING_MAX, len(self.ids) // 4):
             self._compact()
@@ -425,8 +430,9 @@ class Index(IndexFiles):
             self._pend_cache = None
         row = self.row_of.get(unit_id)
         if row is not None:
-            self.alive[row] = False
+            self.alive[row] = False   # in place: the array's identity says nothing of it
             self._ev_alive_cache = None
+        self._changes += 1
 
     def __len__(self) -> int:
         return int(self.alive.sum()) + len(self.pending)
@@ -467,6 +473,7 @@ class Index(IndexFiles):
         self.alive = np.ones(len(self.ids), bool)
         self.pending = {}
         self._pend_cache = None
+        self._changes += 1
 
     def _compact_events(self, keep: np.ndarray, ev_keep: np.ndarray,
                         new: list[IndexEntry]) -> None:
@@ -687,11 +694,12 @@ class Index(IndexFiles):
     def _event_alive(self) -> tuple[np.ndarray, bool]:
         """Per compacted event row, whether its unit is live, and whether all are: kept
         until a removal or new arrays (an O(rows) gather once, not on every query)."""
-        c = self._ev_alive_cache
-        if c is None or c[0] is not self.alive or c[1] is not self.ev_unit:
+        changes, c = self._changes, self._ev_alive_cache
+        if c is None or c[0] != changes or c[1] is not self.alive or c[2] is not self.ev_unit:
             ev_alive = self.alive[self.ev_unit]
-            c = self._ev_alive_cache = (self.alive, self.ev_unit, ev_alive, bool(ev_alive.all()))
-        return c[2], c[3]
+            c = self._ev_alive_cache = (changes, self.alive, self.ev_unit, ev_alive,
+                                        bool(ev_alive.all()))
+        return c[3], c[4]
 
     def bm25(self, text: str) -> np.ndarray:
         """Per unit (compacted, then pending), the BM25 score of its best event row."""
@@ -703,9 +711,10 @@ class Index(IndexFiles):
     def _pending_rows(self) -> "_PendingRows":
         """The event rows of the pending entries as arrays (cached until the next change),
         with their neighbours among themselves and among the compacted rows."""
-        if self._pend_cache is None:
-            self._pend_cache = _PendingRows.build(self)
-        return self._pend_cache
+        changes, c = self._changes, self._pend_cache
+        if c is None or c[0] != changes:
+            c = self._pend_cache = (changes, _PendingRows.build(self))
+        return c[1]
 
 
 @dataclass

@@ -455,6 +455,7 @@ class IndexFiles:
         self.mkeys = arrays["mkeys"]
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
+        self._changes = getattr(self, "_changes", 0) + 1   # caches of the old arrays: stale
         self.post = _Postings(arrays["p_terms"], arrays["p_ptr"], arrays["p_rows"],
                               arrays["p_tfs"])
         self.ev_ids, self.keys = tables["ev_ids"], meta.keys
