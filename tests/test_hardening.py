@@ -73,12 +73,15 @@ def test_append_succeeds_when_prune_fails_at_any_call(tmp_path: Path) -> None:
         fsops.set_hook(None)
         mem.close()
     own, total = counts
+    print("DBG own", own, total, list(enumerate(ops,1)))
     assert total > own
     # every call of the prune step with FSMEM_STRESS=1; by default its renames and fsyncs
     # (where a change becomes decided or durable) and every fourth other call; plus three
     # calls of the append itself (those may fail the call)
     stress = os.environ.get("FSMEM_STRESS") == "1"
-    points = sorted({1, own // 2, own} | {n for n in range(own + 1, total + 1) if stress
+    # (every call of the pruning append is swept, not only those after the plain append's
+    # count: the prune is staged before the append's own last calls, its feed records)
+    points = sorted({1, own // 2, own} | {n for n in range(1, total + 1) if stress
                                           or ops[n - 1] in ("rename", "fsync") or n % 4 == 0})
     prune_failed = 0
     for n in points:
@@ -93,6 +96,7 @@ def test_append_succeeds_when_prune_fails_at_any_call(tmp_path: Path) -> None:
             ok = False
         finally:
             fsops.set_hook(None)
+        print("DBG", n, ops[n-1] if n <= len(ops) else None, ok, _l1_events(work))
         if ok:
             assert _copies(work, "e-new") == 1, n
             prune_failed += _l1_events(work) > CAP
@@ -500,8 +504,8 @@ def test_distill_whose_move_fails_after_the_graph_commit_succeeds_and_moves_next
     mem, (unit,) = _cold_units(root, 1)
     seen: list[str] = []
 
-    def hook(op: str) -> None:   # EIO at the op_n-th rename/fsync after the graph commit
-        if op in ("rename", "fsync"):
+    def hook(op: str) -> None:   # EIO at the move's rename (1) / the first fsync after it (2)
+        if op == "rename" or (op == "fsync" and seen):   # (the feed's fsync comes before it)
             seen.append(op)
             if len(seen) == op_n:
                 raise OSError(errno.EIO, "Input/output error (injected)")

@@ -86,9 +86,10 @@ def test_rm_r_and_cp_a_onto_a_reused_inode_is_reindexed(root, tmp_path):
 
 
 def test_full_disk_index_not_saved_reads_go_on(root):
-    """RLIMIT_FSIZE makes the kernel refuse the index's big array files (EFBIG) while the
-    small files of units still fit: query, reindex and close answer, no gen-* is left half."""
-    mem = Memory.open(root, durability="off", auto_prune=False)
+    """RLIMIT_FSIZE makes the kernel refuse the index's big files (EFBIG: its vectors, saved
+    for the fusion ranker) while the small files of units and the change feed still fit:
+    query, reindex and close answer, no gen-* or delta is left half."""
+    mem = Memory.open(root, durability="off", auto_prune=False, ranker="fusion")
     for i in range(70):
         mem.commit(f"note {i} about the orchard and pear tree number {i}", summary=f"n{i}")
     mem.close()
@@ -98,8 +99,8 @@ def test_full_disk_index_not_saved_reads_go_on(root):
         import os, resource, signal
         from fsmem import Memory
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
-        mem = Memory.open({str(root)!r}, durability="off", auto_prune=False)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (98304, 98304))
+        mem = Memory.open({str(root)!r}, durability="off", auto_prune=False, ranker="fusion")
         for i in range(70):   # enough changes that query wants to save the index
             mem.commit(f"more {{i}} pear", summary=f"m{{i}}")
         print(len(mem.query("orchard pear", 3)))

@@ -80,7 +80,11 @@ def test_own_changes_keep_the_index_in_step_without_listing(root, monkeypatch):
 
 
 def test_damaged_dense_array_is_found_on_first_use(root):
-    _store(root)
+    mem = Memory.open(root, durability="off", auto_prune=False, ranker="fusion")
+    for i in range(30):   # a ranker that reads vectors: the index saves them
+        mem.commit(f"entry {i} about the {['mill', 'ferry', 'orchard'][i % 3]}", summary=f"e{i}")
+    mem.query("mill", 3)
+    mem.close()
     gen = os.path.join(root, ".fsmem", "index",
                        open(os.path.join(root, ".fsmem", "index", "CURRENT")).read().strip())
     path = os.path.join(gen, "dense.npy")

@@ -573,7 +573,9 @@ def _move_aside(mem: Sink, filename: str, where: str) -> str:
     while os.path.lexists(dst):
         n += 1
         dst = os.path.join(base, f"{filename}.{n}")
-    fsops.rename(src, dst)
+    with mem.store.locked():   # its feed record (by file name) first, then the rename
+        mem.store.record("remove", "documents", filename, op=where)
+        fsops.rename(src, dst)
     if mem.store.sync:
         fsops.fsync_dir(os.path.dirname(src))
         fsops.fsync_dir(base)

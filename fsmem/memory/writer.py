@@ -77,7 +77,8 @@ class Writer(Reader):
             self._refresh_vectors()
         try:
             with self.store.locked():
-                if self._index is not None and self._index._unsaved:
+                if self._index is not None and (self._index._unsaved
+                                                or self._index._unsaved_pos):
                     self._index.save()
                 self.access.compact()
                 self.store._empty_trash()   # what prunes left there (Store.TRASH_BATCH)

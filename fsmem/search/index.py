@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -58,6 +58,14 @@ from fsmem.search.index_files import (
 )
 from fsmem.search.lazy_vectors import embed_rows, missing_text_rows, on_demand
 from fsmem.search.ranking import DEFAULT_RANKER
+from fsmem.store.changes import (
+    ChangesTruncated,
+    dir_stamp,
+    feed_stamp,
+    read_changes,
+    read_recent,
+    settle,
+)
 
 if TYPE_CHECKING:
     from fsmem.format.layout import Layout
@@ -101,10 +109,21 @@ class Index(IndexFiles):
         self.dir = mem.layout.index_dir
         self.dim = mem.embedder.dim
         self.fingerprint = mem.embedder.fingerprint
+        # Vectors are saved only for a ranker that reads them (a bm25 store's would be a
+        # matrix nobody reads: 200 MB at 100k units); another ranker asked for later builds
+        # them once from the units (``dense``).
+        # A writer filling deferred vectors keeps them too (what a crash left at zero is
+        # found by them: fsmem.search.vector_cache.heal_index).
+        self.keep_dense = getattr(mem, "ranker", DEFAULT_RANKER) != "bm25" \
+            or getattr(mem, "_filler", None) is not None
         self._clear()
-        self._dir_mtime = -1   # documents/ mtime the index is known to be in step with
-        self._seen_at = 0      # when that was established (0: by this process's own change)
+        # Where the index is in the change feed (fsmem.store.changes): the id of the feed,
+        # the last record taken (-1: none), documents/'s stamp there, and a read hint.
+        self._feed_id, self._feed_pos, self._doc_stamp = "", -1, []
+        self._feed_hint: tuple[str, int] = ("", 0)
+        self._feed_seen: tuple[int, int] | None = None
         self._unsaved = 0
+        self._unsaved_pos = False
         # First use of the arrays (checksums, vectors a bm25 writer did not store) changes
         # the index: one thread at a time. A query's own state never lives on the index.
         self._first_use = threading.Lock()
@@ -140,6 +159,13 @@ class Index(IndexFiles):
         self.ev_next = np.zeros(0, np.int32)
         self.ev_unit = np.zeros(0, np.int64)
         self._gen = ""
+        self.dense_absent = False   # a snapshot loaded without its dense array
+        self._base_dense = True
+        self._base_bytes = self._delta_bytes = self._deltas = 0
+        # What changed since the last save (written as a delta, fsmem.search.index_files).
+        self._dirty_added: dict[str, IndexEntry] = {}
+        self._dirty_removed: set[str] = set()
+        self._dirty_idents: dict[str, int] = {}
         # Every change to the entries bumps this count (never reset): a cache built from them
         # is tagged with the count read before it was built, so one built while another
         # thread changed the index is never taken for current (it would stay stale).
@@ -153,13 +179,136 @@ class Index(IndexFiles):
         self.dense_scanned = False   # every such unit of the arrays found (and embedded)
 
     def sync(self, *, force: bool = False) -> dict[str, int]:
-        """Bring the index in step with ``documents/``: cheap when the directory's mtime is
-        unchanged; otherwise one listing (names and inodes) and per-unit add/remove."""
-        base = self.layout.layer_dir("documents")
-        seen_at = time.time_ns()
-        mtime = os.stat(base).st_mtime_ns
-        if mtime == self._dir_mtime and not force:
+        """Bring the index in step with ``documents/`` in O(changes): the change feed's
+        records since the index's position (fsmem.store.changes), each unit they name looked
+        at again (one stat); one listing only when the feed cannot prove that nothing else
+        (a plain file tool, an older fsmem, a crash) changed the directory, or ``force``."""
+        docs = self.layout.layer_dir("documents")
+        now = dir_stamp(docs)
+        fstamp = feed_stamp(self.layout.meta, self._feed_hint)
+        if not force and now == self._doc_stamp and fstamp == self._feed_seen:
             return {"added": 0, "removed": 0}
+        fr = None
+        if self._feed_pos >= 0:
+            try:
+                fr = read_changes(self.layout.meta, self._feed_pos, hint=self._feed_hint,
+                                  feed=self._feed_id)
+                since, stamp = self._feed_pos, self._doc_stamp
+            except ChangesTruncated as exc:
+                log.info("index: %s; listing documents/ once", exc)
+        if fr is None:   # no position (a new index, an older snapshot) or one compacted away
+            fr = read_recent(self.layout.meta)
+            since, stamp = (fr.records[0].seq - 1 if fr.records else fr.last), []
+        settled = settle(fr.records, since, stamp, now, "documents")
+        added, removed = self._reexamine(settled.units)
+        kept = 0
+        if force or not settled.complete:
+            a, r, kept = self._reconcile_listing()
+            added, removed = added + a, removed + r
+            pos, stamp = settled.safe_pos, settled.safe_stamp
+        else:
+            pos, stamp = settled.pos, settled.stamp
+        moved = pos != self._feed_pos
+        self._feed_id, self._feed_pos, self._doc_stamp = fr.feed, pos, list(stamp)
+        caught_up = pos == fr.last
+        self._feed_hint = fr.hint if caught_up else ("", 0)
+        self._feed_seen = feed_stamp(self.layout.meta, self._feed_hint) if caught_up else None
+        if added or removed or kept:
+            self._unsaved += added + removed + kept
+            if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
+                self.save()
+        elif moved and self.writable and self._gen and not self._unsaved:
+            self._unsaved_pos = True   # only the position moved: saved at the next save
+        return {"added": added, "removed": removed}
+
+    def _indexed_ident(self, unit_id: str) -> int | None:
+        e = self.pending.get(unit_id)
+        if e is not None:
+            return e.ino
+        row = self.row_of.get(unit_id)
+        return int(self.inos[row]) if row is not None and self.alive[row] else None
+
+    def _reexamine(self, names: set[str]) -> tuple[int, int]:
+        """Look again at the units (or HomeAgent files, by file name) the feed named: index
+        what is there under a new identity, drop what is gone; (added, removed)."""
+        added = removed = 0
+        docs = self.layout.layer_dir("documents")
+        for name in sorted(names):
+            if name.endswith(".json"):   # a HomeAgent document (documents/<name>)
+                # lazy: start-up, loaded only when used
+                from fsmem.homeagent.documents import legacy_id
+                uid = legacy_id(name)
+                try:
+                    st = os.stat(os.path.join(docs, name), follow_symlinks=False)
+                    ident = _ident(st) if stat.S_ISREG(st.st_mode) else None
+                except OSError:
+                    ident = None
+                if ident is None or any(os.path.isdir(self.layout.unit_dir(layer, uid))
+                                        for layer in ("context", "documents", "stablemem")):
+                    if self._indexed_ident(uid) is not None and not os.path.isdir(
+                            self.layout.unit_dir("documents", uid)):
+                        self.remove(uid)
+                        removed += 1
+                elif ident != self._indexed_ident(uid):
+                    added += self.add_legacy(name, ident)
+                continue
+            if not _valid_name(name):
+                continue
+            ident = unit_ident(os.path.join(docs, name))
+            have = self._indexed_ident(name)
+            if ident is None:
+                if have is not None:
+                    self.remove(name)
+                    removed += 1
+            elif ident != have:
+                row = self.row_of.get(name) if name not in self.pending else None
+                if row is not None and have is not None and self._adopt_unchanged(
+                        {name: row}, {name: ident}):
+                    added += 1
+                elif self.add_unit(name, ident):
+                    added += 1
+                elif have is not None:   # unreadable now (logged): its old entry goes
+                    self.remove(name)
+                    removed += 1
+        return added, removed
+
+    def _apply_delta(self, delta: "_Delta") -> None:
+        """Replay one saved delta (fsmem.search.index_files) onto the arrays."""
+        for uid in delta.removed:
+            self.remove(uid)
+        for uid, ident in delta.idents.items():
+            row = self.row_of.get(uid)
+            if row is not None and self.alive[row]:
+                inos = np.array(self.inos)
+                inos[row] = ident
+                self.inos = inos
+        for w in delta.entries:
+            n_rows = len(w.row_ids)
+            vec = np.frombuffer(w.vector, np.float32).reshape(n_rows, self.dim) if w.vector \
+                else np.zeros((n_rows, self.dim), np.float32)
+            rows = _Rows(list(w.row_ids), np.frombuffer(w.row_ptr, np.int64),
+                         np.frombuffer(w.row_time, np.int64), list(w.row_keys),
+                         np.frombuffer(w.row_kind, np.int8))
+            self.add(IndexEntry(unit_id=w.unit_id, ino=w.ino, vector=vec,
+                                terms=np.frombuffer(w.terms, np.uint64),
+                                tfs=np.frombuffer(w.tfs, np.float32), summary=w.summary,
+                                legacy_file=w.legacy_file, created_ns=w.created_ns,
+                                created_off=w.created_off, events=w.events, rows=rows,
+                                mkey=w.mkey))
+        if delta.feed_pos >= 0:
+            self._feed_id, self._feed_pos, self._doc_stamp = \
+                delta.feed, delta.feed_pos, list(delta.stamp)
+
+    def _stale(self, unit_ids: set[str]) -> set[str]:
+        """Of these indexed units, those whose directory or manifest is no longer the one
+        indexed (two stats each): a hit is never trusted on the index's word alone."""
+        docs = self.layout.layer_dir("documents")
+        return {u for u in unit_ids if not self.legacy_file(u)
+                and unit_ident(os.path.join(docs, u)) != self._indexed_ident(u)}
+
+    def _reconcile_listing(self) -> tuple[int, int, int]:
+        """One listing of documents/ (names and identities) and per-unit add/remove;
+        (added, removed, kept under a new identity)."""
         listing, legacy_files = self._listing()
         moved = {u: r for u, r in self.row_of.items() if self.alive[r]
                  and listing.get(u) != self.inos[r]}
@@ -177,14 +326,7 @@ class Index(IndexFiles):
             added += self._add_listed(name, ino, legacy_files)
             if tick:
                 tick(i + 1, len(todo))
-        self._dir_mtime, self._seen_at = mtime, seen_at
-        if added or removed or kept:
-            self._unsaved += added + len(removed) + len(kept)
-            if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
-                self.save()
-        elif self.writable and not self._unsaved and self._gen:
-            self._record_seen()   # in step with the saved generation: the next open skips
-        return {"added": added, "removed": len(removed)}
+        return added, len(removed), len(kept)
 
     def _adopt_unchanged(self, moved: dict[str, int], listing: dict[str, int]) -> set[str]:
         """The units of ``moved`` (unit id -> row) listed under a new identity whose manifest
@@ -206,15 +348,18 @@ class Index(IndexFiles):
             if key == self.mkeys[r]:
                 inos[r] = listing[u]
                 kept.add(u)
+                self._dirty_idents[u] = int(listing[u])
         self.inos = inos
         return kept
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild from the directories alone (``fsmem reindex``); returns the unit count."""
         self._clear()
-        base = self.layout.layer_dir("documents")
-        seen_at = time.time_ns()
-        self._dir_mtime, self._seen_at = os.stat(base).st_mtime_ns, seen_at   # before listing
+        fr = read_recent(self.layout.meta)   # the position first, then the listing
+        settled = settle(fr.records, fr.records[0].seq - 1 if fr.records else fr.last, [],
+                         dir_stamp(self.layout.layer_dir("documents")), "documents")
+        self._feed_id, self._feed_pos = fr.feed, settled.safe_pos
+        self._doc_stamp, self._feed_hint, self._feed_seen = settled.safe_stamp, ("", 0), None
         listing, legacy_files = self._listing()
         if progress is None and len(listing) >= _PROGRESS_FROM:
             progress = getattr(self.mem, "progress", None)
@@ -405,9 +550,9 @@ class Index(IndexFiles):
         """Live units with an event row whose vector is all zero: deferred vectors not yet in
         the cache when the row was indexed (a crash before the filler ran, an import), or an
         event without text. Re-adding them picks up what the cache holds now."""
-        self.dense   # checked (and rebuilt if damaged) before anything is taken from it
         out: list[str] = []
-        if len(self.ev_len):
+        if len(self.ev_len) and not self.dense_absent:   # (absent: built whole when read)
+            self.dense   # checked (and rebuilt if damaged) before anything is taken from it
             zero = ~self.dense.any(axis=1) & (self.ev_kind != ranking.KIND_PSEUDO) \
                 & self.alive[self.ev_unit]
             out = [self.ids[int(i)] for i in np.unique(self.ev_unit[zero])]
@@ -419,6 +564,8 @@ class Index(IndexFiles):
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""
         self.remove(entry.unit_id)
         self.pending[entry.unit_id] = entry
+        self._dirty_added[entry.unit_id] = entry
+        self._dirty_removed.discard(entry.unit_id)
         self._pend_cache = None
         self._changes += 1
         # Fold in geometrically (a quarter of the size), so bulk adds stay O(n log n).
@@ -426,6 +573,8 @@ class Index(IndexFiles):
             self._compact()
 
     def remove(self, unit_id: str) -> None:
+        self._dirty_added.pop(unit_id, None)
+        self._dirty_removed.add(unit_id)
         if self.pending.pop(unit_id, None) is not None:
             self._pend_cache = None
         row = self.row_of.get(unit_id)
@@ -440,7 +589,8 @@ class Index(IndexFiles):
     def _compact(self) -> None:
         """Fold pending entries into the arrays and postings; drop removed rows; work out the
         neighbours of every event row (one sort; never per query)."""
-        self.dense   # checked (and rebuilt if damaged) before it is folded into a new one
+        if not self.dense_absent:
+            self.dense   # checked (and rebuilt if damaged) before it is folded into a new one
         self.post    # the same
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
@@ -463,8 +613,9 @@ class Index(IndexFiles):
         self.inos = np.concatenate([self.inos[keep], np.array([e.ino for e in new], np.int64)])
         self.mkeys = np.concatenate([self.mkeys[keep],
                                      np.array([e.mkey for e in new], np.int64)])
-        self.dense = np.vstack([self.dense[ev_keep]] + [e.vector for e in new]) \
-            if new else self.dense[ev_keep]
+        if not self.dense_absent:   # (absent: the entries' vectors are read again when built)
+            self.dense = np.vstack([self.dense[ev_keep]] + [e.vector for e in new]) \
+                if new else self.dense[ev_keep]
         self.created = np.concatenate([self.created[keep], np.array(
             [[*divmod(e.created_ns, 1_000_000_000), e.created_off] for e in new],
             np.int64).reshape(-1, 3)])   # seconds + nanos: Go's years 1..9999 fit an int64
@@ -507,8 +658,16 @@ class Index(IndexFiles):
     def hits(self, text: str, top_k: int, ranker: str) -> list[Hit]:
         """The best ``top_k`` units for ``text`` under ``ranker``, as ``Hit``s (score, summary,
         creation time, events and events matched)."""
+        found = self.search_events(text, top_k, ranker)
+        stale = self._stale({u for u, _s, _m in found})
+        if stale:   # edited in place since indexed (an identity the index does not hold)
+            self._reexamine(stale)
+            found = self.search_events(text, top_k, ranker)
+            stale = self._stale({u for u, _s, _m in found})
         hits = []
-        for unit_id, score, matched in self.search_events(text, top_k, ranker):
+        for unit_id, score, matched in found:
+            if unit_id in stale:
+                continue
             row = self.row_of.get(unit_id)
             if row is not None and self.alive[row]:
                 summary, events = self.summaries[row], int(self.nevents[row])

@@ -34,7 +34,9 @@ log = logging.getLogger("fsmem.index")
 # 3: event rows, manifest identity, created as (seconds, nanos, offset); older ones rebuild
 # 4: a unit's identity includes its directory's inode and ctime
 # 5: unit ids, event ids and summaries in mapped string tables, not in meta.json
-INDEX_VERSION = 5 * 1000 + ANALYZER_VERSION
+# 6: the change-feed position in meta.json; delta files beside the arrays; no dense array
+#    when the saver's ranker does not read it
+INDEX_VERSION = 6 * 1000 + ANALYZER_VERSION
 _ARRAYS = ("inos", "mkeys", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
            "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
 # Added within version 5 (absent from older snapshots, read as zeros: "unknown"): the manifest
@@ -46,8 +48,9 @@ _TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8"))
     + ("ids_order",)   # the unit rows in id order: a lookup by id is a binary search
 _META_CAP = 1 << 30              # meta.json: ~70 bytes per unit (the small-file cap is 16 MB)
 _HASH_THREADS_FROM = 16 << 20    # files bigger than this are hashed on all cores
-_GEN_GRACE_S = 60.0
-_SEEN_MARGIN_NS = 50_000_000   # far above a coarse timestamp tick (1-10 ms)
+_DELTA_SHARE = 0.5   # deltas up to half the arrays' bytes; then one new generation
+_DELTAS_MAX = 64
+_DELTA_MIN_BASE = 256 << 10   # below this the arrays are simply written again
 
 
 class _Meta(msgspec.Struct):
@@ -61,6 +64,45 @@ class _Meta(msgspec.Struct):
     legacy: dict[str, str] = {}   # unit id -> legacy JSON file name in documents/
     digests: dict[str, str] = {}  # array name -> BLAKE3 of its .npy file
     keys: list[str] = []          # conversation keys, indexed by ev_key
+    feed: str = ""                # the change feed's id and the last record taken (-1: none)
+    feed_pos: int = -1
+    stamp: list[int] = []         # documents/'s stamp (fsmem.store.changes.dir_stamp) there
+    dense: bool = True            # dense.npy written (not when the saver's ranker is bm25)
+
+
+class _EntryWire(msgspec.Struct, array_like=True):
+    """One IndexEntry in a delta file (arrays as raw bytes)."""
+    unit_id: str
+    ino: int
+    mkey: int
+    summary: str
+    legacy_file: str
+    created_ns: int
+    created_off: int
+    events: int
+    terms: bytes
+    tfs: bytes
+    vector: bytes                 # float32 [rows, dim]; b"" when dense is not kept
+    row_ids: list[str]
+    row_ptr: bytes
+    row_time: bytes
+    row_keys: list[str]
+    row_kind: bytes
+
+
+class _Delta(msgspec.Struct):
+    """``delta-<n>.bin`` of a generation: what changed since the arrays (and the deltas
+    before it) were written, and the feed position after it. The file is the BLAKE3 (32
+    bytes) of the rest, then this struct as msgpack; written whole, renamed into place."""
+    version: int
+    embedder: str
+    gen: str
+    removed: list[str] = []
+    entries: list[_EntryWire] = []
+    idents: dict[str, int] = {}   # units kept under a new identity (cp -a)
+    feed: str = ""
+    feed_pos: int = -1
+    stamp: list[int] = []
 
 
 class StrTable(Sequence[str]):
@@ -141,15 +183,6 @@ class StrTable(Sequence[str]):
         return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip(ptr, ptr[1:])]
 
 
-class _Seen(msgspec.Struct, array_like=True):
-    """``.fsmem/index/SEEN``: generation ``gen`` was in step with documents/ (inode, mtime)
-    as listed at ``at`` (ns)."""
-    gen: str
-    ino: int
-    mtime: int
-    at: int
-
-
 class _RowLookup(Mapping[str, int]):
     """unit id -> row over a mapped ids table (``StrTable.find``): no per-unit work until a
     caller walks all of it (``items``, ``__iter__``: then one dict, kept)."""
@@ -221,7 +254,13 @@ class IndexFiles:
 
     @property
     def dense(self) -> np.ndarray:
-        """float32 [event rows, dim]; a mapped snapshot's is checksummed on first use."""
+        """float32 [event rows, dim]; a mapped snapshot's is checksummed on first use. A
+        snapshot saved without it (its saver's ranker was bm25): built on first use."""
+        if self.dense_absent:
+            log.info("%s: the index was saved without vectors (ranker bm25); reading them "
+                     "from the units once for this ranker", self.dir)
+            self.keep_dense = True
+            self.rebuild()
         if self._dense_check is not None:
             self._verify_dense()
         return self._dense
@@ -334,66 +373,30 @@ class IndexFiles:
 
     # -- lifecycle ----------------------------------------------------------------------
     def load(self) -> bool:
-        """Map the current snapshot; False (and an empty index) if it is missing or unusable.
+        """Map the current snapshot and apply its deltas; False (and an empty index) if it is
+        missing or unusable.
 
-        Arrays are memory-mapped read-only (open costs the checksum pass, not a copy); each
-        file's BLAKE3 is checked against ``meta.json`` so a damaged snapshot is never used.
-        A generation replaced (and removed) while it was opened is retried."""
+        Arrays are memory-mapped read-only (open costs no copy); each file's BLAKE3 is
+        checked against ``meta.json`` on first use, a delta's when it is read, so a damaged
+        snapshot is never used. A generation replaced (and removed) while it was opened is
+        retried."""
         for _ in range(3):
             try:
                 if not self._load():
                     return False
+                self._load_deltas()
             except _Replaced:
                 continue
-            self._trust_seen()
             return True
         return False
 
-    def _trust_seen(self) -> None:
-        """Skip the first listing when ``SEEN`` says this generation was in step with
-        ``documents/`` at its current mtime, established (a listing that started) well after
-        that mtime: a change within the same timestamp tick would keep the mtime, so only an
-        mtime older than the listing by a margin proves nothing was missed."""
-        try:
-            seen = msgspec.json.decode(_read_seen(self.dir), type=_Seen)
-            st = os.stat(self.layout.layer_dir("documents"))
-        except (OSError, ValueError, msgspec.DecodeError):
-            return
-        if seen.gen == self._gen and (seen.ino, seen.mtime) == (st.st_ino, st.st_mtime_ns) \
-                and seen.at - seen.mtime >= _SEEN_MARGIN_NS:
-            self._dir_mtime, self._seen_at = seen.mtime, seen.at
-
-    def _write_seen(self) -> None:
-        """Record (derived, unsynced, atomic) that the saved generation is in step with
-        ``documents/`` as listed at ``_seen_at``; only when that proves it (see _trust_seen)."""
-        if not self._gen or self._seen_at - self._dir_mtime < _SEEN_MARGIN_NS:
-            return
-        try:
-            ino = os.stat(self.layout.layer_dir("documents")).st_ino
-            data = msgspec.json.encode(_Seen(self._gen, ino, self._dir_mtime, self._seen_at))
-            tmp = os.path.join(self.dir, f"SEEN.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, os.path.join(self.dir, "SEEN"))
-        except OSError as exc:
-            log.debug("%s: SEEN not written: %s", self.dir, exc)
-
-    def _record_seen(self) -> None:
-        try:
-            with self.mem.store.locked():
-                self._write_seen()
-        except (OSError, StoreLocked) as exc:
-            log.debug("%s: SEEN not written: %s", self.dir, exc)
-
     def stamp(self) -> int:
-        """The mtime of ``documents/`` (what ``sync`` compares)."""
+        """The mtime of ``documents/`` (kept for callers; the feed decides what changed)."""
         return os.stat(self.layout.layer_dir("documents")).st_mtime_ns
 
     def own_change(self, before: int) -> None:
-        """This process, under the writer lock, changed ``documents/`` and told the index
-        (add_unit/remove): if the index was in step at ``before``, it still is."""
-        if before == self._dir_mtime:
-            self._dir_mtime, self._seen_at = self.stamp(), 0
+        """This process changed ``documents/`` and told the index: nothing more to do (its
+        records in the change feed are looked at, one stat each, at the next sync)."""
 
     def _load(self) -> bool:
         # lazy: start-up, loaded only when used (+format.blocks, format.media)
@@ -408,22 +411,26 @@ class IndexFiles:
                     or meta.dim != self.dim:
                 return False
             arrays = {}
+            base_bytes = 0
             for name in _ARRAYS + _TABLE_FILES:
                 path = os.path.join(gen, f"{name}.npy")
                 if name in _OPTIONAL and not os.path.lexists(path):
                     arrays[name] = np.zeros(meta.units, np.int64)
                     continue
+                if name == "dense" and not meta.dense:
+                    arrays[name] = None
+                    continue
                 if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
                     raise ValueError(f"{path}: not a regular file")
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                base_bytes += os.fstat(fd).st_size
                 if name == "dense":
                     # The largest array (154 MB at 100k units of 384-d vectors; unread by
                     # the bm25 ranker): checked on first use, by any ranker.
-                    self._dense_check = (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
-                                         meta.digests.get(name, ""))
+                    self._dense_check = (path, fd, meta.digests.get(name, ""))
                 else:   # all the others on first use too (see ``post`` and ``_Checked``)
                     self._post_check = (self._post_check or []) + [
-                        (path, os.open(path, os.O_RDONLY | os.O_CLOEXEC),
-                         meta.digests.get(name, ""))]
+                        (path, fd, meta.digests.get(name, ""))]
                 arrays[name] = load_npy(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             if gen_name and _current(self.dir) not in ("", gen_name):
@@ -435,7 +442,8 @@ class IndexFiles:
         n, n_ev = meta.units, meta.rows
         tables = {t: StrTable(arrays[f"{t}_ptr"], arrays[f"{t}_utf8"]) for t in _TABLES}
         tables["ids"].order = arrays["ids_order"]
-        if not (arrays["dense"].shape == (n_ev, self.dim) and len(arrays["inos"]) == n
+        dense = arrays["dense"]
+        if not ((dense is None or dense.shape == (n_ev, self.dim)) and len(arrays["inos"]) == n
                 and len(arrays["mkeys"]) == n
                 and len(tables["ids"]) == len(tables["summaries"]) == n
                 and len(tables["ev_ids"]) == n_ev and len(arrays["ids_order"]) == n
@@ -451,8 +459,8 @@ class IndexFiles:
         self.ids, self.summaries = tables["ids"], tables["summaries"]
         self.legacy = meta.legacy
         self.row_of = None   # built on first use
-        self.inos, self.dense = arrays["inos"], arrays["dense"]
-        self.mkeys = arrays["mkeys"]
+        self.inos, self.mkeys = arrays["inos"], arrays["mkeys"]
+        self._dense, self.dense_absent = dense, dense is None
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
         self._changes = getattr(self, "_changes", 0) + 1   # caches of the old arrays: stale
@@ -464,32 +472,119 @@ class IndexFiles:
             if name.startswith("ev_") or name == "u_ptr":
                 setattr(self, name, arrays[name])
         self.ev_unit = None   # from u_ptr on first use
-        self._gen = gen_name
+        self._gen, self._base_bytes, self._delta_bytes, self._deltas = gen_name, base_bytes, 0, 0
+        self._base_dense = meta.dense
+        self._feed_id, self._feed_pos, self._doc_stamp = meta.feed, meta.feed_pos, list(meta.stamp)
         return True
 
-    def save(self) -> bool:
-        """Write a compacted snapshot under the writer lock; True if it was saved.
+    def _load_deltas(self) -> None:
+        """Apply the generation's deltas in order (a damaged one: the index is rebuilt)."""
+        gen = os.path.join(self.dir, self._gen)
+        try:
+            names = sorted(n for n in os.listdir(gen) if n.startswith("delta-")
+                           and n.endswith(".bin"))
+        except FileNotFoundError:
+            raise _Replaced() from None
+        for name in names:
+            path = os.path.join(gen, name)
+            try:
+                raw = read_small(path, 1 << 34)
+                if len(raw) < 32 or blake3.blake3(raw[32:]).digest() != raw[:32]:
+                    raise ValueError("checksum mismatch")
+                delta = msgspec.msgpack.decode(raw[32:], type=_Delta)
+                if delta.version != INDEX_VERSION or delta.embedder != self.fingerprint \
+                        or delta.gen != self._gen:
+                    raise ValueError("not of this generation")
+            except FileNotFoundError:
+                raise _Replaced() from None
+            except (OSError, ValueError, msgspec.DecodeError, FsmemError) as exc:
+                log.warning("%s: unusable index delta (%s); rebuilding from the directories",
+                            path, exc)
+                self.rebuild()
+                return
+            self._apply_delta(delta)
+            self._delta_bytes += len(raw)
+            self._deltas += 1
+        self._dirty_added, self._dirty_removed, self._dirty_idents = {}, set(), {}
 
-        The index is derived: a snapshot that cannot be written (a full disk, a busy lock)
-        is simply not saved, logged, and left behind whole (no partial generation stays);
-        the in-memory index goes on serving and a later save tries again."""
-        self._compact()
+    def save(self) -> bool:
+        """Write what changed since the last save under the writer lock; True if saved.
+
+        A delta file of the changes when they are small beside the arrays, else one new
+        generation (the arrays compacted), after which the old generation is removed at
+        once (a reader that mapped it keeps its unlinked files): the index never holds much
+        more than twice its live size on disk. The index is derived: a save that cannot be
+        written (a full disk, a busy lock) is logged and left behind whole (nothing partial
+        stays); the in-memory index goes on serving and a later save tries again."""
         try:
             with self.mem.store.locked():   # never two savers, never a saver and a GC
-                self._save_locked()
+                if self._can_delta():
+                    self._save_delta()
+                else:
+                    self._compact()
+                    self._save_locked()
         except (OSError, StoreLocked) as exc:
             log.warning("%s: index not saved (it is derived; reads go on): %s", self.dir, exc)
             return False
         return True
 
+    def _can_delta(self) -> bool:
+        if not self._gen or _current(self.dir) != self._gen or self._deltas >= _DELTAS_MAX \
+                or self._base_bytes < _DELTA_MIN_BASE or self.keep_dense != self._base_dense:
+            return False
+        size = sum(len(e.terms) * 12 + len(e.rows.ids) * (40 + (
+            self.dim * 4 if self.keep_dense else 0)) for e in self._dirty_added.values())
+        return self._delta_bytes + size <= self._base_bytes * _DELTA_SHARE
+
+    def _save_delta(self) -> None:
+        """One ``delta-<n>.bin`` in the current generation (temp file, then a rename)."""
+        entries = []
+        for e in self._dirty_added.values():
+            r = e.rows
+            entries.append(_EntryWire(
+                e.unit_id, int(e.ino), int(e.mkey), e.summary, e.legacy_file, e.created_ns,
+                e.created_off, e.events, np.ascontiguousarray(e.terms, np.uint64).tobytes(),
+                np.ascontiguousarray(e.tfs, np.float32).tobytes(),
+                np.ascontiguousarray(e.vector, np.float32).tobytes() if self.keep_dense
+                else b"", list(r.ids), np.ascontiguousarray(r.ptr, np.int64).tobytes(),
+                np.ascontiguousarray(r.time, np.int64).tobytes(), list(r.keys),
+                np.ascontiguousarray(r.kind, np.int8).tobytes()))
+        delta = _Delta(INDEX_VERSION, self.fingerprint, self._gen,
+                       sorted(self._dirty_removed - set(self._dirty_added)), entries,
+                       dict(self._dirty_idents), self._feed_id, self._feed_pos,
+                       list(self._doc_stamp))
+        payload = msgspec.msgpack.encode(delta)
+        data = blake3.blake3(payload).digest() + payload
+        gen = os.path.join(self.dir, self._gen)
+        name = f"delta-{time.time_ns():020d}-{uuid.uuid4().hex[:6]}.bin"
+        tmp = os.path.join(gen, f"{name}.tmp")
+        try:
+            with open(tmp, "xb") as fh:
+                fh.write(data)
+            os.rename(tmp, os.path.join(gen, name))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self._delta_bytes += len(data)
+        self._deltas += 1
+        self._dirty_added, self._dirty_removed, self._dirty_idents = {}, set(), {}
+        self._unsaved, self._unsaved_pos = 0, False
+
     def _save_locked(self) -> None:
         """A new generation directory of ``.npy`` files plus ``meta.json`` (with each file's
-        BLAKE3), then ``CURRENT`` switched to it by one rename. Older generations are removed
-        after a grace period; a reader that mapped one keeps its (unlinked) files."""
+        BLAKE3), then ``CURRENT`` switched to it by one rename, then every other generation
+        removed (a reader that mapped one keeps its unlinked files; one that was opening it
+        starts again: ``_Replaced``)."""
         # lazy: start-up, loaded only when used (+shutil, zlib)
         import shutil  # here: a reader (a CLI query) never saves, and skips its import
         gen_name = f"gen-{time.time_ns()}-{uuid.uuid4().hex[:6]}"
         gen = os.path.join(self.dir, gen_name)
+        for old in os.listdir(self.dir):   # leftovers of a save that was killed
+            if old.startswith("gen-") and old != self._gen and old != _current(self.dir):
+                shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
         os.makedirs(gen)
         try:
             self._write_gen(gen, gen_name)
@@ -497,15 +592,24 @@ class IndexFiles:
             shutil.rmtree(gen, ignore_errors=True)
             raise
         self._gen = gen_name
-        self._write_seen()
-        # Older generations go after a grace period: a reader may be about to map one.
         for old in os.listdir(self.dir):
-            if old.startswith("gen-") and old != gen_name and _age_s(old) > _GEN_GRACE_S:
+            if old.startswith("gen-") and old != gen_name:
                 shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
-        self._unsaved = 0
+            elif old == "SEEN":   # an older release's record: the feed replaces it
+                try:
+                    os.unlink(os.path.join(self.dir, old))
+                except OSError:
+                    pass
+        self._base_bytes = sum(e.stat().st_size for e in os.scandir(gen))
+        self._base_dense = self.keep_dense
+        self._delta_bytes, self._deltas = 0, 0
+        self._dirty_added, self._dirty_removed, self._dirty_idents = {}, set(), {}
+        self._unsaved, self._unsaved_pos = 0, False
 
     def _write_gen(self, gen: str, gen_name: str) -> None:
-        arrays = {name: getattr(self, name) for name in _ARRAYS if not name.startswith("p_")}
+        keep_dense = self.keep_dense
+        arrays = {name: getattr(self, name) for name in _ARRAYS
+                  if not name.startswith("p_") and (name != "dense" or keep_dense)}
         arrays.update({"p_terms": self.post.terms, "p_ptr": self.post.ptr,
                        "p_rows": self.post.rows, "p_tfs": self.post.tfs})
         for t in _TABLES:
@@ -521,7 +625,8 @@ class IndexFiles:
             digests[name] = _file_digest(path)
         meta = _Meta(version=INDEX_VERSION, embedder=self.fingerprint, dim=self.dim,
                      units=len(self.ids), rows=len(self.ev_ids), legacy=self.legacy,
-                     digests=digests, keys=self.keys)
+                     digests=digests, keys=self.keys, feed=self._feed_id,
+                     feed_pos=self._feed_pos, stamp=list(self._doc_stamp), dense=keep_dense)
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -541,20 +646,11 @@ class _Replaced(Exception):
     """The generation named by CURRENT was replaced while it was being opened."""
 
 
-def _read_seen(index_dir: str) -> bytes:
-    return read_small(os.path.join(index_dir, "SEEN"), 4096)
-
-
 def _current(index_dir: str) -> str:
     try:
         return read_small(os.path.join(index_dir, "CURRENT"), 4096).decode("ascii").strip()
     except (OSError, FsmemError, ValueError):
         return ""
-
-
-def _age_s(gen_name: str) -> float:
-    stamp = gen_name.split("-")[1] if gen_name.count("-") >= 2 else ""
-    return time.time() - int(stamp) / 1e9 if stamp.isdigit() else float("inf")
 
 
 def _fd_digest(fd: int) -> str:

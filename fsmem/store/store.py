@@ -32,6 +32,7 @@ from fsmem.format.layout import LAYERS, JournalEntry, Layer, Layout, owner_dead
 from fsmem.format.model import FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, encode_pretty
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, read_manifest, verify_unit
+from fsmem.store.changes import FeedWriter
 
 __all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id",
            "foreign_entries", "FOREIGN_LABEL", "SyncStrategy", "SYNC_STRATEGIES"]
@@ -80,6 +81,8 @@ class Store(Layout):
         # filesystem instead) or "fsync" (each file fsynced as it is written, in turn).
         self.sync_strategy: SyncStrategy = _default_sync_strategy()
         self._thread_lock = threading.RLock()
+        # The change feed (fsmem.store.changes): a record per unit change, written before it.
+        self.feed = FeedWriter(self.root, self.meta)
         self._init_layout(create)
         self.noreplace = self._probe_renameat2()
 
@@ -156,14 +159,20 @@ class Store(Layout):
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
         self._lock_fd = fd
+        # Recovery runs holding the lock as one level of it: what it calls (a rename
+        # fallback, a discard) re-enters the lock instead of taking it again.
+        self._lock_depth += 1
         try:
             self.recover(full=not self._recovered)
             self._recovered = True
         except BaseException:
+            self._lock_depth -= 1
             self._release()
             raise
+        self._lock_depth -= 1
 
     def _release(self) -> None:
+        self.feed.close_session()   # the end mark, before another writer may append
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -194,6 +203,23 @@ class Store(Layout):
                 os.close(fd)
         self.write_file_atomic(path, data, sync=False)
 
+    # -- the change feed -------------------------------------------------------------------
+    def record(self, kind: str, layer: str, unit_id: str, *, src: str = "", op: str = "",
+               flush: bool = True) -> None:
+        """Note a unit change in the feed before it is made (under the lock); ``flush``: made
+        durable now, by a barrier of its own (a change with no barrier to ride)."""
+        self.feed.note(kind, layer, unit_id, src=src, op=op)
+        if flush and self.sync:
+            self.feed.flush()
+
+    def _layer_of(self, path: str) -> str:
+        """The layer whose directory holds ``path`` directly ("" if none)."""
+        parent = os.path.dirname(os.path.abspath(path).rstrip("/"))
+        for layer in LAYERS:
+            if parent == os.path.join(self.root, layer):
+                return layer
+        return ""
+
     # -- writing ------------------------------------------------------------------------
     def builder(self, unit_id: str | None = None) -> UnitBuilder:
         return UnitBuilder(self.staging, new_unit_id() if unit_id is None else unit_id,
@@ -219,7 +245,7 @@ class Store(Layout):
 
     def publish(self, builder: UnitBuilder, layer: str, *,
                 prepare: Callable[[], None] | None = None,
-                overlap: Callable[[str], None] | None = None) -> str:
+                overlap: Callable[[str], None] | None = None, op: str = "") -> str:
         """Make a finished staged unit visible in ``layer`` with one no-replace rename.
 
         The caller's CPU work overlaps the barriers under "batch" (and runs in turn with
@@ -230,20 +256,26 @@ class Store(Layout):
         the caller undoes its work."""
         dst = self.unit_dir(layer, builder.unit_id)
         with self.locked():
+            # Its feed record first, durable in the same barrier as the unit's files.
+            self.feed.note("publish", layer, builder.unit_id, op=op)
             if self.sync and self.sync_strategy == "batch":
-                wait = self.flush_staged_start([builder.path])
+                files, dirs = self.feed.dirty()
+                wait = self.flush_staged_start([builder.path], files, dirs)
                 try:
                     if prepare is not None:
                         prepare()
                 finally:
                     wait()
+                self.feed.flushed()
             elif prepare is not None:
                 prepare()
             if self.sync:
                 if self.sync_strategy == "syncfs":
                     fsops.syncfs(self.staging)  # every block, the manifest, the directories
+                    self.feed.flushed()
                 elif self.sync_strategy == "fsync":
                     fsops.fsync_dir(self.staging)
+                    self.feed.flush()
             self.rename_dir(builder.path, dst)
             if self.sync and self.sync_strategy == "batch":
                 self._flush_published(dst, overlap)
@@ -338,6 +370,7 @@ class Store(Layout):
         with self.locked():
             if not os.path.isdir(src) or os.path.islink(src):
                 raise NotFound(f"{src}: no such unit")
+            self.record("move", dst_layer, unit_id, src=src_layer)
             self.rename_dir(src, dst)
             if self.sync and self.sync_strategy == "batch":   # both parents in one wave
                 fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])
@@ -346,12 +379,15 @@ class Store(Layout):
                 fsops.fsync_dir(os.path.dirname(src))
         return dst
 
-    def discard(self, path: str, *, sync: bool | None = None, defer: bool = False) -> None:
+    def discard(self, path: str, *, sync: bool | None = None, defer: bool = False,
+                record: bool = True) -> None:
         """Take a directory out of sight by one rename into ``.fsmem/trash/``, then delete it
         there, unless a snapshot is being taken (it may still link the files; recovery
         deletes the trash once no snapshot holds a pin) or ``defer``: left in the trash,
-        deleted in a batch later (``recover``), off the caller's critical path."""
+        deleted in a batch later (``recover``), off the caller's critical path. ``record``:
+        a unit of a layer gets its feed record (a journaled removal has it already)."""
         name = os.path.basename(path.rstrip("/"))
+        layer = self._layer_of(path) if record else ""
         foreign = foreign_entries(path)
         if foreign:   # never delete what fsmem did not write: the unit is kept whole
             dst = self.quarantine(path, f"{FOREIGN_LABEL}{name}")
@@ -359,7 +395,10 @@ class Store(Layout):
                         path, ", ".join(foreign[:5]), dst)
             return
         trash = os.path.join(self.trash_dir, f"{name}~{os.getpid()}~{uuid.uuid4().hex[:12]}")
-        fsops.rename(path, trash)
+        with self.locked():   # the record and its rename in one session of the feed
+            if layer:
+                self.record("remove", layer, name, flush=self.sync if sync is None else sync)
+            fsops.rename(path, trash)
         if self.sync if sync is None else sync:
             fsops.fsync_dir(os.path.dirname(path))
         if not defer and not self.pinned():
@@ -369,7 +408,12 @@ class Store(Layout):
         """Move a damaged entry into .fsmem/quarantine/ (never deleted)."""
         name = f"{time.strftime('%Y%m%dT%H%M%S')}-{label}-{uuid.uuid4().hex[:6]}"
         dst = os.path.join(self.quarantine_dir, name)
-        fsops.rename(path, dst)
+        layer = self._layer_of(path)
+        with self.locked():   # the record and its rename in one session of the feed
+            if layer:   # a unit, or a HomeAgent document (documents/<id>.json)
+                base = os.path.basename(path.rstrip("/"))
+                self.record("quarantine", layer, base)   # a .json: the file's name
+            fsops.rename(path, dst)
         if self.sync:
             fsops.fsync_dir(os.path.dirname(path))
             fsops.fsync_dir(self.quarantine_dir)
@@ -415,24 +459,33 @@ class Store(Layout):
         one undoes the entry, and must not undo a decided change)."""
         path = os.path.join(self.journal_dir, f"{check_name(entry.id, 'journal id')}.json")
         self.bump_epoch()
+        # The change's feed records, durable with the entry (replaying it adds none).
+        for _staged, layer, unit_id in entry.publish:
+            self.feed.note("publish", layer, unit_id, op=entry.op)
+        for layer, unit_id in entry.remove:
+            self.feed.note("remove", layer, unit_id, op=entry.op)
         if self.sync and self.sync_strategy == "batch":
             # One wave, as one syncfs: the staged units (built unflushed) and the entry. A
             # power loss inside it may keep the entry and not all of a unit: recovery finds
             # such a unit torn and drops the entry whole (never decided).
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
+            files, dirs = self.feed.dirty()
             self.flush_staged([os.path.join(self.staging, staged)
                                for staged, _layer, _uid in entry.publish
                                if os.path.isdir(os.path.join(self.staging, staged))],
-                              files=(path,), dirs=(self.journal_dir,))
+                              files=(path, *files), dirs=(self.journal_dir, *dirs))
+            self.feed.flushed()
         elif self.sync and self.sync_strategy == "syncfs":
             # One barrier: the staged units (built unsynced) and the entry itself.
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
             fsops.syncfs(self.journal_dir)
+            self.feed.flushed()
         elif not self.sync:   # durability off: nothing else is flushed, nor is the entry
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
         else:
             if self.sync:
                 fsops.fsync_dir(self.staging)
+                self.feed.flush()
             self.write_file_atomic(path, encode_pretty(entry), sync=True)
         return path
 
@@ -459,7 +512,7 @@ class Store(Layout):
         for layer, unit_id in entry.remove:
             path = self.unit_dir(layer, unit_id)
             if os.path.isdir(path):
-                self.discard(path, sync=False, defer=defer_trash)
+                self.discard(path, sync=False, defer=defer_trash, record=False)
                 touched.add(os.path.dirname(path))
         if self.sync and self.sync_strategy == "syncfs":
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier
