@@ -198,3 +198,38 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.get_closest_marker("stress") is not None:
             item.add_marker(skip)
+
+
+def assert_feed_agrees(root: Path, label: str = "") -> None:
+    """The change feed and the layers agree (fsmem.store.changes): every unit is where the
+    newest record about it places it, and nowhere else, except the units of the session a
+    crash interrupted (after the last end mark): a record is written before its change, so
+    such a unit is where the feed placed it before that session, or where its records say
+    (a consumer looks at each record's unit anyway)."""
+    from fsmem.store.changes import UNIT_KINDS, read_changes
+    recs = read_changes(str(Path(root) / ".fsmem")).records
+    last_end = max((r.seq for r in recs if r.kind == "end"), default=0)
+
+    def placed(upto: int) -> dict[str, str]:
+        where: dict[str, str] = {}
+        for r in recs:
+            if r.seq > upto:
+                break
+            if r.kind in ("publish", "move"):
+                where[r.unit] = r.layer
+            elif r.kind in ("remove", "quarantine") and where.get(r.unit) == r.layer:
+                del where[r.unit]
+        return where
+    before, after = placed(last_end), placed(1 << 62)
+    tail = {r.unit for r in recs if r.seq > last_end and r.kind in UNIT_KINDS}
+    present: dict[str, list[str]] = {}
+    for layer in ("context", "documents", "stablemem"):
+        for e in os.scandir(Path(root) / layer):
+            if e.is_dir(follow_symlinks=False):
+                present.setdefault(e.name, []).append(layer)
+    for unit in set(present) | set(after):
+        at = present.get(unit, [])
+        allowed = [[after[unit]] if unit in after else []]
+        if unit in tail:
+            allowed.append([before[unit]] if unit in before else [])
+        assert at in allowed, f"{label}: {unit} is in {at}, the feed says {allowed}"

@@ -96,6 +96,7 @@ _m.events = _evs''')),
 POWERLOSS = ["tests/test_powerloss.py"]
 FLOW_CRASH = ["tests/test_flow_crash.py"]
 HARDENING = ["tests/test_hardening.py"]
+CHANGES = ["tests/test_changes.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
@@ -192,15 +193,15 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             self.flush_staged([os.path.join(self.staging, staged)""", """\
             self.flush_staged([] and [os.path.join(self.staging, staged)""", POWERLOSS),
     "journal (batch): entry not in the wave": ("fsmem/store/store.py", """\
-                              files=(path,), dirs=(self.journal_dir,))""", """\
-                              files=(), dirs=())""", POWERLOSS),
+                              files=(path, *files), dirs=(self.journal_dir, *dirs))""", """\
+                              files=files, dirs=dirs)""", POWERLOSS),
     "journal apply (batch): published parents not flushed": ("fsmem/store/store.py", """\
             fsops.flush_many([], [*sorted(touched), self.staging])""", """\
             fsops.flush_many([], [self.staging])""", POWERLOSS),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store/store.py", """\
-                self.discard(path, sync=False, defer=defer_trash)
+                self.discard(path, sync=False, defer=defer_trash, record=False)
                 touched.add(os.path.dirname(path))""", """\
-                self.discard(path, sync=False, defer=defer_trash)""", POWERLOSS),
+                self.discard(path, sync=False, defer=defer_trash, record=False)""", POWERLOSS),
     # Not listed: "journal apply: entry removal not fsynced" is equivalent (a journal entry
     # that comes back after a power loss is applied again, and applying is idempotent:
     # targets already published are skipped, removed units are already gone), so under
@@ -242,11 +243,37 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         mem._append_draft(_ev)
     ids, archived, outcome = append_burst(""", HARDENING),
     "discard: delete in place instead of one rename out of sight": ("fsmem/store/store.py", """\
-        fsops.rename(path, trash)
+            fsops.rename(path, trash)
         if self.sync if sync is None else sync:""", """\
-        fsops.rmtree(path)
-        return
+            fsops.rmtree(path)
+            return
         if self.sync if sync is None else sync:""", FLOW_CRASH + POWERLOSS),
+    # issue 27: the change feed
+    "feed: a move's record written after its rename": ("fsmem/store/store.py", """\
+            self.record("move", dst_layer, unit_id, src=src_layer)
+            self.rename_dir(src, dst)""", """\
+            self.rename_dir(src, dst)
+            self.record("move", dst_layer, unit_id, src=src_layer)""", CHANGES + FLOW_CRASH),
+    "feed: a publish writes no record": ("fsmem/store/store.py", """\
+            self.feed.note("publish", layer, builder.unit_id, op=op)""", """\
+            pass""", CHANGES),
+    "feed: a journaled change writes no records": ("fsmem/store/store.py", """\
+        for _staged, layer, unit_id in entry.publish:
+            self.feed.note("publish", layer, unit_id, op=entry.op)""", """\
+        for _staged, layer, unit_id in []:
+            self.feed.note("publish", layer, unit_id, op=entry.op)""", CHANGES),
+    "feed: a session's begin stamp not compared (plain-tool edits trusted)": (
+        "fsmem/store/changes.py", """\
+            ok = ok and r.dirs.get(layer) == expect""", """\
+            ok = ok""", CHANGES),
+    "index: a hit trusted without checking its unit's identity": ("fsmem/search/index.py", """\
+        return {u for u in unit_ids if not self.legacy_file(u)""", """\
+        return set() and {u for u in unit_ids if not self.legacy_file(u)""", CHANGES),
+    "index: a unit the feed names as gone is kept": ("fsmem/search/index.py", """\
+            if ident is None:
+                if have is not None:""", """\
+            if ident is None:
+                if have is None:""", CHANGES),
     "l1cache: an appended unit's terms tokenised from its blocks read back": (
         "fsmem/memory/l1cache.py",
         "self.written.get(pairs[i][0].unit_id))",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_png, make_wav
+from conftest import REPO, assert_feed_agrees, make_png, make_wav
 from fsmem import Event, FsmemError, MediaAttachment, Memory, Timestamp
 from fsmem.ingest.archive import HEADER_NAME, export_archive, import_archive
 from fsmem.ingest.importers import import_chatgpt
@@ -298,6 +298,7 @@ def test_crash_at_every_step_of_an_import_is_all_or_nothing(tmp_path):
         assert mem.fsck() == [], label
         assert os.listdir(root / ".fsmem" / "staging") == [], label
         assert os.listdir(root / ".fsmem" / "journal") == [], label
+        assert_feed_agrees(root, label)
 
     # every crash copy sits beside archive.tar, so the child finds it at <root>/../archive.tar
     n, proc = crash_sweep(tmp_path, template, CRASH_CHILD, check)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections import Counter
 
-from conftest import PKG_ROOT, REPO, crash_sweep, make_png
+from conftest import PKG_ROOT, REPO, assert_feed_agrees, crash_sweep, make_png
 from fsmem import Event, MediaAttachment, Memory, ToolOutput
 
 CHILD = """
@@ -56,6 +56,7 @@ def test_crash_point_sweep_prune_and_recall(tmp_path):
         assert Memory.open(root).fsck() == [], label
         assert os.listdir(root / ".fsmem" / "staging") == [], label
         assert os.listdir(root / ".fsmem" / "journal") == [], label
+        assert_feed_agrees(root, label)
     n, proc = crash_sweep(tmp_path, template, CHILD, check)
     assert n > 30
     assert "recalled ['u-" in proc.stdout
@@ -105,6 +106,7 @@ def test_crash_point_sweep_multi_group_prune_pinned_recall(tmp_path):
         assert Memory.open(root).fsck() == [], label
         assert os.listdir(root / ".fsmem" / "staging") == [], label
         assert os.listdir(root / ".fsmem" / "journal") == [], label
+        assert_feed_agrees(root, label)
     n, proc = crash_sweep(tmp_path, template, CHILD_LOOP, check)
     assert "groups 2" in proc.stdout and "recalled ['u-" in proc.stdout
     assert n > 30

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PKG_ROOT, REPO, crash_sweep, make_png, run_py
+from conftest import PKG_ROOT, REPO, assert_feed_agrees, crash_sweep, make_png, run_py
 from fsmem.store.changes import read_changes
 from fsmem import Event, Memory, StorageError, StoreLocked
 from fsmem.format.errors import AlreadyExists
@@ -50,6 +50,7 @@ def test_crash_point_sweep_commit(tmp_path, strategy):
             assert mem.document(uid).events[0].input.startswith("unit ")
         assert mem.fsck() == [], label
         assert os.listdir(root / ".fsmem" / "staging") == [], f"{label}: staging not cleaned"
+        assert_feed_agrees(root, label)
     total, proc = crash_sweep(tmp_path, template, CHILD, check, env=env, sample=20)
     assert total > 20  # the sweep really stepped through the publish protocol
     assert len(proc.stdout.split()) == 2

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, crash_sweep, make_png
+from conftest import REPO, assert_feed_agrees, crash_sweep, make_png
 from fsmem import ChannelDef, Event, MediaAttachment, Memory, Timestamp, ToolDef, ToolOutput
 from fsmem.graph.distill import RuleDistiller, Triple
 from fsmem.memory.stablemem import (Graph, distill, find_cold, recall_from_graph, sentence_block_id, triple_block_id, unit_facts)
@@ -459,6 +459,7 @@ def template(tmp_path):
 
 def _check_after_crash(root: Path, expected, layout, label: str) -> None:
     mem = Memory.open(root, auto_prune=False)                    # reopening runs recovery
+    assert_feed_agrees(root, label)
     with Graph(mem) as g:                                        # never moved before its rows
         for unit in mem.units("stablemem"):
             assert g.has_document(unit), f"{label}: {unit} in stablemem without graph rows"

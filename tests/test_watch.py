@@ -456,8 +456,13 @@ def _watch_crash_points(tmp_path: Path) -> tuple[int, dict[str, int]]:
 
 def crash_at(tmp_path: Path, point: int, total: int, n_events: int) -> None:
     root, files = _crash_inbox(tmp_path, f"c{point}")
-    r = once(root, env={"FSMEM_CRASH_AT": str(point)})
-    assert r.returncode == 77, f"point {point} of {total} did not crash: {r.returncode} {r.stderr}"
+    calls = tmp_path / f"c{point}.calls"
+    r = once(root, env={"FSMEM_CRASH_AT": str(point), "FSMEM_CALLS_OUT": str(calls)})
+    if r.returncode == 0:   # how files group into writer sessions depends on timing (each
+        # session adds its change-feed marks): this run made fewer calls than the clean one
+        assert int(calls.read_text()) < point, f"point {point} of {total} did not crash"
+    else:
+        assert r.returncode == 77, f"point {point} of {total}: exit {r.returncode} {r.stderr}"
     r = once(root)
     assert r.returncode == 0, r.stderr
     ids = event_ids(root)

@@ -24,7 +24,7 @@ __all__ = [
     "check_name", "NAME_RE",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HASH_ALGORITHM = "blake3"
 
 Modality = Literal["text", "image", "audio", "video", "file"]

@@ -26,6 +26,7 @@ from fsmem.memory.units import Loaded, find_cold
 from fsmem.store.access import AccessLog, AccessStats
 
 if TYPE_CHECKING:   # the index, embedders and plugins load on first use (CLI start-up)
+    from fsmem.store.changes import Change
     from fsmem.format.plugins import ChannelDef, Plugins, ToolDef
     from fsmem.search.embed import Embedder
     from fsmem.search.index import Index
@@ -256,6 +257,18 @@ class Reader:
 
     def _search(self, text: str, top_k: int, ranker: str | None = None) -> list[Hit]:
         return self.index.hits(text, top_k, ranker or self.ranker)
+
+    # -- the change feed ------------------------------------------------------------------
+    def changes(self, since: int = 0, *, marks: bool = False) -> list["Change"]:
+        """The store's change feed after sequence number ``since`` (fsmem.store.changes):
+        one record per unit published, moved, removed or quarantined, oldest first
+        (``marks``: the writer sessions' begin/end marks too). Read without a lock.
+        ``ChangesTruncated`` (its ``horizon``: the oldest kept) when ``since`` is older
+        than the feed keeps: list the layers once instead."""
+        # lazy: start-up, loaded only when used
+        from fsmem.store.changes import MARKS, read_changes
+        records = read_changes(self.layout.meta, since).records
+        return records if marks else [r for r in records if r.kind not in MARKS]
 
     # -- L3 -----------------------------------------------------------------------------------
     @property

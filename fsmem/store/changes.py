@@ -33,7 +33,7 @@ from fsmem.format import fsops as fsops
 from fsmem.format.errors import FormatError, FsmemError
 from fsmem.format.layout import LAYERS, open_regular, read_small
 
-__all__ = ["Change", "ChangesTruncated", "FeedRead", "FeedWriter", "Settled", "dir_stamp",
+__all__ = ["MARKS", "Change", "ChangesTruncated", "FeedRead", "FeedWriter", "Settled", "dir_stamp",
            "layer_stamps", "read_changes", "read_recent", "feed_stamp", "feed_id", "settle", "UNIT_KINDS", "FEED_DIR"]
 
 log = logging.getLogger("fsmem.changes")

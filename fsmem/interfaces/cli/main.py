@@ -305,6 +305,44 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_changes(args: argparse.Namespace) -> int:
+    """The change feed after --since, one record a line; --follow: then wait for more."""
+    import time  # lazy: start-up, loaded only when used
+
+    # lazy: start-up, loaded only when used (+msgspec)
+    from fsmem.store.changes import ChangesTruncated
+    mem = _read(args)
+    since = args.since
+    while True:
+        try:
+            records = mem.changes(since, marks=args.all)
+        except ChangesTruncated as exc:
+            print(f"fsmem changes: {exc}; the oldest kept is {exc.horizon} "
+                  f"(list the store instead: fsmem ls)", file=sys.stderr)
+            return 1
+        for r in records:
+            _emit(args, r, f"{r.seq:>8}  {_feed_time(r.at)}  {r.kind:<10} "
+                           f"{(r.src + ' -> ') if r.src else ''}{r.layer:<10} {r.unit}"
+                           f"{'  (' + r.op + ')' if r.op else ''}")
+            since = max(since, r.seq)
+        if not args.follow:
+            return 0
+        sys.stdout.flush()
+        since = max(since, _feed_last(mem, since))
+        time.sleep(args.interval)
+
+
+def _feed_time(ns: int) -> str:
+    import time  # lazy: start-up, loaded only when used
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))
+
+
+def _feed_last(mem: "Reader", since: int) -> int:
+    """The last sequence number of the feed (marks included) at or after ``since``."""
+    recs = mem.changes(since, marks=True)
+    return recs[-1].seq if recs else since
+
+
 def cmd_reindex(args: argparse.Namespace) -> int:
     from fsmem.interfaces.cli.progress import progress  # lazy: start-up, loaded only when used
     mem = _open(args)
@@ -444,6 +482,15 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp.add_argument("--budget", type=positive_int, required=True)
     verb("stats", cmd_stats, "counts per layer")
     verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
+    sp = verb("changes", cmd_changes, "the change feed: every unit published, moved, removed "
+              "or quarantined, in order (docs/FORMAT.md, section 3b)")
+    sp.add_argument("--since", type=int, default=0, metavar="SEQ",
+                    help="only records after this sequence number")
+    sp.add_argument("--follow", action="store_true", help="then wait for new records")
+    sp.add_argument("--interval", type=float, default=0.5, metavar="S",
+                    help="with --follow: seconds between looks (default 0.5)")
+    sp.add_argument("--all", action="store_true",
+                    help="also the writer sessions' begin/end marks")
     sp = verb("snapshot", cmd_snapshot, "a point-in-time copy of the store: immutable files "
               "hard-linked, the rest copied; writers wait only for a listing")
     sp.add_argument("dest", help="a directory that does not exist yet (or is empty)")
@@ -465,7 +512,7 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
 
 _CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
                          "append", "query", "recall", "prune", "timeline", "render", "stats",
-                         "reindex", "snapshot", "adopt", "demo"})
+                         "reindex", "changes", "snapshot", "adopt", "demo"})
 
 
 _PLAIN_GLOBALS = frozenset({"--json", "-v", "--verbose"})
