@@ -135,13 +135,12 @@ def pruning_publish(mem: "Writer", query: str, outcome: list[object]
         entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now(),
                              publish=[(os.path.basename(builder.path), "context",
                                        builder.unit_id)])
-        before = mem._index_stamp("documents")
         result, l2_ids = _stage_with(mem, query, [_arrival(mem, builder, written.manifest,
                                                            written.vectors)], entry, None)
         outcome.append(result)
         if not l2_ids:   # no prune due, or it failed: the unit is published alone
             return False
-        commit_arriving(mem, ArrivingPrune(entry, l2_ids, before))
+        commit_arriving(mem, ArrivingPrune(entry, l2_ids))
         return True
     return publish_with
 
@@ -166,7 +165,6 @@ def append_burst(mem: "Writer", drafts: Sequence["Event"], *,
     outcome: object = None
     with mem.store.locked():
         entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now())
-        before = mem._index_stamp("documents")
         try:
             for i, draft in enumerate(drafts):
                 if dedupe and draft.id and (draft.id in ids or stored_event(mem, draft.id)):
@@ -192,7 +190,7 @@ def append_burst(mem: "Writer", drafts: Sequence["Event"], *,
                 log.info("append burst %s failed: nothing stored", entry.id)
             raise
         if entry.publish:   # the commit point: one barrier for the burst and its prune
-            commit_arriving(mem, ArrivingPrune(entry, l2_ids, before))
+            commit_arriving(mem, ArrivingPrune(entry, l2_ids))
         if mem._filler is None:   # the next turn does not read them back
             for builder, manifest, _texts in staged:
                 seed_written(mem, mem.store.unit_dir("context", builder.unit_id),

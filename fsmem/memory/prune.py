@@ -178,7 +178,6 @@ def prune_context(mem: "Writer", query: str, *, context_tokens: int | None = Non
         units = load_context(mem, with_vectors=True)   # re-reads only what changed
         if skip:
             units = [u for u in units if u.unit_id not in skip]
-        before = mem._index_stamp("documents")
         entry = JournalEntry(id=new_unit_id("j"), op="prune", created_at=Timestamp.now())
         staged, l2_ids = _stage_prune(mem, units, query, entry, context_tokens=context_tokens,
                                       pinned=pinned)
@@ -194,7 +193,7 @@ def prune_context(mem: "Writer", query: str, *, context_tokens: int | None = Non
         except BaseException:
             _settle_failed(store, entry, staged)
             raise
-        _index_archives(mem, l2_ids, before)
+        _index_archives(mem, l2_ids)
         return l2_ids
 
 
@@ -204,7 +203,6 @@ class ArrivingPrune:
 
     entry: JournalEntry
     l2_ids: list[str]    # the prune's new L2 units ([]: the arrivals alone)
-    before: int | None   # documents/'s stamp before the change (``Memory._index_stamp``)
 
 
 def stage_arriving(mem: "Writer", query: str, arrivals: list["_Loaded"], entry: JournalEntry,
@@ -265,7 +263,7 @@ def commit_arriving(mem: "Writer", plan: ArrivingPrune) -> list[str]:
             log.error("append %s is durable; applying it failed again (%s): the next "
                       "writer lock's recovery completes it", entry.id, again)
             return plan.l2_ids
-    _index_archives(mem, plan.l2_ids, plan.before)
+    _index_archives(mem, plan.l2_ids)
     return plan.l2_ids
 
 
@@ -316,12 +314,10 @@ def _stage_prune(mem: "Writer", units: list["_Loaded"], query: str, entry: Journ
     return staged, l2_ids
 
 
-def _index_archives(mem: "Writer", l2_ids: list[str], before: int | None) -> None:
+def _index_archives(mem: "Writer", l2_ids: list[str]) -> None:
     """Tell a loaded index about the archive units a prune published."""
     for l2_id in l2_ids:
         mem._indexed(l2_id, "documents", added=True)
-    if before is not None and mem._index is not None:
-        mem._index.own_change(before)
 
 
 def _settle_failed(store, entry: JournalEntry, staged: list[str]) -> None:

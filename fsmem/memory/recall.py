@@ -72,9 +72,8 @@ def _recall_hit(mem: "Writer", unit_id: str) -> str | None:
         fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
         if mem.store.sync:
             fsops.fsync_dir(src)
-        before = mem._index_stamp("documents")
         mem.store.move(unit_id, "documents", "context")
-        mem._indexed(unit_id, "documents", added=False, before=before)
+        mem._indexed(unit_id, "documents", added=False)
         return unit_id
 
 

@@ -179,13 +179,11 @@ class Writer(Reader):
             return None
 
     def _indexed(self, unit_id: str, layer: str, *, added: bool,
-                 before: int | None = None, written: "Written | None" = None,
-                 entry=None) -> None:
-        """Tell a loaded index about a change this process made to documents/; ``before``
-        (``_index_stamp`` taken under the same writer lock, before the change) keeps the
-        index from listing documents/ again for a change it was told about; ``written``: the
-        unit as just written (indexed without reading it back); ``entry``: its index entry
-        made before the publish (``_index_entry``), given its identity now."""
+                 written: "Written | None" = None, entry=None) -> None:
+        """Tell a loaded index about a change this process made to documents/ (its record in
+        the change feed is looked at again by the next sync: one stat, nothing re-read);
+        ``written``: the unit as just written (indexed without reading it back); ``entry``:
+        its index entry made before the publish (``_index_entry``), given its identity now."""
         if self._index is None or layer != "documents":
             return
         # lazy: start-up, loaded only when used (+search.analyze, search.index_entry)
@@ -199,18 +197,6 @@ class Writer(Reader):
         else:
             self._index.remove(unit_id)
         self._index._unsaved += 1
-        if before is not None:
-            self._index.own_change(before)
-
-    def _index_stamp(self, layer: str) -> int | None:
-        """documents/'s mtime before a change made under the writer lock (None: no index
-        loaded or another layer)."""
-        if self._index is None or layer != "documents":
-            return None
-        try:
-            return self._index.stamp()
-        except OSError:
-            return None
 
     # -- writing -----------------------------------------------------------------------------
     def commit_events(self, events: Sequence[Event | TextEvent], *, summary: str = "",
@@ -274,21 +260,19 @@ class Writer(Reader):
         builder, manifest, texts = self._stage_unit(fill, unit_id, manifest_fields)
         with self._unpublished_on_failure(builder):
             with self.store.locked():
-                before = self._index_stamp(layer)
                 written = Written(manifest, builder.vectors, builder.texts,
                                   builder.manifest_key)
                 if publish_with is not None and publish_with(builder, written):
                     dst = self.store.unit_dir(layer, builder.unit_id)
                 else:
-                    dst = self._publish_indexed(builder, layer, written, before)
+                    dst = self._publish_indexed(builder, layer, written)
                 if layer == "context" and self._filler is None:
                     seed_written(self, dst, written)
             if self._filler is not None:   # after publish: off the commit's critical path
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])
         return builder.unit_id
 
-    def _publish_indexed(self, builder: UnitBuilder, layer: str, written: "Written",
-                         before: int | None) -> str:
+    def _publish_indexed(self, builder: UnitBuilder, layer: str, written: "Written") -> str:
         """Publish a staged unit (``Store.publish``), indexing it while its last barrier is in
         flight when it goes to documents/; returns its directory."""
         prepared: list[object] = []
@@ -298,8 +282,8 @@ class Writer(Reader):
             prepared.append(self._index_entry(builder, layer, written))
 
         def index_it(dst: str) -> None:   # overlaps the publish's last barrier
-            self._indexed(builder.unit_id, layer, added=True, before=before,
-                          written=written, entry=prepared[0] if prepared else None)
+            self._indexed(builder.unit_id, layer, added=True, written=written,
+                          entry=prepared[0] if prepared else None)
             indexed.append(builder.unit_id)
         try:
             return self.store.publish(builder, layer, prepare=prepare, overlap=index_it)

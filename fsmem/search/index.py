@@ -69,6 +69,7 @@ from fsmem.store.changes import (
 
 if TYPE_CHECKING:
     from fsmem.format.layout import Layout
+    from fsmem.search.index_files import _Delta
     from fsmem.format.plugins import Plugins
     from fsmem.search.embed import Embedder
 

@@ -390,14 +390,6 @@ class IndexFiles:
             return True
         return False
 
-    def stamp(self) -> int:
-        """The mtime of ``documents/`` (kept for callers; the feed decides what changed)."""
-        return os.stat(self.layout.layer_dir("documents")).st_mtime_ns
-
-    def own_change(self, before: int) -> None:
-        """This process changed ``documents/`` and told the index: nothing more to do (its
-        records in the change feed are looked at, one stat each, at the next sync)."""
-
     def _load(self) -> bool:
         # lazy: start-up, loaded only when used (+format.blocks, format.media)
         from fsmem.format.unit import load_npy
