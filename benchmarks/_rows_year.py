@@ -93,9 +93,13 @@ mem = Memory.open(sys.argv[1])
 hits = mem.query(sys.argv[2], top_k=10)
 s, cpu = time.perf_counter() - t, time.process_time() - c
 top = []
-for h in hits[:3]:
+words = [w.lower() for w in sys.argv[2].split()]
+for h in hits[:3]:   # the best matching event of each hit, around the first query word in it
     doc = mem.document(h.unit_id)
-    top.append([h.unit_id, round(h.score, 3), (doc.events[0].input if doc.events else "")[:90]])
+    evs = [e for e in doc.events if e.id in h.events_matched[:1]] or doc.events[:1]
+    text = evs[0].input if evs else ""
+    at = min([i for i in (text.lower().find(w) for w in words) if i >= 0] or [0])
+    top.append([h.unit_id, round(h.score, 3), text[max(0, at - 40):at + 60]])
 print(json.dumps({"s": s, "cpu": cpu, "n": len(hits), "top": top}))
 sys.stdout.flush()
 os._exit(0)   # no close: an index save at close would change the state the next run sees
@@ -176,8 +180,11 @@ class _Pinned:
     def _sig(d: str) -> tuple:
         return tuple(sorted((n, os.stat(os.path.join(d, n)).st_mtime_ns) for n in os.listdir(d)))
 
+    restored = 0   # runs after which the index directory had changed (a save)
+
     def restore(self) -> None:
         if self._sig(self.idx) != self.sig:
+            self.restored += 1
             shutil.rmtree(self.idx)   # the store's derived index (ours): put back as pinned
             shutil.copytree(self.aside, self.idx, symlinks=True)
             self.sig = self._sig(self.idx)
@@ -246,6 +253,8 @@ def open_rows(wd: Workdir, prof: Profile, sizes: tuple[int, ...], events: int) -
         _settle(root)
         res, out = _open_pair(root, q, reps)
         hits.append(_hits_line(f"valid index, {label}", q, out))
+        if n == sizes[-1] or "events" in label:
+            SECTIONS.append(_profile_section(root, q, label, "with a valid index"))
         rows.append(Row("year", f"open + first query, valid index, {label}, fresh process",
                         Stat(res["fsmem"]), "mmap the index arrays + read meta",
                         Stat(res["mmap"]), target_ms=100,
@@ -259,11 +268,12 @@ def open_rows(wd: Workdir, prof: Profile, sizes: tuple[int, ...], events: int) -
             got: dict = {}
 
             def measure(pin: _Pinned, root=root, got=got) -> None:
+                before = pin.restored
                 r, o = _open_pair(root, q, reps, before=pin.restore)
-                got.update(res=r, out=o)
+                pin.restore()
+                got.update(res=r, out=o, saved=pin.restored - before)
                 if k == 1 and n == sizes[-1]:
-                    pin.restore()
-                    SECTIONS.append(_profile_section(root, q, label))
+                    SECTIONS.append(_profile_section(root, q, label, "after 1 change"))
             _with_changes(wd, root, k, measure)
             r = got["res"]
             if k == 1 and "units" in label:
@@ -277,7 +287,11 @@ def open_rows(wd: Workdir, prof: Profile, sizes: tuple[int, ...], events: int) -
                             note=(f"{k} commits by another process since the index was saved "
                                   "(that process never loaded the index); before each run "
                                   "the saved index is put back as it was, so every run sees "
-                                  f"the same {k} unindexed unit(s)" if not noted else "")))
+                                  f"the same {k} unindexed unit(s)" if not noted else "")
+                            + (f"{'; ' if not noted else ''}the first query also saved a new "
+                               f"index generation in {got['saved']} of {reps + 1} runs (the "
+                               f"save threshold: max(64, units / 20) unsaved changes)"
+                               if got["saved"] else "")))
             noted = True
     if len(sizes) >= 2 and sizes[0] in one_change and sizes[-1] in one_change:
         a, b = one_change[sizes[0]], one_change[sizes[-1]]
@@ -294,11 +308,11 @@ def open_rows(wd: Workdir, prof: Profile, sizes: tuple[int, ...], events: int) -
     return rows
 
 
-def _profile_section(root: str, q: str, label: str) -> str:
+def _profile_section(root: str, q: str, label: str, state: str) -> str:
     out = run_child(PROFILE, root, q)
-    return (f"## Profile: open + first query after 1 change, {label}\n\n"
-            f"cProfile in a fresh child process (its imports done first), the saved index "
-            f"put back before it as for the row; {out['s'] * 1000:.0f} ms under the "
+    return (f"## Profile: open + first query {state}, {label}\n\n"
+            f"cProfile in a fresh child process (its imports done first), in the state of "
+            f"the row; {out['s'] * 1000:.0f} ms under the "
             "profiler. Top functions by cumulative time, then by own time:\n\n"
             "```\n" + _trim(out["cum"]) + "\n```\n\n```\n" + _trim(out["tot"]) + "\n```")
 
@@ -596,6 +610,14 @@ def disk_section(wd: Workdir, n: int, events: int) -> None:
                      "one file after optimize + VACUUM", (sq, sq, 1), n)]
     if fts_idx is not None:
         lines.append(_du_row("SQLite: of which the FTS5 index tables", (fts_idx, fts_idx, 0), n))
+    cur = Path(_index_dir(root), "CURRENT").read_text().strip()
+    files = sorted(((os.path.getsize(os.path.join(_index_dir(root), cur, f)), f)
+                    for f in os.listdir(os.path.join(_index_dir(root), cur))), reverse=True)
+    lines += ["", f"The current generation `{cur}` by file (bytes per event): " + ", ".join(
+        f"`{f}` {b / n:.0f}" for b, f in files if b / n >= 1) + "."]
+    lines += ["", "SQLite's unicode61 tokenizer keeps a run of CJK characters as one token; "
+              "fsmem indexes CJK unigrams and bigrams, adjacent word pairs, numbers and "
+              "dates (README, Search), so the two indexes do not hold the same terms."]
     lines += ["", f"Ratios: fsmem index / SQLite file {idx[0] / sq:.2f}x allocated, "
               f"{idx[1] / sq:.2f}x apparent; fsmem whole store / SQLite file "
               f"{whole[0] / sq:.2f}x allocated, {whole[1] / sq:.2f}x apparent."]
