@@ -32,6 +32,10 @@ __all__ = ["year_rows", "SECTIONS", "SIZES"]
 #: sizes per profile: (unit stores, events store or 0 for none)
 SIZES = {"tiny": ((300, 1_000), 3_000), "quick": ((1_000, 10_000), 50_000),
          "full": ((10_000, 100_000), 1_000_000)}
+#: fresh-process pairs per row (the harness's child_reps is 9: these rows are noisier, at
+#: seconds per pair on a shared machine), and append cycles / commits per in-process row
+CHILD_REPS = {"tiny": 1, "quick": 5, "full": 15}
+LOOP_REPS = {"tiny": 3, "quick": 25, "full": 60}
 SECTIONS: list[str] = []
 CAPACITY, PROTECTED = 30, 10     # HomeAgent's defaults (max_context_size, protected count)
 CHANGES = (1, 1_000)
@@ -239,7 +243,7 @@ def _with_changes(wd: Workdir, root: str, k: int, run: Callable[[_Pinned], None]
 
 
 def open_rows(wd: Workdir, prof: Profile, sizes: tuple[int, ...], events: int) -> list[Row]:
-    reps = prof.child_reps
+    reps = CHILD_REPS[prof.name]
     q = _year.FIRST_QUERY
     rows: list[Row] = []
     hits: list[str] = []
@@ -428,7 +432,7 @@ def append_rows(wd: Workdir, prof: Profile) -> list[Row]:
     from fsmem.memory.prune import watermark
     keep = watermark(CAPACITY, PROTECTED, context_tokens=None)
     cycle = CAPACITY + 1 - keep          # appends from one prune to the next
-    reps = max(3, prof.reps // 4)
+    reps = LOOP_REPS[prof.name]
     stream = [_year._event(t) for t in _year.turns(CAPACITY + cycle * (reps + 1), seed=31)]
     rows = []
     for durability, sync in (("full", "FULL"), ("off", "OFF")):
@@ -483,7 +487,7 @@ def commit_rows(wd: Workdir, prof: Profile) -> list[Row]:
     from _data import image, sqlite_commit
 
     from fsmem import MediaAttachment, Memory
-    reps = max(3, prof.reps // 2)
+    reps = 2 * LOOP_REPS[prof.name]
     rng = random.Random(17)
     evs = [_year._event(t) for t in _year.turns(10 * (reps + 1), seed=41)]
     units = []
@@ -546,7 +550,7 @@ def cli_rows(wd: Workdir, prof: Profile, n: int) -> list[Row]:
         raise RuntimeError(f"fsmem query: exit {chk.returncode}: {chk.stderr[-500:]!r}")
     sides = {"query": lambda _: ok(query), "ls": lambda _: ok(ls),
              "pass": lambda _: ok([sys.executable, "-c", "pass"])}
-    res = rotate(sides, range(prof.child_reps + 1))
+    res = rotate(sides, range(CHILD_REPS[prof.name] + 1))
     return [Row("year", f"fsmem query (CLI, process wall time), {n} units", Stat(res["query"]),
                 "python -c pass", Stat(res["pass"]),
                 note="a fresh `fsmem --root R query TEXT --top-k 10` (read-only: the saved "
@@ -726,7 +730,7 @@ def homeagent_rows(wd: Workdir, prof: Profile, docs: int = 1_000) -> list[Row]:
         wall["bm25s"].append(time.perf_counter() - t)
         tops["bm25s"] = out["top"]
         return out["s"]
-    res = interleave({"fsmem": fsmem, "bm25s": anchor}, prof.child_reps)
+    res = interleave({"fsmem": fsmem, "bm25s": anchor}, CHILD_REPS[prof.name])
     wall = {k: v[1:] for k, v in wall.items()}
     return [Row("year", f"HomeAgent first open + query, {docs} JSON documents, fresh process",
                 Stat(res["fsmem"]), "load the JSON + bm25s index + query, fresh process",
