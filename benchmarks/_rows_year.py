@@ -1,8 +1,8 @@
 """The rows of ``python -m benchmarks --only year`` (issue 27, point 5: honest benchmarks at
 scale), on the year fixture (benchmarks/_year.py), each interleaved with its anchor in one run.
 
-Stores come from ``Workdir.store`` (kept under ``--cache``): ``year-units-N`` (N one-turn L2
-units) and ``year-events-N`` (N events in units of one session each). Rows that change a
+Stores come from ``Workdir.store`` (kept under ``--cache``): ``year1-units-N`` (N one-turn L2
+units) and ``year1-events-N`` (N events in units of one session each). Rows that change a
 cached store (the "after K changes" rows) undo their change afterwards (the units removed,
 the index directory put back as it was), so the cache stays the store it was built as.
 Besides the rows, ``SECTIONS`` collects Markdown for the document: build times, disk use,
@@ -43,13 +43,17 @@ CHANGES = (1, 1_000)
 
 # -- stores --------------------------------------------------------------------------------
 
+def _name(what: str, n: int) -> str:
+    return f"year{_year.FIXTURE_VERSION}-{what}-{n}"
+
+
 def units_store(wd: Workdir, n: int) -> str:
-    return os.path.join(wd.store(f"year-units-{n}", lambda root: _year._record(
+    return os.path.join(wd.store(_name("units", n), lambda root: _year._record(
         root, _year.build_units(root, n))), "mem")
 
 
 def events_store(wd: Workdir, n: int) -> str:
-    return os.path.join(wd.store(f"year-events-{n}", lambda root: _year._record(
+    return os.path.join(wd.store(_name("events", n), lambda root: _year._record(
         root, *_year.build_events(root, n))), "mem")
 
 
@@ -62,7 +66,7 @@ def _build_seconds(root: str) -> str:
 
 def _stored(wd: Workdir, what: str, n: int) -> str:
     """The store, built now if it is not cached; the build time goes into the document."""
-    name = f"year-{what}-{n}"
+    name = _name(what, n)
     cached = os.path.isfile(os.path.join(wd.cache or wd.tmp, name, ".built"))
     root = units_store(wd, n) if what == "units" else events_store(wd, n)
     _BUILDS[(what, n)] = (_build_seconds(root), not cached)
@@ -540,11 +544,12 @@ def cli_rows(wd: Workdir, prof: Profile, n: int) -> list[Row]:
                               timeout=600)
     query = [*fs, "--root", root, "query", q, "--top-k", "10"]
     ls = [*fs, "--root", root, "ls", "--limit", "20"]
-    ls_note = "the first 20 units"
-    if ok(ls).returncode != 0:   # no --limit on this build: the whole listing, said so
-        ls, ls_note = [*fs, "--root", root, "ls"], (
-            f"`ls --limit 20` is a usage error on this build (no such option): timed `fsmem "
-            f"ls`, all {n} units")
+    ls_what, ls_note = "fsmem ls --limit 20", "the first 20 units"
+    if ok(ls).returncode != 0:   # no --limit on this build: the whole listing, named so
+        ls, ls_what, ls_note = [*fs, "--root", root, "ls"], "fsmem ls (all units)", (
+            "`fsmem ls --limit 20` is a usage error on this build (no such option): this "
+            f"row times `fsmem ls`, which lists all {n} units; the row becomes `ls --limit "
+            "20` on a build that has the option")
     chk = ok(query)
     if chk.returncode != 0:
         raise RuntimeError(f"fsmem query: exit {chk.returncode}: {chk.stderr[-500:]!r}")
@@ -555,7 +560,7 @@ def cli_rows(wd: Workdir, prof: Profile, n: int) -> list[Row]:
                 "python -c pass", Stat(res["pass"]),
                 note="a fresh `fsmem --root R query TEXT --top-k 10` (read-only: the saved "
                      "index, valid)"),
-            Row("year", f"fsmem ls --limit 20 (CLI, process wall time), {n} units",
+            Row("year", f"{ls_what} (CLI, process wall time), {n} units",
                 Stat(res["ls"]), "python -c pass", Stat(res["pass"]), note=ls_note)]
 
 
@@ -788,7 +793,7 @@ def _fixture_section(sizes: tuple[int, ...], events: int, timing: list[str], sec
     zh = sum(any("\u4e00" <= c <= "\u9fff" for c in t.text) for t in sample) / len(sample)
     builds = []
     for (what, n), (secs_b, now) in sorted(_BUILDS.items()):
-        builds.append(f"{'year-units' if what == 'units' else 'year-events'}-{n}: built in "
+        builds.append(f"{_name(what, n)}: built in "
                       f"{secs_b} s ({'this run' if now else 'cached from an earlier run'})")
     try:
         import Stemmer  # noqa: F401

@@ -14,8 +14,8 @@ Stores (``build_units``, ``build_events``), all with ``Memory.open(root, durabil
 auto_prune=False)`` (the build is not what is measured: no fsync; the stores are the same
 bytes a durable build writes) and the index loaded *before* the first commit, so each commit
 hands its unit to the index as written and the index is saved once at ``close()``:
-- ``year-units-N``: N L2 units of one turn each (``commit_events``, meta ``session``);
-- ``year-events-N``: N events in units of one whole session each (an archive of a
+- ``year1-units-N`` (1: ``FIXTURE_VERSION``): N L2 units of one turn each (``commit_events``, meta ``session``);
+- ``year1-events-N``: N events in units of one whole session each (an archive of a
   conversation, as prune writes them: many events per unit), ~23 events per unit.
 
     python benchmarks/_year.py --cache DIR --units 100000     # build (or reuse) one store
@@ -44,6 +44,9 @@ __all__ = ["Turn", "turns", "sessions", "queries", "FIRST_QUERY", "build_units",
            "build_events", "vocabulary_size", "unit_text"]
 
 SEED = 2027
+#: in the names of the cached stores (``year<N>-units-…``): bump it when the generated text
+#: changes, so a cache never serves a store of other texts than the anchors index
+FIXTURE_VERSION = 1
 YEAR_START_S = 1_767_225_600   # 2026-01-01T00:00:00Z
 ZIPF_S = 1.07
 ZH_SESSION_SHARE = 1 / 9
@@ -403,8 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sample", type=int, help="print this many turns and the statistics")
     ap.add_argument("--cache", help="directory of built stores (python -m benchmarks --cache)")
-    ap.add_argument("--units", type=int, help="build year-units-N in --cache")
-    ap.add_argument("--events", type=int, help="build year-events-N in --cache")
+    ap.add_argument("--units", type=int, help="build year1-units-N in --cache")
+    ap.add_argument("--events", type=int, help="build year1-events-N in --cache")
     args = ap.parse_args(argv)
     if args.sample:
         ts = turns(20_000)
@@ -423,10 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             t = time.perf_counter()
             if args.units:
-                wd.store(f"year-units-{args.units}", lambda root: _record(
+                wd.store(f"year{FIXTURE_VERSION}-units-{args.units}", lambda root: _record(
                     root, build_units(root, args.units, _tick(t))))
             if args.events:
-                wd.store(f"year-events-{args.events}", lambda root: _record(
+                wd.store(f"year{FIXTURE_VERSION}-events-{args.events}", lambda root: _record(
                     root, *build_events(root, args.events, _tick(t))))
         finally:
             wd.close()
