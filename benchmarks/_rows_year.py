@@ -83,7 +83,7 @@ def _settle(root: str, query: str = _year.FIRST_QUERY) -> None:
     mem = Memory.open(root, auto_prune=False)
     try:
         mem.query(query, 3, count=False)
-        if mem.index._unsaved:
+        if getattr(mem.index, "_unsaved", 0):   # (a private count: absent, nothing owed)
             mem.index.save()
     finally:
         mem.close()
