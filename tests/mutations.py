@@ -269,6 +269,12 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "index: a hit trusted without checking its unit's identity": ("fsmem/search/index.py", """\
         return {u for u in unit_ids if not self.legacy_file(u)""", """\
         return set() and {u for u in unit_ids if not self.legacy_file(u)""", CHANGES),
+    "index: a postings chunk read by a search without its checksum": (
+        "fsmem/search/index_files.py", """\
+        if post.check is not None:
+            post.check(lo, hi)
+        out.append""", """\
+        out.append""", ["tests/test_index_open.py"]),
     "index: a unit the feed names as gone is kept": ("fsmem/search/index.py", """\
             if ident is None:
                 if have is not None:""", """\

@@ -207,3 +207,45 @@ def test_damaged_table_or_small_array_is_found_on_first_use(root, caplog):
         assert got == expect, name
         mem.close()   # the rebuilt index is saved: the next damage starts from a sound one
         gen = os.path.join(root, ".fsmem", "index", mem.index._gen)
+
+
+def test_postings_are_checked_chunk_by_chunk_as_searches_read_them(root, monkeypatch, caplog):
+    """A first query hashes only the chunks of the big postings files its terms' postings
+    sit in; a damaged chunk is found when a search (or a compaction) reads it, the index is
+    rebuilt, and the answers are those of a clean rebuild."""
+    from fsmem.search import index_files
+    monkeypatch.setattr(index_files, "_CHUNK", 1024)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    for i in range(300):
+        mem.commit(f"entry {i} about the {['mill', 'ferry', 'orchard'][i % 3]} and w{i}")
+    mem.reindex()
+    mem.close()
+    want = Memory.open(root, durability="off", auto_prune=False)
+    want.reindex()
+    queries = ("mill ferry", "orchard", "w7 entry", "w299")
+    expect = {q: want.index.search(q, 5) for q in queries}
+    index_dir = os.path.join(root, ".fsmem", "index")
+    gen = os.path.join(index_dir, open(os.path.join(index_dir, "CURRENT")).read().strip())
+    path = os.path.join(gen, "p_rows.npy")
+    assert os.path.getsize(path) > 4 * 1024
+    from fsmem.search.analyze import term_hashes
+    from fsmem.search.index_files import _term_postings
+    probe = Memory.open(root, readonly=True).index
+    q = np.unique(np.asarray(term_hashes(["w299"], pairs=False), np.uint64))
+    (_i, rows, _tfs), = _term_postings(probe.post, q)   # where w299's postings sit
+    at = int(probe.post.rows.offset) + int(rows.ctypes.data) - int(probe.post.rows.ctypes.data)
+    del probe
+    with open(path, "r+b") as fh:        # a byte of w299's postings, in its chunk
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0x01]))
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    with caplog.at_level("WARNING", logger="fsmem.index"):
+        got = {q: mem.index.search(q, 5) for q in queries}
+    assert "checksum mismatch" in caplog.text      # some query read the damaged chunk
+    assert got == expect
+    checks = Memory.open(root, durability="off", auto_prune=False)
+    checks.index.search("w7", 1)
+    done = [sum(c.done) for c in checks.index._chunk_checks]
+    assert done and all(0 < d < len(c.digests) for d, c in zip(done, checks.index._chunk_checks))

@@ -52,6 +52,7 @@ from fsmem.search.index_files import (
     INDEX_VERSION,
     IndexFiles,
     _matvec,
+    _Damaged,
     _Postings,
     _row_cjk_share,
     _term_postings,
@@ -593,6 +594,8 @@ class Index(IndexFiles):
         if not self.dense_absent:
             self.dense   # checked (and rebuilt if damaged) before it is folded into a new one
         self.post    # the same
+        if not self._verify_all_chunks():
+            return   # damaged: rebuilt (and compacted) from the directories meanwhile
         keep = np.flatnonzero(self.alive)
         if len(keep) == len(self.ids) and not self.pending:
             return
@@ -687,7 +690,17 @@ class Index(IndexFiles):
         """The ``top_k`` live units as (unit id, score, ids of the events that matched).
 
         Scores are per event row (BM25 smoothed with the row's conversation neighbours,
-        fused with the dense cosine for ``fusion``/``rrf``); a unit scores as its best row."""
+        fused with the dense cosine for ``fusion``/``rrf``); a unit scores as its best row.
+        A damaged postings chunk found while reading rebuilds the index: the search runs
+        again on the rebuilt one."""
+        try:
+            return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth)
+        except _Damaged:
+            return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth)
+
+    def _search_events(self, text: str, top_k: int, ranker: str, *,
+                       weight: float | None, smooth: float | None
+                       ) -> list[tuple[str, float, list[str]]]:
         if ranker not in RANKERS:
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
         if top_k <= 0 or not text.strip() or not len(self):
