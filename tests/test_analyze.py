@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -168,6 +171,56 @@ def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
                     for k in range(8)])
     assert errors == []
     assert all(g == want for g in got) and len(got) == 40
+
+
+STEM_WORDS = Path(__file__).with_name("stem_words.txt")
+
+
+def _stem_table() -> dict[str, str]:
+    """tests/stem_words.txt: word -> its Snowball 3.1 English stem (the index's terms)."""
+    lines = STEM_WORDS.read_text("utf-8").splitlines()
+    return dict(ln.split(" ") for ln in lines if ln and not ln.startswith("#"))
+
+
+def test_the_c_and_the_pure_python_stemmer_give_the_stems_the_index_holds():
+    """PyStemmer (C, the analyzer's stemmer) and snowballstemmer (pure Python, its fallback
+    where PyStemmer cannot be imported) give exactly the stems of tests/stem_words.txt: ~970
+    words, irregular forms, suffix families, Snowball's exceptions, non-ASCII letters. A
+    stemmer release that changes one (Snowball 3.0 -> 3.1 changed "internal", "interval",
+    "skis") fails here: bump ANALYZER_VERSION with the new stems."""
+    stemmer = pytest.importorskip("Stemmer")
+    from snowballstemmer.english_stemmer import EnglishStemmer   # the pure one, always
+    want = _stem_table()
+    assert len(want) > 900
+    c, pure = stemmer.Stemmer("english"), EnglishStemmer()
+    assert {w: c.stemWord(w) for w in want} == want
+    assert {w: pure.stemWord(w) for w in want} == want
+    assert sum(w != s for w, s in want.items()) > 800   # the list exercises the stemmer
+
+
+def test_the_analyzer_stems_with_pystemmer_and_falls_back_to_snowballstemmer(monkeypatch):
+    """With PyStemmer importable the analyzer's stemmer is PyStemmer's (50x faster than the
+    pure one: issue 27); without it, snowballstemmer's pure Python, with the same stems."""
+    import sys
+
+    from fsmem.search import analyze as analyzer
+    stemmer = pytest.importorskip("Stemmer")
+    want = _stem_table()
+    c = analyzer._load_stemmer()
+    assert isinstance(c.__self__, stemmer.Stemmer)
+    monkeypatch.setitem(sys.modules, "Stemmer", None)   # import Stemmer -> ImportError
+    pure = analyzer._load_stemmer()
+    assert not isinstance(pure.__self__, stemmer.Stemmer)
+    assert type(pure.__self__).__module__.startswith("snowballstemmer.")
+    assert {w: c(w) for w in want} == {w: pure(w) for w in want} == want
+
+
+def test_the_analyzers_stems_are_the_tables():
+    """Through the analyzer's memo and lock: ``_stem`` of every word is its stem."""
+    from fsmem.search import analyze as analyzer
+    want = _stem_table()
+    analyzer.trim_memos(0)
+    assert {w: analyzer._stem(w) for w in want} == want
 
 
 def test_a_text_longer_than_the_pair_bound_gives_no_pair_terms():
