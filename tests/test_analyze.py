@@ -111,6 +111,18 @@ def test_term_hashes_are_exactly_the_hashes_of_the_analyzed_terms(text, other):
         assert term_hashes(texts).dtype == np.uint64
 
 
+def test_long_texts_naming_a_month_give_date_terms_only_beside_a_day_or_year():
+    """Past the memo's 64 characters a text that says "may" or names a month is checked for
+    a digit first (no day or year, no date): the same terms as ``analyze`` either way."""
+    filler = "we may walk to the market in march or june if the weather holds up "
+    for text in (filler, filler + "on 7 May 2023", filler + "in August ٢٠٢٤"):
+        want = sorted(hash_terms(analyze(text)).tolist())
+        assert sorted(term_hashes([text]).tolist()) == want
+    assert "@2023-05-07" in analyze(filler + "on 7 May 2023")
+    assert "@2024-08" in analyze(filler + "in August ٢٠٢٤")
+    assert not [t for t in analyze(filler) if t.startswith("@")]
+
+
 PINNED = {"猫": 5959968923661296152, "猫粮": 6711262662057201202,
           "store": 5825295904943524116, "@2023-05-07": 2467867871673998363,
           "group support": 14136194214299777561}

@@ -371,12 +371,26 @@ def _pair_hashes(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return _mix_array(key) | np.uint64(PAIR_BIT), which[:-1][inner]
 
 
+_DIGIT_RE = re.compile(r"\d")
+
+
+def _has_digit(norm: str) -> bool:
+    """Whether any character of ``norm`` is one ``str.isdigit`` accepts (a decimal digit; or,
+    outside ASCII, also another digit character: checked one by one)."""
+    return bool(_DIGIT_RE.search(norm)) or (not norm.isascii()
+                                            and any(map(str.isdigit, norm)))
+
+
 def _date_hashes(norm: str, tokens: list[str]) -> list[int]:
     """The hashes of the written dates of a text holding a month name; memoised for short
     texts (every event's ``date_text`` is one)."""
     got = _date_memo.get(norm)
     if got is None:
-        got = list(map(_hash, _dates([w for t in tokens for w in _token(t)[1]])))
+        # A written date needs a day or a year, a word that begins with a digit: a text
+        # without one ("you may", "in March") has none (most English text that names a
+        # month or says "may" is such a text), and ``_dates`` is a Python loop over its words.
+        got = list(map(_hash, _dates([w for t in tokens for w in _token(t)[1]]))) \
+            if _has_digit(norm) else []
         if len(norm) <= 64:
             if len(_date_memo) > 4096:
                 _date_memo.clear()
