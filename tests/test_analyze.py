@@ -151,22 +151,30 @@ def test_term_rows_are_each_rows_term_counts(rows):
         assert tfs[ptr[i]:ptr[i + 1]].tolist() == want[1].tolist()
 
 
-def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
+@pytest.mark.parametrize("which", ["pure", "c"])
+def test_stemming_from_many_threads_gives_the_stems_of_one_thread(which, monkeypatch):
     """A snowball stemmer object holds the word it is working on: the analyzer's stemmer is
     shared, so threads indexing at once (a query's catch-up beside a writer) must not stem
-    through it at the same time. Every stem equals a private stemmer's, and nothing raises."""
+    through it at the same time. Every stem equals a private stemmer's, and nothing raises:
+    with the pure-Python fallback (where the race shows without the lock) and PyStemmer."""
     import random
     import threading
 
-    import snowballstemmer
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
     from conftest import run_racing
     from fsmem.search import analyze
+    if which == "c":
+        stemmer = pytest.importorskip("Stemmer")
+        monkeypatch.setattr(analyze, "_stem_word", stemmer.Stemmer("english").stemWord)
+    else:
+        monkeypatch.setattr(analyze, "_stem_word", EnglishStemmer().stemWord)
     bases = ["connect", "relate", "organ", "nation", "run", "happy", "generous", "argue",
              "general", "operate", "condition", "author", "hope", "fish", "arm", "cloud"]
     suffixes = ["", "s", "ing", "ed", "ation", "ations", "ness", "ly", "ional", "izer",
                 "fulness", "ousness", "iveness", "icate", "ement", "alism"]
     words = [b + s for b in bases for s in suffixes]
-    alone = snowballstemmer.stemmer("english")
+    alone = EnglishStemmer()
     want = {w: alone.stemWord(w) for w in words}
     errors: list[str] = []
     got: list[dict[str, str]] = []
