@@ -12,7 +12,10 @@ rows to layer 2 at the same watermark. Commits: 10 events of varied English, one
 the search index loaded (each commit also indexes its unit), one SQLite transaction per unit.
 Sides run in turn, the order rotating by one each round, so load hits them alike.
 ``--profile`` then prints cProfile's top entries of each fsmem side (run apart, not timed).
+``--cold-memo`` empties the analyzer's memos before each fsmem append sample (untimed), so
+every word is stemmed again: the cost of new words, which the stemmer dominates.
 Usage: python benchmarks/bench_turn_cpu.py [--reps N] [--dir DIR] [--keep K] [--profile]
+       [--cold-memo]
 """
 
 from __future__ import annotations
@@ -77,8 +80,14 @@ def sqlite_l1(db: sqlite3.Connection, keep: int) -> Callable[[Event], None]:
     return append
 
 
-def block(fn: Callable[[object], object], items: list[object]) -> Sample:
-    """Process CPU and wall time of ``fn`` over ``items``, per item."""
+COLD = False   # --cold-memo: the analyzer's memos emptied before each fsmem sample
+
+
+def block(fn: Callable[[object], object], items: list[object], cold: bool = False) -> Sample:
+    """Process CPU and wall time of ``fn`` over ``items``, per item (``cold``: the analyzer's
+    memos emptied first, untimed: every word of the sample is stemmed and hashed again)."""
+    if cold:
+        analyze.trim_memos(0)
     c, w = time.process_time(), time.perf_counter()
     for item in items:
         fn(item)
@@ -117,8 +126,9 @@ def append_sides(base: str, keep: int, tokens: int | None, reps: int
         mems.append(mem)
         for name, fn in ((f"fsmem append, durability {durability}", mem.append),
                          (f"SQLite append, synchronous={sync}", sq)):
-            sides[name] = (lambda fn: lambda i: block(fn, stream[CAPACITY + i * cycle:
-                                                                CAPACITY + (i + 1) * cycle]))(fn)
+            sides[name] = (lambda fn, cold: lambda i: block(
+                fn, stream[CAPACITY + i * cycle:CAPACITY + (i + 1) * cycle], cold))(
+                    fn, COLD and name.startswith("fsmem"))
     return sides, mems, cycle
 
 
@@ -171,7 +181,12 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="also print cProfile's top entries of each fsmem side (not timed)")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--cold-memo", action="store_true",
+                    help="empty the analyzer's memos before each fsmem append sample (every "
+                    "word stemmed again: a fresh process, or text of new words)")
     args = ap.parse_args()
+    global COLD
+    COLD = args.cold_memo
     tokens = None if args.keep is None else args.keep * AVG_EVENT_TOKENS
     keep = watermark(CAPACITY, PROTECTED, context_tokens=tokens)
     base = tempfile.mkdtemp(prefix="fsmem-turn-cpu-", dir=args.dir)
@@ -183,8 +198,9 @@ def main() -> None:
         appended = 2 * (CAPACITY + cycle * (args.reps + 1))
         report(f"append into a full L1 ({CAPACITY}/{PROTECTED}, watermark {keep}: one prune "
                f"per {cycle} appends), per append, n={args.reps} blocks of {cycle} "
-               f"(load {os.getloadavg()[0]:.1f}; {stems * 100 / appended:.0f} words stemmed "
-               "per 100 appends, the rest from the memo):", res,
+               f"(load {os.getloadavg()[0]:.1f}; " + ("the memos emptied before each fsmem "
+               "sample" if COLD else f"{stems * 100 / appended:.0f} words stemmed per 100 "
+               "appends, the rest from the memo") + "):", res,
                [("fsmem append, durability off", "SQLite append, synchronous=OFF"),
                 ("fsmem append, durability full", "SQLite append, synchronous=FULL")])
         csides, cmems = commit_sides(base, args.reps)
