@@ -10,6 +10,9 @@ of varied English per input and per response (``_data.english``). A sample is on
 same mix. SQLite inserts the same rows in one transaction per append and moves the oldest
 rows to layer 2 at the same watermark. Commits: 10 events of varied English, one 200 KB image,
 the search index loaded (each commit also indexes its unit), one SQLite transaction per unit.
+Beside them the format's floor (``_floor``: fsmem's files, directories, renames and barriers
+written in plain Python, none of fsmem's CPU): between SQLite and the floor is the price of a
+file per block; between the floor and fsmem is fsmem's code.
 Sides run in turn, the order rotating by one each round, so load hits them alike.
 ``--profile`` then prints cProfile's top entries of each fsmem side (run apart, not timed).
 ``--cold-memo`` empties the analyzer's memos before each fsmem append sample (untimed), so
@@ -35,6 +38,7 @@ import time
 from typing import Callable
 
 from _data import english, sqlite_commit, ten_event_unit
+from _floor import AppendFloor, CommitFloor
 
 from fsmem import Event, Memory, Timestamp
 from fsmem.memory.prune import AVG_EVENT_TOKENS, watermark
@@ -120,11 +124,15 @@ def append_sides(base: str, keep: int, tokens: int | None, reps: int
                           context_capacity=CAPACITY, context_protected=PROTECTED,
                           context_tokens=tokens)
         sq = sqlite_l1(sqlite_db(f"{base}/append-{sync}.db", sync), keep)
+        floor = AppendFloor(f"{base}/append-floor-{durability}", durability == "full",
+                            CAPACITY, keep)
         for ev in stream[:CAPACITY]:   # L1 full before the first sample
             mem.append(ev)
             sq(ev)
+            floor.append(ev)
         mems.append(mem)
         for name, fn in ((f"fsmem append, durability {durability}", mem.append),
+                         (f"floor append, durability {durability}", floor.append),
                          (f"SQLite append, synchronous={sync}", sq)):
             sides[name] = (lambda fn, cold: lambda i: block(
                 fn, stream[CAPACITY + i * cycle:CAPACITY + (i + 1) * cycle], cold))(
@@ -143,7 +151,9 @@ def commit_sides(base: str, reps: int) -> tuple[dict[str, Callable[[int], Sample
         mem.index   # loaded, as in a running agent: each commit also indexes its unit
         mems.append(mem)
         sq = sqlite_commit(sqlite_db(f"{base}/commit-{sync}.db", sync))
+        floor = CommitFloor(f"{base}/commit-floor-{durability}", durability == "full")
         for name, fn in ((f"fsmem commit, durability {durability}", mem.commit_events),
+                         (f"floor commit, durability {durability}", floor.commit),
                          (f"SQLite commit, synchronous={sync}", sq)):
             sides[name] = (lambda fn: lambda i: block(fn, [units[i]]))(fn)
     return sides, mems
@@ -202,13 +212,17 @@ def main() -> None:
                "sample" if COLD else f"{stems * 100 / appended:.0f} words stemmed per 100 "
                "appends, the rest from the memo") + "):", res,
                [("fsmem append, durability off", "SQLite append, synchronous=OFF"),
-                ("fsmem append, durability full", "SQLite append, synchronous=FULL")])
+                ("fsmem append, durability full", "SQLite append, synchronous=FULL"),
+                ("floor append, durability off", "SQLite append, synchronous=OFF"),
+                ("floor append, durability full", "SQLite append, synchronous=FULL")])
         csides, cmems = commit_sides(base, args.reps)
         cres = rotate(csides, args.reps)
         report(f"commit of 10 events + 200 KB image, per commit, n={args.reps} "
                f"(load {os.getloadavg()[0]:.1f}):", cres,
                [("fsmem commit, durability off", "SQLite commit, synchronous=OFF"),
-                ("fsmem commit, durability full", "SQLite commit, synchronous=FULL")])
+                ("fsmem commit, durability full", "SQLite commit, synchronous=FULL"),
+                ("floor commit, durability off", "SQLite commit, synchronous=OFF"),
+                ("floor commit, durability full", "SQLite commit, synchronous=FULL")])
         if args.profile:
             more = events(cycle * 20, 11)
             for mem, label in zip(mems, ("durability off", "durable")):
