@@ -37,7 +37,8 @@ def english(rng: random.Random, chars: int) -> str:
     words) drawn at random, cut at a word; unlike ``text``, a run of them keeps meeting words
     the analyzer has not stemmed yet."""
     if not _sentences:
-        for line in (_FIXTURES / "conversations" / "sessions.jsonl").read_text("utf-8").splitlines():
+        sessions = _FIXTURES / "conversations" / "sessions.jsonl"
+        for line in sessions.read_text("utf-8").splitlines():
             session = json.loads(line)
             if session["lang"] == "en":
                 _sentences.extend(t["text"] for t in session["turns"])
