@@ -35,6 +35,8 @@ SCRIPTS = (
     Script("bench_ranking.py", (), "analyzer and ranking variants on the fixtures"),
     Script("bench_commit.py", ("--units", "60"), "durable commit under each sync strategy "
            "(batch, syncfs, fsync per file) against SQLite, six writers interleaved"),
+    Script("bench_turn_cpu.py", ("--reps", "20"), "CPU per append (durability off and full) "
+           "and per durable commit against SQLite WAL OFF/FULL, interleaved (issue 27)"),
     Script("bench_sync.py", ("--reps", "30"), "the barrier protocols a unit's files could use "
            "(raw syscalls) against SQLite, quiet and beside a noisy neighbour"),
     Script("bench_index.py", ("--units", "5000", "--queries", "40"),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -108,6 +111,18 @@ def test_term_hashes_are_exactly_the_hashes_of_the_analyzed_terms(text, other):
         assert term_hashes(texts).dtype == np.uint64
 
 
+def test_long_texts_naming_a_month_give_date_terms_only_beside_a_day_or_year():
+    """Past the memo's 64 characters a text that says "may" or names a month is checked for
+    a digit first (no day or year, no date): the same terms as ``analyze`` either way."""
+    filler = "we may walk to the market in march or june if the weather holds up "
+    for text in (filler, filler + "on 7 May 2023", filler + "in August ٢٠٢٤"):
+        want = sorted(hash_terms(analyze(text)).tolist())
+        assert sorted(term_hashes([text]).tolist()) == want
+    assert "@2023-05-07" in analyze(filler + "on 7 May 2023")
+    assert "@2024-08" in analyze(filler + "in August ٢٠٢٤")
+    assert not [t for t in analyze(filler) if t.startswith("@")]
+
+
 PINNED = {"猫": 5959968923661296152, "猫粮": 6711262662057201202,
           "store": 5825295904943524116, "@2023-05-07": 2467867871673998363,
           "group support": 14136194214299777561}
@@ -136,22 +151,30 @@ def test_term_rows_are_each_rows_term_counts(rows):
         assert tfs[ptr[i]:ptr[i + 1]].tolist() == want[1].tolist()
 
 
-def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
+@pytest.mark.parametrize("which", ["pure", "c"])
+def test_stemming_from_many_threads_gives_the_stems_of_one_thread(which, monkeypatch):
     """A snowball stemmer object holds the word it is working on: the analyzer's stemmer is
     shared, so threads indexing at once (a query's catch-up beside a writer) must not stem
-    through it at the same time. Every stem equals a private stemmer's, and nothing raises."""
+    through it at the same time. Every stem equals a private stemmer's, and nothing raises:
+    with the pure-Python fallback (where the race shows without the lock) and PyStemmer."""
     import random
     import threading
 
-    import snowballstemmer
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
     from conftest import run_racing
     from fsmem.search import analyze
+    if which == "c":
+        stemmer = pytest.importorskip("Stemmer")
+        monkeypatch.setattr(analyze, "_stem_word", stemmer.Stemmer("english").stemWord)
+    else:
+        monkeypatch.setattr(analyze, "_stem_word", EnglishStemmer().stemWord)
     bases = ["connect", "relate", "organ", "nation", "run", "happy", "generous", "argue",
              "general", "operate", "condition", "author", "hope", "fish", "arm", "cloud"]
     suffixes = ["", "s", "ing", "ed", "ation", "ations", "ness", "ly", "ional", "izer",
                 "fulness", "ousness", "iveness", "icate", "ement", "alism"]
     words = [b + s for b in bases for s in suffixes]
-    alone = snowballstemmer.stemmer("english")
+    alone = EnglishStemmer()
     want = {w: alone.stemWord(w) for w in words}
     errors: list[str] = []
     got: list[dict[str, str]] = []
@@ -168,6 +191,56 @@ def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
                     for k in range(8)])
     assert errors == []
     assert all(g == want for g in got) and len(got) == 40
+
+
+STEM_WORDS = Path(__file__).with_name("stem_words.txt")
+
+
+def _stem_table() -> dict[str, str]:
+    """tests/stem_words.txt: word -> its Snowball 3.1 English stem (the index's terms)."""
+    lines = STEM_WORDS.read_text("utf-8").splitlines()
+    return dict(ln.split(" ") for ln in lines if ln and not ln.startswith("#"))
+
+
+def test_the_c_and_the_pure_python_stemmer_give_the_stems_the_index_holds():
+    """PyStemmer (C, the analyzer's stemmer) and snowballstemmer (pure Python, its fallback
+    where PyStemmer cannot be imported) give exactly the stems of tests/stem_words.txt: ~970
+    words, irregular forms, suffix families, Snowball's exceptions, non-ASCII letters. A
+    stemmer release that changes one (Snowball 3.0 -> 3.1 changed "internal", "interval",
+    "skis") fails here: bump ANALYZER_VERSION with the new stems."""
+    stemmer = pytest.importorskip("Stemmer")
+    from snowballstemmer.english_stemmer import EnglishStemmer   # the pure one, always
+    want = _stem_table()
+    assert len(want) > 900
+    c, pure = stemmer.Stemmer("english"), EnglishStemmer()
+    assert {w: c.stemWord(w) for w in want} == want
+    assert {w: pure.stemWord(w) for w in want} == want
+    assert sum(w != s for w, s in want.items()) > 800   # the list exercises the stemmer
+
+
+def test_the_analyzer_stems_with_pystemmer_and_falls_back_to_snowballstemmer(monkeypatch):
+    """With PyStemmer importable the analyzer's stemmer is PyStemmer's (50x faster than the
+    pure one: issue 27); without it, snowballstemmer's pure Python, with the same stems."""
+    import sys
+
+    from fsmem.search import analyze as analyzer
+    stemmer = pytest.importorskip("Stemmer")
+    want = _stem_table()
+    c = analyzer._load_stemmer()
+    assert isinstance(c.__self__, stemmer.Stemmer)
+    monkeypatch.setitem(sys.modules, "Stemmer", None)   # import Stemmer -> ImportError
+    pure = analyzer._load_stemmer()
+    assert not isinstance(pure.__self__, stemmer.Stemmer)
+    assert type(pure.__self__).__module__.startswith("snowballstemmer.")
+    assert {w: c(w) for w in want} == {w: pure(w) for w in want} == want
+
+
+def test_the_analyzers_stems_are_the_tables():
+    """Through the analyzer's memo and lock: ``_stem`` of every word is its stem."""
+    from fsmem.search import analyze as analyzer
+    want = _stem_table()
+    analyzer.trim_memos(0)
+    assert {w: analyzer._stem(w) for w in want} == want
 
 
 def test_a_text_longer_than_the_pair_bound_gives_no_pair_terms():

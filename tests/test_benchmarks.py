@@ -53,6 +53,21 @@ def test_bench_watch_keeps_the_dir_it_was_given(tmp_path: Path) -> None:
     assert (work / "keep.txt").read_text() == "not the benchmark's"
 
 
+def test_bench_turn_cpu_prints_both_tables_and_leaves_its_dir(tmp_path: Path) -> None:
+    work = tmp_path / "mine"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "benchmarks/bench_turn_cpu.py", "--reps", "2",
+                           "--keep", "25", "--dir", str(work)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in ("fsmem append, durability off / SQLite append, synchronous=OFF: CPU",
+                 "fsmem append, durability full / SQLite append, synchronous=FULL: CPU",
+                 "fsmem commit, durability full / SQLite commit, synchronous=FULL: CPU",
+                 "watermark 25: one prune per 6 appends"):
+        assert line in proc.stdout, line
+    assert os.listdir(work) == []
+
+
 def test_cache_dir_not_marked_is_refused_and_left_alone(tmp_path: Path) -> None:
     from _harness import CACHE_MARK, Workdir
     foreign = tmp_path / "foreign"

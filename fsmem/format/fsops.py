@@ -17,8 +17,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Callable, Sequence
 
-if TYPE_CHECKING:   # the flush pool's threads start on the first flush (CLI start-up)
-    from concurrent.futures import ThreadPoolExecutor
+if TYPE_CHECKING:   # the flush workers start on the first flush (CLI start-up)
+    import queue
 
 __all__ = [
     "set_hook", "call_count", "open_", "write_all", "fsync", "fsync_dir", "syncfs", "close",
@@ -155,7 +155,8 @@ def fsync_dir(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         _enter("fsync")
-        _rec("fsync_dir", _abs(path))
+        if _log is not None:
+            _rec("fsync_dir", _abs(path))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -198,26 +199,92 @@ if _sync_file_range is not None:
 _SFR_WRITE = 2
 _fdatasync = getattr(os, "fdatasync", os.fsync)   # macOS has no fdatasync
 FLUSH_THREADS = 32   # one wave: a unit's ~25 files and its directories in flight at once
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 
 
-def _flush_pool() -> ThreadPoolExecutor:
-    global _pool
-    # lazy: start-up, loaded only when used (+concurrent, textwrap)
-    from concurrent.futures import ThreadPoolExecutor
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="fsmem-flush")
-        return _pool
+class _Wave:
+    """One ``flush_many_start``: how many of its flushes are still running, each one's
+    error, and a lock held until the last one is done (the waiter's wake-up)."""
+
+    __slots__ = ("left", "errors", "done")
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.errors: list[BaseException | None] = [None] * n
+        self.done = threading.Lock()
+        self.done.acquire()
 
 
-def _forget_pool() -> None:   # a forked child has none of the parent's threads
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
+# The flush workers: threads started as waves need them (at most FLUSH_THREADS), each taking
+# one (fd, is_dir, wave, index) at a time from one queue. Not a ThreadPoolExecutor: a Future,
+# its Condition and a work item per flush cost more CPU than the flush itself where it is
+# cheap (tmpfs, a device with a fast cache flush: issue 27), and a worker that finds more in
+# the queue after a flush takes it without another wake-up. ``_state`` guards the counts:
+# ``_idle`` workers wait for an item no wave has claimed for them yet, ``_backlog`` items
+# wait for a worker (every one busy and FLUSH_THREADS running); a worker done with an item
+# takes a backlog item if there is one, else becomes idle, so each queued item has a worker.
+_queue: "queue.SimpleQueue[tuple[int, bool, _Wave, int]] | None" = None
+_state = threading.Lock()
+_threads = _idle = _backlog = 0
 
 
-os.register_at_fork(after_in_child=_forget_pool)
+def _flush_worker(get: "Callable[[], tuple[int, bool, _Wave, int]]") -> None:
+    global _idle, _backlog
+    while True:
+        fd, is_dir, wave, i = get()
+        try:
+            wave.errors[i] = _flush_one(fd, is_dir)
+        except BaseException as exc:   # noqa: BLE001 - a bug: the wait raises it, the worker lives
+            wave.errors[i] = exc
+        finally:
+            with _state:
+                wave.left -= 1
+                last = wave.left == 0
+                if _backlog:
+                    _backlog -= 1
+                else:
+                    _idle += 1
+            if last:
+                wave.done.release()
+
+
+def _dispatch(items: list[tuple[int, bool, _Wave, int]]) -> None:
+    """Queue one wave's flushes, starting the workers they need first (if a thread cannot
+    start, nothing of the wave is queued and the error is raised)."""
+    global _queue, _threads, _idle, _backlog
+    with _state:
+        if _queue is None:
+            # lazy: start-up, loaded only when used (+queue)
+            import queue
+            _queue = queue.SimpleQueue()
+        reuse = min(len(items), _idle)
+        spawn = min(len(items) - reuse, FLUSH_THREADS - _threads)
+        _idle -= reuse
+        _threads += spawn
+        _backlog += len(items) - reuse - spawn
+        get = _queue.get
+    started = 0
+    try:
+        for _ in range(spawn):
+            threading.Thread(target=_flush_worker, args=(get,), name="fsmem-flush",
+                             daemon=True).start()
+            started += 1
+    except BaseException:
+        with _state:   # the threads that did start wait as idle workers
+            _threads -= spawn - started
+            _idle += reuse + started
+            _backlog -= len(items) - reuse - spawn
+        raise
+    put = _queue.put
+    for item in items:
+        put(item)
+
+
+def _forget_workers() -> None:   # a forked child has none of the parent's threads
+    global _queue, _state, _threads, _idle, _backlog
+    _queue, _state, _threads, _idle, _backlog = None, threading.Lock(), 0, 0, 0
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _flush_one(fd: int, is_dir: bool) -> OSError | None:
@@ -234,7 +301,7 @@ def _flush_one(fd: int, is_dir: bool) -> OSError | None:
 def flush_many(files: Sequence[str], dirs: Sequence[str]) -> None:
     """Make ``files`` (their data) and ``dirs`` (the names they hold) durable in one wave:
     writeback of every file is started first (``sync_file_range``), then an fdatasync of
-    each file and an fsync of each directory are issued at once from a thread pool, so the
+    each file and an fsync of each directory are issued at once from worker threads, so the
     filesystem folds them into one journal commit and the device's cache flushes merge,
     instead of one commit and one flush per call in turn (the "batch" sync strategy, chosen
     by measurement: docs/DECISIONS.md). Returns once every one is durable; if any failed,
@@ -266,8 +333,9 @@ def flush_many_start(files: Sequence[str], dirs: Sequence[str]) -> Callable[[], 
             for fd, is_dir, _path in opened:
                 if not is_dir:   # a hint: an error here shows again in the fdatasync
                     _sync_file_range(fd, 0, 0, _SFR_WRITE)
-        pool = _flush_pool()
-        futures = [pool.submit(_flush_one, fd, is_dir) for fd, is_dir, _p in opened]
+        wave = _Wave(len(opened))
+        if opened:
+            _dispatch([(fd, is_dir, wave, i) for i, (fd, is_dir, _p) in enumerate(opened)])
     except BaseException:
         for fd, _is_dir, _path in opened:
             os.close(fd)
@@ -275,21 +343,25 @@ def flush_many_start(files: Sequence[str], dirs: Sequence[str]) -> Callable[[], 
 
     def wait() -> None:
         try:
-            errors = [f.result() for f in futures]
+            if opened:
+                wave.done.acquire()
         finally:
             for fd, _is_dir, _path in opened:
                 os.close(fd)
-        for (_fd, _is_dir, path), exc in zip(opened, errors):
-            if exc is not None:
+        for (_fd, _is_dir, path), exc in zip(opened, wave.errors):
+            if isinstance(exc, OSError):
                 raise OSError(exc.errno, f"fsync: {exc.strerror}", path) from exc
+            if exc is not None:
+                raise exc
     return wait
 
 
 def link(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     _enter("link")
-    _rec("link", _abs(src), _abs(dst))
-    if _log is not None and _abs(src) in _path_open:
-        _path_open[_abs(dst)] = _path_open[_abs(src)]
+    if _log is not None:   # _abs costs a normpath per path: only when recording
+        _rec("link", _abs(src), _abs(dst))
+        if _abs(src) in _path_open:
+            _path_open[_abs(dst)] = _path_open[_abs(src)]
     os.link(src, dst, follow_symlinks=False)
 
 
@@ -302,13 +374,15 @@ def unlink(path: str | os.PathLike, *, dir_fd: int | None = None) -> None:
 
 def mkdir(path: str | os.PathLike, mode: int = 0o777) -> None:
     _enter("mkdir")
-    _rec("mkdir", _abs(path))
+    if _log is not None:
+        _rec("mkdir", _abs(path))
     os.mkdir(path, mode)
 
 
 def rmdir(path: str | os.PathLike) -> None:
     _enter("rmdir")
-    _rec("rmdir", _abs(path))
+    if _log is not None:
+        _rec("rmdir", _abs(path))
     os.rmdir(path)
 
 
@@ -324,9 +398,10 @@ def rename(src: str | os.PathLike, dst: str | os.PathLike, *, src_dir_fd: int | 
 def replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """Atomically replace a file (never used onto a directory)."""
     _enter("rename")
-    _rec("rename", _abs(src), _abs(dst))
-    if _log is not None and _abs(src) in _path_open:
-        _path_open[_abs(dst)] = _path_open.pop(_abs(src))
+    if _log is not None:
+        _rec("rename", _abs(src), _abs(dst))
+        if _abs(src) in _path_open:
+            _path_open[_abs(dst)] = _path_open.pop(_abs(src))
     os.replace(src, dst)
 
 
@@ -343,7 +418,8 @@ def rename_noreplace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
-    _rec("rename", _abs(src), _abs(dst))
+    if _log is not None:
+        _rec("rename", _abs(src), _abs(dst))
 
 
 def rmtree(path: str | os.PathLike, *, ignore_errors: bool = True) -> None:
@@ -375,7 +451,8 @@ def rmtree(path: str | os.PathLike, *, ignore_errors: bool = True) -> None:
 def utime(path: str | os.PathLike, ns: tuple[int, int]) -> None:
     """Set a file's or directory's times (arrival times are part of the store)."""
     _enter("utime")
-    _rec("utime", _abs(path), tuple(ns))
+    if _log is not None:
+        _rec("utime", _abs(path), tuple(ns))
     os.utime(path, ns=ns)
 
 

@@ -1,8 +1,9 @@
 """The lexical analyzer of BM25: text to search terms (strings) and their 64-bit hashes.
 
 Latin text: NFKC, lowercase, words; English stop words dropped; every other word stemmed with
-the Snowball English stemmer (``snowballstemmer``, which runs on PyStemmer's C code when that
-is installed); every two words adjacent once stop words are dropped also give one pair term
+the Snowball English stemmer (PyStemmer's C code; the pure-Python ``snowballstemmer``, which
+gives the same stems, where PyStemmer cannot be imported: ``_load_stemmer``); every two words
+adjacent once stop words are dropped also give one pair term
 ("group support", either order: phrase evidence; its hash has ``PAIR_BIT`` set, so BM25 can
 leave pairs out of a document's length and weigh them apart); numbers normalised ("1,000" ->
 "1000", "07" -> "7", "7th" -> "7"); written
@@ -76,14 +77,25 @@ _CACHE_MAX = 1_000_000
 
 
 def _load_stemmer() -> Callable[[str], str]:
-    import snowballstemmer  # lazy: start-up, loaded only when used (+snowballstemmer)
-    return snowballstemmer.stemmer("english").stemWord
+    """The English stemmer's ``stemWord``: PyStemmer's (C, ~50x faster per word: a core
+    dependency wherever it ships wheels, docs/DECISIONS.md), else the pure-Python
+    snowballstemmer's. Both are Snowball 3.1 and give the same stems (tests/test_analyze.py
+    pins them on a word list), so the index's terms do not depend on which one is installed."""
+    try:
+        import Stemmer  # lazy: start-up, loaded only when used (+Stemmer)
+    except ImportError:   # the pure class (``snowballstemmer.stemmer`` is PyStemmer's if found)
+        # lazy: start-up, loaded only when used (+snowballstemmer)
+        from snowballstemmer.english_stemmer import EnglishStemmer
+        return EnglishStemmer().stemWord
+    stemmer = Stemmer.Stemmer("english")
+    stemmer.maxCacheSize = 0   # ``_stems`` is the memo: PyStemmer's own would only see misses
+    return stemmer.stemWord
 
 
-_stem_word: Callable[[str], str] | None = None   # loaded on first use: ~90 ms of a CLI start
-# A snowball stemmer object keeps the word it works on in itself: two threads stemming at
-# once corrupt each other's word (wrong stems, or IndexError inside the stemmer). Memo hits
-# need no lock; a miss stems under it.
+_stem_word: Callable[[str], str] | None = None   # loaded on first use (CLI start-up)
+# A stemmer object (either library's) keeps the word it works on in itself: two threads
+# stemming at once corrupt each other's word (wrong stems, or IndexError inside the pure
+# one). Memo hits need no lock; a miss stems under it.
 _stem_lock = threading.Lock()
 _stems: dict[str, str] = {}
 _hashes: dict[str, int] = {}
@@ -359,12 +371,26 @@ def _pair_hashes(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return _mix_array(key) | np.uint64(PAIR_BIT), which[:-1][inner]
 
 
+_DIGIT_RE = re.compile(r"\d")
+
+
+def _has_digit(norm: str) -> bool:
+    """Whether any character of ``norm`` is one ``str.isdigit`` accepts (a decimal digit; or,
+    outside ASCII, also another digit character: checked one by one)."""
+    return bool(_DIGIT_RE.search(norm)) or (not norm.isascii()
+                                            and any(map(str.isdigit, norm)))
+
+
 def _date_hashes(norm: str, tokens: list[str]) -> list[int]:
     """The hashes of the written dates of a text holding a month name; memoised for short
     texts (every event's ``date_text`` is one)."""
     got = _date_memo.get(norm)
     if got is None:
-        got = list(map(_hash, _dates([w for t in tokens for w in _token(t)[1]])))
+        # A written date needs a day or a year, a word that begins with a digit: a text
+        # without one ("you may", "in March") has none (most English text that names a
+        # month or says "may" is such a text), and ``_dates`` is a Python loop over its words.
+        got = list(map(_hash, _dates([w for t in tokens for w in _token(t)[1]]))) \
+            if _has_digit(norm) else []
         if len(norm) <= 64:
             if len(_date_memo) > 4096:
                 _date_memo.clear()
