@@ -258,3 +258,12 @@ def test_a_text_longer_than_the_pair_bound_gives_no_pair_terms():
     assert sorted(term_hashes([over]).tolist()) == sorted(hash_terms(analyze(over)).tolist())
     # a row's other texts keep theirs: the bound is per text
     assert is_pair(term_hashes([over, "group support"])).sum() == 1
+
+
+def test_a_non_ascii_digit_beside_a_month_is_text_not_a_crash():
+    """'፩' and '²' are digits to str.isdigit but not to int: a date is read from decimal
+    digits only, and such text is indexed like any other (it raised ValueError before)."""
+    from fsmem.search.analyze import term_hashes
+    for text in ("፩ may", "may ፩ 2023", "12 may ²⁰²³", "7 May ٢٠٢٣"):
+        assert len(term_hashes([text])) > 0
+    assert set(term_hashes(["7 May 2023"])) > set(term_hashes(["7 May"]))

@@ -146,7 +146,7 @@ def _dates(words: list[str]) -> list[str]:
             day, after = _day(nxt), nxt2      # May 7(th)(,) 2023
         else:
             day, after = _day(prev), nxt      # 7 May 2023; May 2023
-        year = int(after) if after.isdigit() and len(after) == 4 else 0
+        year = int(after) if _digits(after) and len(after) == 4 else 0
         if day and year:
             out += _day_terms(year, month, day)
         elif year:
@@ -154,9 +154,15 @@ def _dates(words: list[str]) -> list[str]:
     return out
 
 
+def _digits(word: str) -> bool:
+    """Decimal digits (any script's, as ``int`` reads them): ``str.isdigit`` is also true
+    of '፩' or '²', which ``int`` refuses."""
+    return word.isdecimal()
+
+
 def _day(word: str) -> int:
-    word = _number(word) if word[:1].isdigit() else ""
-    return int(word) if word.isdigit() and 1 <= int(word) <= 31 and len(word) <= 2 else 0
+    word = _number(word) if _digits(word[:1]) else ""
+    return int(word) if _digits(word) and 1 <= int(word) <= 31 and len(word) <= 2 else 0
 
 
 def _is_day_or_year(words: list[str], i: int) -> bool:

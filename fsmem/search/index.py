@@ -982,7 +982,8 @@ def embed_index(index: Index) -> int:
     if not index.dense_scanned:
         index.dense_scanned = True
         todo.update(index.zero_vector_units())
-    index.unembedded.clear()
+    # (only what was taken: a unit another thread indexes meanwhile stays for the next call)
+    index.unembedded.difference_update(todo)
     todo = {u for u in todo if not index.legacy_file(u)
             and (u in index.pending or (u in index.row_of and index.alive[index.row_of[u]]))}
     for uid in sorted(todo):
