@@ -93,3 +93,16 @@ def test_render_verb_and_memory_render_stay_within_budget(tmp_path):
     assert HeuristicEstimator().count(r.stdout.rstrip("\n")) <= 300
     full = Memory.open(demo).render(100_000)
     assert "Breville BES870" in full and "400元/节" in full    # ample budget: everything whole
+
+
+def test_ls_limit_reads_only_the_newest_units(tmp_path):
+    from fsmem import Event, Memory
+    root = tmp_path / "m"
+    mem = Memory.open(root)
+    ids = [mem.commit_events([Event(input=f"note {i}")], summary=f"s{i}",
+                             unit_id=f"u-2026010{i}T000000-00000000000{i}") for i in range(5)]
+    mem.close()
+    (root / "documents" / ids[0] / "manifest.json").write_bytes(b"{")   # never read with --limit
+    rows = json.loads(fsmem("ls", "--root", str(root), "--json", "--limit", "2").stdout)
+    assert [r["unit_id"] for r in rows] == ids[3:]
+    assert fsmem("ls", "--root", str(root), "--limit", "0").returncode == 2

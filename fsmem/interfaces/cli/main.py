@@ -120,17 +120,30 @@ def cmd_ls(args: argparse.Namespace) -> int:
     mem = _read(args)
     layers = [args.layer] if args.layer else ["context", "documents", "stablemem"]
     rows = []
+    newest = _newest(mem, layers, args.limit) if args.limit else None
     for layer in layers:
-        for unit in mem._load_layer(layer, with_vectors=False):
+        units = mem._load_layer(layer, with_vectors=False) if newest is None else [
+            u for u in (mem._read_unit(uid, path, with_vectors=False)
+                        for lay, uid, path in newest if lay == layer) if u is not None]
+        for unit in units:
             m = unit.manifest
             rows.append({"layer": layer, "unit_id": unit.unit_id, "events": len(m.events),
                          "created_at": m.created_at, "summary": m.summary or _first_text(mem, unit)})
-        if layer == "documents":
+        if layer == "documents" and newest is None:
             rows += _legacy_rows(mem.root)
     _emit(args, rows, "\n".join(f"{r['layer']:<10} {r['unit_id']}  {r['events']:>3} ev  "
                                 f"{r['created_at'].strftime('%Y-%m-%d %H:%M:%S')}  {r['summary'][:60]}"
                                 for r in rows))
     return 0
+
+
+def _newest(mem: "Reader", layers: list[str], limit: int) -> list[tuple[str, str, str]]:
+    """The ``limit`` newest units of ``layers`` (unit ids sort by creation time) as (layer,
+    id, path), from one listing: only their manifests are read (``ls --limit``)."""
+    every = mem.consistent(lambda v: [(layer, uid, path) for layer in layers
+                                      for uid, path in v.layer(layer)], tuple(layers))
+    keep = sorted(every, key=lambda t: t[1])[-limit:]
+    return sorted(keep, key=lambda t: (layers.index(t[0]), t[1]))
 
 
 def _first_text(mem: "Reader", unit: Any) -> str:
@@ -445,6 +458,9 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp.add_argument("--durability", choices=["full", "off"], default=None)
     sp = verb("ls", cmd_ls, "list units")
     sp.add_argument("--layer", choices=["context", "documents", "stablemem"])
+    sp.add_argument("--limit", type=positive_int, metavar="N",
+                    help="only the N newest units (by id: creation time); HomeAgent "
+                    "documents are left out")
     sp = verb("show", cmd_show, "show one unit as a transcript (events in order, whole)")
     sp.add_argument("unit", metavar="UNIT")
     sp = verb("rm", cmd_rm, "remove one unit (asks at a terminal; --yes otherwise)")
