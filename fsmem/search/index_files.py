@@ -632,17 +632,7 @@ class IndexFiles:
         data = blake3.blake3(payload).digest() + payload
         gen = os.path.join(self.dir, self._gen)
         name = f"delta-{time.time_ns():020d}-{uuid.uuid4().hex[:6]}.bin"
-        tmp = os.path.join(gen, f"{name}.tmp")
-        try:
-            with open(tmp, "xb") as fh:
-                fh.write(data)
-            os.rename(tmp, os.path.join(gen, name))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        _write_renamed(os.path.join(gen, f"{name}.tmp"), os.path.join(gen, name), data)
         self._delta_bytes += len(data)
         self._deltas += 1
         self._dirty_added, self._dirty_removed, self._dirty_idents = {}, set(), {}
@@ -708,17 +698,23 @@ class IndexFiles:
                      chunks=chunks)
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
-        tmp = os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        _write_renamed(os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"),
+                       os.path.join(self.dir, "CURRENT"), gen_name.encode("ascii"))
+
+
+def _write_renamed(tmp: str, dst: str, data: bytes) -> None:
+    """``data`` into a new temp file, then renamed over ``dst`` (derived: not fsynced); the
+    temp file is removed if anything fails."""
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+        os.replace(tmp, dst)
+    except BaseException:
         try:
-            with open(tmp, "w", encoding="ascii") as fh:
-                fh.write(gen_name)
-            os.replace(tmp, os.path.join(self.dir, "CURRENT"))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 class _Replaced(Exception):
