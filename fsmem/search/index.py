@@ -268,19 +268,16 @@ class Index(IndexFiles):
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
         # lazy: start-up, loaded only when used
-        from fsmem.homeagent.documents import (
-            legacy_id,
-            legacy_texts,
-            read_legacy,
-            report_unreadable,
-        )
+        from fsmem.homeagent.documents import legacy_id, report_unreadable
+        # lazy: start-up, loaded only when used (+msgspec decoders)
+        from fsmem.homeagent.index_view import read_for_index
         path = os.path.join(self.layout.layer_dir("documents"), filename)
         try:
-            doc = read_legacy(path)
+            doc = read_for_index(path)   # its text, not its vectors (another space)
         except (FsmemError, OSError, ValueError) as exc:
             report_unreadable(path, f"index: skipping legacy {path}: {exc}")  # once per store
             return False
-        texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
+        texts = [self.mem.plugins.source_text(doc.source, t) for t in doc.texts]
         terms, tfs = term_counts(texts + [date_text(doc.created_at.ns, doc.created_at.offset)])
         self.add(IndexEntry(unit_id=legacy_id(filename), ino=ino,
                             vector=np.zeros(self.dim, np.float32), terms=terms, tfs=tfs,
