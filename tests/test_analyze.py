@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,3 +188,38 @@ def test_a_text_longer_than_the_pair_bound_gives_no_pair_terms():
     assert sorted(term_hashes([over]).tolist()) == sorted(hash_terms(analyze(over)).tolist())
     # a row's other texts keep theirs: the bound is per text
     assert is_pair(term_hashes([over, "group support"])).sum() == 1
+
+
+# -- Chinese text: its CJK characters never reach the token memo; the same terms -------------
+
+def test_chinese_clauses_do_not_fill_the_token_memo():
+    """A Chinese clause has no space in it: split at whitespace alone, each would be a token
+    of its own, a memo miss and a regex run each (most of a 1,000-document HomeAgent store's
+    first index build). Its CJK characters are hashed apart; the token memo sees the rest."""
+    from fsmem.search import analyze as an
+    rng = random.Random(2)
+    clauses = ["".join(rng.choice("签证材料照片背景色咖啡机除垢猫粮光伏板发电") for _ in range(12))
+               for _ in range(400)]
+    an.trim_memos(0)
+    text = "\n".join(f"[09:{i % 10:02d}] qq: {c}，好的" for i, c in enumerate(clauses))
+    assert sorted(term_hashes([text]).tolist()) == sorted(hash_terms(analyze(text)).tolist())
+    assert an.memo_sizes()["tokens"] <= 13   # 10 times, "qq:", "，" (not 400 clauses)
+
+
+@pytest.mark.parametrize("text", [
+    "May猫7 2023", "猫May 7th, 2023狗", "group猫support", "don't猫", "1,000猫2,000", "猫'a'b",
+    "2023-05-07猫", "ｶﾞ猫ｆｕｌｌ", "猫\u3000May 7 2023", "𠀀a𠀁", "é猫İ猫ß", "猫", "",
+])
+def test_text_glued_to_cjk_gives_the_analyzers_terms(text):
+    """Words, numbers, dates and pairs on either side of CJK characters, alone and in rows
+    (an empty row and an empty text among them: the rows' texts are cut back by length)."""
+    from fsmem.search.analyze import term_hashes_rows
+    want = sorted(hash_terms(analyze(text)).tolist())
+    assert sorted(term_hashes([text]).tolist()) == want
+    hashes, rows = term_hashes_rows([[text], [], ["猫 plain"], [text, ""], ["May 7 2023", text]])
+    assert sorted(hashes[rows == 0].tolist()) == want
+    assert (rows == 1).sum() == 0
+    assert sorted(hashes[rows == 2].tolist()) == sorted(hash_terms(analyze("猫 plain")).tolist())
+    assert sorted(hashes[rows == 3].tolist()) == want
+    assert sorted(hashes[rows == 4].tolist()) == sorted(
+        hash_terms(analyze("May 7 2023") + analyze(text)).tolist())
