@@ -139,6 +139,19 @@ def test_term_rows_are_each_rows_term_counts(rows):
         assert tfs[ptr[i]:ptr[i + 1]].tolist() == want[1].tolist()
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(alphabet="猫粮a b7,'-\n。May", max_size=30) | st.sampled_from(_PIECES),
+                max_size=5))
+def test_term_counts_are_the_unique_terms_and_their_counts(texts):
+    """``term_counts`` (a legacy document's row) is ``np.unique`` of the text's hashes."""
+    from fsmem.search.index_entry import term_counts
+    terms, tfs = term_counts(texts)
+    kept = [t for t in texts if t]
+    want = np.unique(term_hashes(kept), return_counts=True) if kept else (np.zeros(0), [])
+    assert terms.tolist() == want[0].tolist() and tfs.tolist() == list(want[1])
+    assert terms.dtype == np.uint64 and tfs.dtype == np.float32
+
+
 def test_stemming_from_many_threads_gives_the_stems_of_one_thread():
     """A snowball stemmer object holds the word it is working on: the analyzer's stemmer is
     shared, so threads indexing at once (a query's catch-up beside a writer) must not stem

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import tempfile
 from pathlib import Path
@@ -354,3 +355,26 @@ def test_any_document_gives_what_the_fallback_reader_gives(raw):
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(Path(tmp), "doc_x", raw)
         assert _view(str(path)) == _slow(str(path)), raw[:300]
+
+
+def test_a_legacy_json_left_beside_its_unit_is_not_indexed(tmp_path):
+    """A recall interrupted after its unit was published leaves the JSON in documents/: the
+    index leaves it out while a unit of that id is in context/ or stablemem/ (the other
+    layers are listed once for all the JSON files; each name found there is looked up)."""
+    import shutil
+    home = tmp_path / "memory"
+    shutil.copytree(FIXTURE, home)
+    mem = Memory.open(home)
+    coffee, solar = "doc_1789175727183004211", "doc_1790315272901276334"
+    assert mem.recall("咖啡机", top_k=1) == [coffee]
+    assert mem.recall("光伏板", top_k=1) == [solar]
+    mem.close()
+    os.rename(home / "context" / solar, home / "stablemem" / solar)
+    for name in (coffee, solar):   # the leftovers
+        shutil.copy2(home / ".fsmem" / "legacy-recalled" / f"{name}.json", home / "documents")
+    shutil.rmtree(home / ".fsmem" / "index")
+    mem = Memory.open(home)
+    assert coffee not in [h.unit_id for h in mem.query("咖啡机 除垢", top_k=5)]
+    assert solar not in [h.unit_id for h in mem.query("光伏板", top_k=5)]
+    assert mem.query("猫粮")[0].unit_id == "doc_1789389068040000000"
+    mem.close()

@@ -42,6 +42,7 @@ from fsmem.search.index_entry import (
     _Rows,
     _valid_name,
     clamp_ns,
+    dir_names,
     event_texts,
     fold_postings,
     term_counts,
@@ -248,10 +249,14 @@ class Index(IndexFiles):
         if json_files:   # (fsmem.homeagent.documents is not loaded for a store without any)
             # lazy: start-up, loaded only when used
             from fsmem.homeagent.documents import legacy_id
+            # the names in the other layers, listed once (not two stats per legacy file)
+            others = {layer: dir_names(self.layout.layer_dir(layer))
+                      for layer in ("context", "stablemem")}
         for fname, ino in sorted(json_files):
             uid = legacy_id(fname)
-            if uid in listing or any(os.path.isdir(self.layout.unit_dir(layer, uid))
-                                     for layer in ("context", "stablemem")):
+            if uid in listing or any((names is None or uid in names)
+                                     and os.path.isdir(self.layout.unit_dir(layer, uid))
+                                     for layer, names in others.items()):
                 continue
             listing[uid] = ino
             legacy_files[uid] = fname
