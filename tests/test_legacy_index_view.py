@@ -212,7 +212,7 @@ def _base_doc() -> dict:
                            gen.block("blk_m", "image", digest=gen.PNG.sha256, mime="image/png",
                                      size=12, vector=[1.0], created_at=T, updated_at=T),
                            gen.block("blk_e", "text", created_at=T)],
-                   dense_vec=[0.25, -0.5], dense_fp="fp:d2")
+                   vector={"基准": 0.5, "文档": 0.25}, dense_vec=[0.25, -0.5], dense_fp="fp:d2")
 
 
 def _set(*path):
@@ -242,6 +242,10 @@ MUTATIONS = [
     ("dense_vec nested", _set("dense_vec", [[1, 2]]), True),
     ("the sparse vector a number", _set("vector", 5), False),
     ("the sparse vector a list", _set("vector", [1, 2]), True),
+    ("the sparse vector nested", _set("vector", {"a": {"b": [1]}}), True),
+    ("the sparse vector a string", _set("vector", "ab"), True),
+    ("the sparse vector true", _set("vector", True), False),
+    ("the sparse vector null", _set("vector", None), True),
     ("last_access", _set("last_access", "yesterday"), False),
     ("updated_at an offset out of range", _set("updated_at", "2026-10-04T08:04:00+25:00"),
      False),
@@ -261,6 +265,12 @@ TEXT_MUTATIONS = [
     ("5000 digits in a kept block's vector", b'"vector": [', b'"vector": [' + b"1" * 5000
      + b", ", False),
     ("invalid UTF-8 in meta", b'"h1"', b'"h1\xff"', False),
+    ("invalid UTF-8 in a sparse vector's feature", '基准": 0.5'.encode(), b'\xe5\x9f": 0.5',
+     False),
+    ("5000 digits in the sparse vector", b'": 0.5', b'": ' + b"2" * 5000, False),
+    ("NaN in the sparse vector", b'": 0.5', b'": NaN', True),
+    ("the sparse vector nested deeper than json reads", b'": 0.25',
+     b'": ' + b"[" * 1200 + b"]" * 1200, False),
     ("invalid UTF-8 in a block's unknown field", b'"id": "blk_t"',
      b'"note": "\xff", "id": "blk_t"', False),
     ("null in a kept block's vector", b'"vector": [', b'"vector": [null, ', False),

@@ -85,7 +85,7 @@ class _Doc(msgspec.Struct, forbid_unknown_fields=True):
     last_access: str | None = None
     media: list[str] | None | UnsetType = UNSET
     blocks: list[_Block] | None | UnsetType = UNSET
-    vector: dict[str, float] | None | UnsetType = UNSET
+    vector: msgspec.Raw = _ABSENT   # sparse: {feature: weight}
     dense_vec: msgspec.Raw = _ABSENT
     dense_fp: str | None | UnsetType = UNSET
 
@@ -113,7 +113,7 @@ def _fast(raw: bytes) -> LegacyForIndex | None:
         d = _DECODER.decode(raw)
     except (msgspec.DecodeError, RecursionError):
         return None
-    if not d.id or not _numbers(d.dense_vec):
+    if not d.id or not _numbers(d.dense_vec) or not _features(d.vector):
         return None
     times: dict[str, Timestamp] = {}
     try:
@@ -135,7 +135,7 @@ def _fast(raw: bytes) -> LegacyForIndex | None:
     except (FormatError, ValueError):   # the reader raises it, with its own message
         return None
     version = ("v3" if d.blocks is not UNSET or d.dense_fp is not UNSET else
-               "v2" if d.media is not UNSET or d.vector is not UNSET or len(d.dense_vec) else "v1")
+               "v2" if d.media is not UNSET or len(d.vector) or len(d.dense_vec) else "v1")
     summary = d.summary or ""
     return LegacyForIndex(d.id, version, d.source or "", summary, created, searched_texts(
         summary, d.content or "", d.tags or [], d.entities or [], media))
@@ -162,8 +162,29 @@ def _numbers(raw: msgspec.Raw) -> bool:
     if b[:1] != b"[" or b.find(b"[", 1) >= 0 or b'"' in b or b"{" in b or b"u" in b \
             or b"l" in b:
         return False
-    # json refuses an integer of more digits than sys.get_int_max_str_digits(): a run of
-    # that many digits fills a whole window of half its length, which then holds no comma.
+    return _short_numbers(b)
+
+
+def _features(raw: msgspec.Raw) -> bool:
+    """Whether a skipped sparse vector is absent, null, or an object (the reader takes its
+    length only) whose strings are UTF-8, whose integers Python's json reads, and too
+    shallow for json to run out of stack on (its features may hold brackets: char n-grams)."""
+    b = bytes(raw)
+    if not b or b == b"null":
+        return True
+    if b[:1] != b"{" or b.count(b"{") + b.count(b"[") > 256:
+        return False
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return _short_numbers(b)
+
+
+def _short_numbers(b: bytes) -> bool:
+    """Python's json refuses an integer of more digits than sys.get_int_max_str_digits()
+    (msgspec skips it): a run of that many digits fills a whole window of half its length,
+    which then holds no comma (a false alarm only sends the document to the reader)."""
     limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
     w = limit // 2
     return not limit or all(b.find(b",", s, s + w) >= 0 for s in range(0, len(b) - w + 1, w))
