@@ -13,12 +13,15 @@ both sides alike):
   and ranks summary + content + tags + entities + block texts with ``bm25s``.
 
 With ``--base REF`` the same fsmem rows also run on the tree of an older commit (``git
-archive`` into the temp dir): before and after in one run. Rounds are interleaved, the order
+archive`` into the temp dir): before and after in one run; ``--tree NAME=DIR`` adds any
+other fsmem tree (a merge, a variant). Rounds are interleaved, the order
 of the sides rotating by one each round (one warm-up round untimed); every side must return
-the marker's document first, so a broken side cannot look fast. The table gives medians
-(p95) and the ratio of each fsmem row to each anchor. Nothing here asserts a timing.
+the marker's document first, so a broken side cannot look fast. The table gives wall-time
+medians (p95), the children's CPU time (user + system: steadier on a shared machine), and the
+ratio of each row to each anchor. Nothing here asserts a timing.
 
 Usage: python benchmarks/bench_legacy_open.py [--docs 1000] [--reps 7] [--base REF]
+                                              [--tree NAME=DIR ...] [--no-cli]
                                               [--dir PARENT] [--json]
 Needs ``bm25s`` (a benchmark-only dependency: ``pip install bm25s``).
 """
@@ -190,6 +193,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=7, help="timed rounds (after one warm-up)")
     ap.add_argument("--base", default=None, help="also run the fsmem rows on this commit")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                    help="also run the fsmem rows on the fsmem tree in DIR (repeatable)")
     ap.add_argument("--no-cli", action="store_true", help="leave out the CLI rows")
     ap.add_argument("--dir", default=None, help="parent of the temp dir")
     ap.add_argument("--json", action="store_true")
@@ -205,6 +210,11 @@ def main() -> None:
         trees = {"": REPO}
         if args.base:
             trees[f" @{extract(args.base, tmp / 'base')}"] = tmp / "base"
+        for spec in args.tree:
+            name, _, where = spec.partition("=")
+            if not where or not (Path(where) / "fsmem").is_dir():
+                raise SystemExit(f"--tree {spec}: expected NAME=DIR, DIR holding fsmem/")
+            trees[f" [{name}]"] = Path(where).resolve()
         sides = {}
         for tag, tree in trees.items():
             sides[f"fsmem open+query{tag}"] = lambda i, t=tree: bench.api(t, i)
