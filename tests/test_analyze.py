@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,19 @@ def test_term_rows_are_each_rows_term_counts(rows):
         assert tfs[ptr[i]:ptr[i + 1]].tolist() == want[1].tolist()
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(alphabet="猫粮a b7,'-\n。May", max_size=30) | st.sampled_from(_PIECES),
+                max_size=5))
+def test_term_counts_are_the_unique_terms_and_their_counts(texts):
+    """``term_counts`` (a legacy document's row) is ``np.unique`` of the text's hashes."""
+    from fsmem.search.index_entry import term_counts
+    terms, tfs = term_counts(texts)
+    kept = [t for t in texts if t]
+    want = np.unique(term_hashes(kept), return_counts=True) if kept else (np.zeros(0), [])
+    assert terms.tolist() == want[0].tolist() and tfs.tolist() == list(want[1])
+    assert terms.dtype == np.uint64 and tfs.dtype == np.float32
+
+
 @pytest.mark.parametrize("which", ["pure", "c"])
 def test_stemming_from_many_threads_gives_the_stems_of_one_thread(which, monkeypatch):
     """A snowball stemmer object holds the word it is working on: the analyzer's stemmer is
@@ -267,3 +281,38 @@ def test_a_non_ascii_digit_beside_a_month_is_text_not_a_crash():
     for text in ("፩ may", "may ፩ 2023", "12 may ²⁰²³", "7 May ٢٠٢٣"):
         assert len(term_hashes([text])) > 0
     assert set(term_hashes(["7 May 2023"])) > set(term_hashes(["7 May"]))
+
+
+# -- Chinese text: its CJK characters never reach the token memo; the same terms -------------
+
+def test_chinese_clauses_do_not_fill_the_token_memo():
+    """A Chinese clause has no space in it: split at whitespace alone, each would be a token
+    of its own, a memo miss and a regex run each (most of a 1,000-document HomeAgent store's
+    first index build). Its CJK characters are hashed apart; the token memo sees the rest."""
+    from fsmem.search import analyze as an
+    rng = random.Random(2)
+    clauses = ["".join(rng.choice("签证材料照片背景色咖啡机除垢猫粮光伏板发电") for _ in range(12))
+               for _ in range(400)]
+    an.trim_memos(0)
+    text = "\n".join(f"[09:{i % 10:02d}] qq: {c}，好的" for i, c in enumerate(clauses))
+    assert sorted(term_hashes([text]).tolist()) == sorted(hash_terms(analyze(text)).tolist())
+    assert an.memo_sizes()["tokens"] <= 13   # 10 times, "qq:", "，" (not 400 clauses)
+
+
+@pytest.mark.parametrize("text", [
+    "May猫7 2023", "猫May 7th, 2023狗", "group猫support", "don't猫", "1,000猫2,000", "猫'a'b",
+    "2023-05-07猫", "ｶﾞ猫ｆｕｌｌ", "猫\u3000May 7 2023", "𠀀a𠀁", "é猫İ猫ß", "猫", "",
+])
+def test_text_glued_to_cjk_gives_the_analyzers_terms(text):
+    """Words, numbers, dates and pairs on either side of CJK characters, alone and in rows
+    (an empty row and an empty text among them: the rows' texts are cut back by length)."""
+    from fsmem.search.analyze import term_hashes_rows
+    want = sorted(hash_terms(analyze(text)).tolist())
+    assert sorted(term_hashes([text]).tolist()) == want
+    hashes, rows = term_hashes_rows([[text], [], ["猫 plain"], [text, ""], ["May 7 2023", text]])
+    assert sorted(hashes[rows == 0].tolist()) == want
+    assert (rows == 1).sum() == 0
+    assert sorted(hashes[rows == 2].tolist()) == sorted(hash_terms(analyze("猫 plain")).tolist())
+    assert sorted(hashes[rows == 3].tolist()) == want
+    assert sorted(hashes[rows == 4].tolist()) == sorted(
+        hash_terms(analyze("May 7 2023") + analyze(text)).tolist())

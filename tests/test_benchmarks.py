@@ -68,6 +68,21 @@ def test_bench_turn_cpu_prints_both_tables_and_leaves_its_dir(tmp_path: Path) ->
     assert os.listdir(work) == []
 
 
+def test_bench_legacy_open_runs_and_keeps_the_dir_it_was_given(tmp_path: Path) -> None:
+    pytest.importorskip("bm25s")   # the anchor's (a benchmark-only dependency)
+    work = tmp_path / "mine"
+    work.mkdir()
+    (work / "keep.txt").write_text("not the benchmark's")
+    proc = subprocess.run([sys.executable, "benchmarks/bench_legacy_open.py", "--docs", "12",
+                           "--reps", "1", "--dir", str(work)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("fsmem open+query", "fsmem query (CLI, read-only)", "anchor: json + bm25s",
+                "anchor: msgspec + bm25s"):
+        assert row in proc.stdout, row
+    assert sorted(os.listdir(work)) == ["keep.txt"]
+
+
 def test_cache_dir_not_marked_is_refused_and_left_alone(tmp_path: Path) -> None:
     from _harness import CACHE_MARK, Workdir
     foreign = tmp_path / "foreign"

@@ -9,7 +9,9 @@ A legacy document served through the fallback is reported once per document per 
 first time, a WARNING names it and (in a writer) a line is appended to
 ``.fsmem/legacy-reported``; later commands only print one summary line (``summary_line``).
 Nothing legacy is changed by a read: a recalled or removed legacy document is moved aside into
-``.fsmem/legacy-recalled/`` or ``.fsmem/legacy-removed/``, never deleted.
+``.fsmem/legacy-recalled/`` or ``.fsmem/legacy-removed/``, never deleted. The index reads a
+document through ``fsmem.homeagent.index_view`` (its text, without decoding its vectors; this
+reader for anything that view cannot vouch for).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ __all__ = ["LegacyDoc", "LegacyMedia", "legacy_doc_files", "read_legacy", "legac
            "cleanup_recalled", "convert_cold_legacy", "legacy_document", "legacy_file_of",
            "remove_legacy", "media_info", "allow_record", "summary_line", "legacy_counts",
            "find_legacy_block", "block_ref", "read_blob", "unread_files", "ZERO_NS",
-           "sqlite_readonly", "report_unreadable", "Sink"]
+           "sqlite_readonly", "report_unreadable", "report_served", "read_bytes",
+           "searched_texts", "Sink"]
 
 log = logging.getLogger("fsmem.legacy")
 
@@ -200,25 +203,39 @@ def _media_of_block(b: Any, where: str, dropped: list[str]) -> LegacyMedia | Non
         else None)
 
 
-def _read_json(path: str) -> Any:
-    import json  # lazy: start-up, loaded only when used (+json)
+def read_bytes(path: str) -> bytes:
+    """The bytes of a HomeAgent JSON file: a regular file (no symlink, no FIFO) under 256 MB."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FormatError(f"{path}: not a regular file")
         if st.st_size > 256 << 20:
             raise FormatError(f"{path}: {st.st_size} bytes, too large for a legacy file")
-        raw = fh.read()
+        parts = []   # to the end, as it is now (it may have grown since the fstat)
+        while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def _decode_json(path: str, raw: bytes) -> Any:
+    import json  # lazy: start-up, loaded only when used (+json)
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(f"{path}: undecodable legacy document: {exc}") from exc
 
 
-def read_legacy(path: str) -> LegacyDoc:
-    """The one fallback reader of HomeAgent documents (v1, v2, v3); reported once per store."""
-    data = _read_json(path)
+def _read_json(path: str) -> Any:
+    return _decode_json(path, read_bytes(path))
+
+
+def read_legacy(path: str, raw: bytes | None = None) -> LegacyDoc:
+    """The one fallback reader of HomeAgent documents (v1, v2, v3); reported once per store.
+    ``raw``: the file's bytes, when the caller has read them already."""
+    data = _decode_json(path, read_bytes(path) if raw is None else raw)
     if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
         raise FormatError(f"{path}: not a HomeAgent document (no 'id')")
     version = ("v3" if "blocks" in data or "dense_fp" in data else
@@ -249,7 +266,7 @@ def read_legacy(path: str) -> LegacyDoc:
         access_count=int(data.get("access_count") or 0),
         last_access=_ts(data.get("last_access"), f"{path}: last_access")
         if data.get("last_access") else None, media=media, not_kept=dropped)
-    _report(path, doc)
+    report_served(path, doc.id, doc.version)
     return doc
 
 
@@ -258,6 +275,21 @@ def read_legacy(path: str) -> LegacyDoc:
 def _store_of(path: str) -> tuple[str, str]:
     docs = os.path.dirname(os.path.realpath(path))
     return os.path.dirname(docs), os.path.basename(path)
+
+
+_real_dirs: dict[str, str] = {}   # a documents/ path as named -> its real path (this process)
+
+
+def _store_of_read(path: str) -> tuple[str, str]:
+    """``_store_of`` of a file just opened without following a symlink: the real path of its
+    directory, resolved once per process (a thousand documents, not a thousand realpaths)."""
+    base, name = os.path.split(path)
+    docs = _real_dirs.get(base)
+    if docs is None:
+        if len(_real_dirs) > 256:
+            _real_dirs.clear()
+        docs = _real_dirs[base] = os.path.realpath(base)
+    return os.path.dirname(docs), name
 
 
 def allow_record(root: str) -> None:
@@ -288,11 +320,13 @@ def _recorded_names(root: str) -> set[str]:
     return got
 
 
-def _report(path: str, doc: LegacyDoc) -> None:
-    root, name = _store_of(path)
+def report_served(path: str, doc_id: str, version: str) -> None:
+    """Count a legacy document as served by this process, and report it once per store
+    (``path``: a regular file, just read)."""
+    root, name = _store_of_read(path)
     _served.setdefault(root, set()).add(name)
-    _once(root, name, f"{doc.id}\t{doc.version}",
-          f"legacy document {doc.id} ({doc.version}) read through the fallback path: {name}")
+    _once(root, name, f"{doc_id}\t{version}",
+          f"legacy document {doc_id} ({version}) read through the fallback path: {name}")
 
 
 def report_unreadable(path: str, message: str) -> None:
@@ -418,8 +452,15 @@ def read_blob(root: str, m: LegacyMedia) -> tuple[bytes, str] | None:
 
 def legacy_texts(doc: LegacyDoc) -> list[str]:
     """What the index searches of a legacy document: summary, content, tags, entities."""
-    return [doc.summary, doc.content, " ".join(doc.tags), " ".join(doc.entities),
-            *(m.text for m in doc.media if m.text), *(m.mime for m in doc.media if m.mime)]
+    return searched_texts(doc.summary, doc.content, doc.tags, doc.entities,
+                          [(m.text, m.mime) for m in doc.media])
+
+
+def searched_texts(summary: str, content: str, tags: list[str], entities: list[str],
+                   media: list[tuple[str, str]]) -> list[str]:
+    """``legacy_texts`` of a document's fields (``media``: each kept block's (text, mime))."""
+    return [summary, content, " ".join(tags), " ".join(entities),
+            *(text for text, _ in media if text), *(mime for _, mime in media if mime)]
 
 
 def block_ref(ref: BlockRef, m: LegacyMedia, root: str) -> BlockRef:

@@ -292,19 +292,40 @@ def _cjk_table() -> np.ndarray:
 _IS_CJK = _cjk_table()
 
 
-@overload
-def _cjk_hashes(norm: str) -> np.ndarray: ...
-@overload
-def _cjk_hashes(norm: str, lengths: list[int]) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-def _cjk_hashes(norm: str, lengths: list[int] | None = None):
-    """The hashes of every CJK unigram and bigram of a normalised text, without a Python
-    call per term: the text's code points as an array, bigrams where two CJK code points
-    are adjacent (exactly the runs of ``analyze``). With ``lengths`` (the text is rows of
-    these lengths, each ending in a non-CJK character) also the row of each hash."""
-    cps = np.frombuffer(norm.encode("utf-32-le"), dtype=np.uint32)
+def _cjk_split(text: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """A normalised text's code points, which of them are CJK, and the text with every CJK
+    character made a space. A match of ``_WORD_RE`` never holds a CJK character (nor can
+    one start there), so the rest has the text's matches, in order; split at whitespace
+    alone, Chinese (few spaces) would make nearly every clause a token of its own, each a
+    miss of the token memo. The CJK characters are hashed apart (``_cjk_hashes``)."""
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     mask = _IS_CJK[np.minimum(cps, len(_IS_CJK) - 1)]
+    if not mask.any():
+        return cps, mask, text
+    return cps, mask, np.where(mask, np.uint32(32), cps).tobytes().decode("utf-32-le")
+
+
+def _pieces(rest: str, lengths: Iterable[int]) -> list[str]:
+    """``rest`` cut back into texts of these lengths, each followed by one separator."""
+    out, at = [], 0
+    for n in lengths:
+        out.append(rest[at:at + n])
+        at += n + 1
+    return out
+
+
+@overload
+def _cjk_hashes(cps: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
+@overload
+def _cjk_hashes(cps: np.ndarray, mask: np.ndarray, lengths: list[int]
+                ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _cjk_hashes(cps: np.ndarray, mask: np.ndarray, lengths: list[int] | None = None):
+    """The hashes of every CJK unigram and bigram of a normalised text (``_cjk_split``),
+    without a Python call per term: bigrams where two CJK code points are adjacent (exactly
+    the runs of ``analyze``). With ``lengths`` (the text is rows of these lengths, each
+    ending in a non-CJK character) also the row of each hash."""
     if not mask.any():
         empty = np.zeros(0, np.uint64)
         return empty if lengths is None else (empty, np.zeros(0, np.int64))
@@ -350,9 +371,10 @@ def _token(token: str) -> "tuple[list[int], list[str], bool, list[int]]":
 
 
 def _text_hashes(norm: str, out: list[int], seqs: list[list[int]] | None = None) -> None:
-    """Append the hashes of the non-CJK terms of one normalised text to ``out`` (the token
-    memo looked up by ``map``, the hashes chained: no Python-level loop per token), and its
-    words' hashes in text order to ``seqs`` (their pair terms: ``_pair_hashes``)."""
+    """Append the hashes of the non-CJK terms of one normalised text with its CJK characters
+    made spaces (``_cjk_split``) to ``out`` (the token memo looked up by ``map``, the hashes
+    chained: no Python-level loop per token), and its words' hashes in text order to
+    ``seqs`` (their pair terms: ``_pair_hashes``)."""
     tokens = norm.split()
     hits = list(map(_tokens.get, tokens))
     if None in hits:
@@ -415,9 +437,11 @@ def term_hashes(texts: Sequence[str], pairs: bool = True) -> np.ndarray:
     other: list[int] = []
     seqs: list[list[int]] | None = [] if pairs else None
     norms = list(map(_normal, texts))
-    for norm in norms:
+    joined = "\n".join(norms)
+    cps, mask, rest = _cjk_split(joined)
+    for norm in norms if rest is joined else _pieces(rest, map(len, norms)):
         _text_hashes(norm, other, seqs)
-    cjk = _cjk_hashes("\n".join(norms))
+    cjk = _cjk_hashes(cps, mask)
     pair = _pair_hashes(seqs)[0] if seqs else np.zeros(0, np.uint64)
     return np.concatenate([cjk, np.array(other, dtype=np.uint64), pair])
 
@@ -454,15 +478,21 @@ def term_hashes_rows(rows: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndar
     seqs: list[list[int]] = []
     seq_row: list[int] = []
     joined: list[str] = []
-    for i, texts in enumerate(rows):
+    norms = [list(map(_normal, texts)) for texts in rows]
+    for row in norms:
+        joined.append("\n".join(row) + "\n")   # the newline: no bigram spans two rows
+    text = "".join(joined)
+    cps, mask, rest = _cjk_split(text)
+    at = 0   # each text is followed by one newline; a row without texts is one newline
+    for i, row in enumerate(norms):
         start = len(other)
-        norms = list(map(_normal, texts))
-        for norm in norms:
-            _text_hashes(norm, other, seqs)
-        seq_row.extend([i] * len(norms))
+        for norm in row:
+            _text_hashes(rest[at:at + len(norm)], other, seqs)
+            at += len(norm) + 1
+        at += not row
+        seq_row.extend([i] * len(row))
         n_other.append(len(other) - start)
-        joined.append("\n".join(norms) + "\n")   # the newline: no bigram spans two rows
-    cjk, cjk_rows = _cjk_hashes("".join(joined), [len(j) for j in joined])
+    cjk, cjk_rows = _cjk_hashes(cps, mask, [len(j) for j in joined])
     row_ids = np.arange(len(rows), dtype=np.int64)
     pair, pair_seq = _pair_hashes(seqs)
     return (np.concatenate([cjk, np.array(other, dtype=np.uint64), pair]),

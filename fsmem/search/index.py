@@ -42,6 +42,7 @@ from fsmem.search.index_entry import (
     _Rows,
     _valid_name,
     clamp_ns,
+    dir_names,
     event_texts,
     fold_postings,
     term_counts,
@@ -395,10 +396,14 @@ class Index(IndexFiles):
         if json_files:   # (fsmem.homeagent.documents is not loaded for a store without any)
             # lazy: start-up, loaded only when used
             from fsmem.homeagent.documents import legacy_id
+            # the names in the other layers, listed once (not two stats per legacy file)
+            others = {layer: dir_names(self.layout.layer_dir(layer))
+                      for layer in ("context", "stablemem")}
         for fname, ino in sorted(json_files):
             uid = legacy_id(fname)
-            if uid in listing or any(os.path.isdir(self.layout.unit_dir(layer, uid))
-                                     for layer in ("context", "stablemem")):
+            if uid in listing or any((names is None or uid in names)
+                                     and os.path.isdir(self.layout.unit_dir(layer, uid))
+                                     for layer, names in others.items()):
                 continue
             listing[uid] = ino
             legacy_files[uid] = fname
@@ -415,19 +420,16 @@ class Index(IndexFiles):
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
         # lazy: start-up, loaded only when used
-        from fsmem.homeagent.documents import (
-            legacy_id,
-            legacy_texts,
-            read_legacy,
-            report_unreadable,
-        )
+        from fsmem.homeagent.documents import legacy_id, report_unreadable
+        # lazy: start-up, loaded only when used (+msgspec decoders)
+        from fsmem.homeagent.index_view import read_for_index
         path = os.path.join(self.layout.layer_dir("documents"), filename)
         try:
-            doc = read_legacy(path)
+            doc = read_for_index(path)   # its text, not its vectors (another space)
         except (FsmemError, OSError, ValueError) as exc:
             report_unreadable(path, f"index: skipping legacy {path}: {exc}")  # once per store
             return False
-        texts = [self.mem.plugins.source_text(doc.source, t) for t in legacy_texts(doc)]
+        texts = [self.mem.plugins.source_text(doc.source, t) for t in doc.texts]
         terms, tfs = term_counts(texts + [date_text(doc.created_at.ns, doc.created_at.offset)])
         self.add(IndexEntry(unit_id=legacy_id(filename), ino=ino,
                             vector=np.zeros(self.dim, np.float32), terms=terms, tfs=tfs,

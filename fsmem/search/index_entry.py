@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from fsmem.format.plugins import Plugins
 
 __all__ = ["IndexEntry", "unit_ident", "clamp_ns", "term_counts", "term_rows", "event_texts",
-           "bm25_scores", "fold_postings"]
+           "bm25_scores", "fold_postings", "dir_names"]
 
 _I64 = (-(1 << 63), (1 << 63) - 1)
 K1, B = ranking.K1, ranking.B
@@ -112,8 +112,14 @@ def term_counts(texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     feats = term_hashes(texts) if texts else np.zeros(0, np.uint64)
     if not len(feats):
         return np.zeros(0, np.uint64), np.zeros(0, np.float32)
-    terms, counts = np.unique(feats, return_counts=True)
-    return terms, counts.astype(np.float32)
+    # np.unique(feats, return_counts=True), a third of its time (numpy 2's unique is
+    # several calls deep): one sort in place (feats is ours), the first of each run
+    feats.sort()
+    first = np.empty(len(feats), bool)
+    first[0] = True
+    np.not_equal(feats[1:], feats[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return feats[starts], np.diff(np.append(starts, len(feats))).astype(np.float32)
 
 
 def term_rows(rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -182,6 +188,17 @@ def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.nda
     idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))
     idf[is_pair(q_terms)] *= ranking.PAIR_WEIGHT
     return (idf[None, :] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl[:, None] / avgdl))).sum(1)
+
+
+def dir_names(path: str) -> set[str] | None:
+    """The names in a directory (none if it does not exist); None when it cannot be listed
+    (then only a lookup of each name can tell)."""
+    try:
+        return set(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    except OSError:
+        return None
 
 
 def _valid_name(name: str) -> bool:
