@@ -153,7 +153,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/store/store.py", """\
             if self.sync:
                 fsops.fsync_dir(self.staging)
+                self.feed.flush()
             self.write_file_atomic(path, encode_pretty(entry), sync=True)""", """\
+            if self.sync:
+                self.feed.flush()
             self.write_file_atomic(path, encode_pretty(entry), sync=True)""", POWERLOSS),
     "journal: entry written without fsync": (
         "fsmem/store/store.py", "self.write_file_atomic(path, encode_pretty(entry), sync=True)",
