@@ -181,7 +181,7 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier""",
                                                                  "            pass", POWERLOSS),
     "publish (batch): no flush of the staged unit before the rename": ("fsmem/store/store.py", """\
-                wait = self.flush_staged_start([builder.path])""", """\
+                wait = self.flush_staged_start([builder.path], files, dirs)""", """\
                 wait = lambda: None""", POWERLOSS),
     "publish (batch): the layer directory not flushed after the rename": ("fsmem/store/store.py", """\
             wait = fsops.flush_many_start([], [os.path.dirname(dst)])""", """\
