@@ -35,10 +35,14 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
-from _data import english, sqlite_commit, ten_event_unit
-from _floor import AppendFloor, CommitFloor
+# Its siblings by their own directory: run as a script under PYTHONSAFEPATH (the suite's
+# children against an installed fsmem), the script's directory is not on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import english, sqlite_commit, ten_event_unit  # noqa: E402
+from _floor import AppendFloor, CommitFloor  # noqa: E402
 
 from fsmem import Event, Memory, Timestamp
 from fsmem.memory.prune import AVG_EVENT_TOKENS, watermark
