@@ -1,16 +1,17 @@
 """The derived search index of L2: dense vectors and BM25 postings, per event row.
 
 The unit directories are the only source of truth. The index is saved as snapshots
-(``fsmem.search.index_files``: ``.fsmem/index/CURRENT`` names a generation directory of ``.npy``
-arrays and a checksummed ``meta.json``; derived, never fsynced), holding, per unit,
-its id and the identity of its manifest (inode, size, mtime), and per event row (each event of a unit; a unit's
-summary and a legacy document are rows of their own) its id, time, conversation key,
-neighbours, dense vector (the sum of its stored block vectors) and BM25 term counts
-(``fsmem.search.analyze`` terms; scoring in ``fsmem.search.ranking``).
-Events are rows so that an archive of many events ranks by its best events. On open the
-snapshot is checked against one listing of ``documents/``: units
-added, removed or replaced with ``cp -a``, ``mv`` or ``rm -r`` are reconciled one by one,
-without a rebuild. A missing, truncated or corrupt snapshot is rebuilt from the directories.
+(``fsmem.search.index_files``: ``.fsmem/index/CURRENT`` names a generation directory of
+``.npy`` arrays, a checksummed ``meta.json`` and deltas; derived, never fsynced), holding, per
+unit, its id and identity (its directory's and manifest's), and per event row (each event of a
+unit; a unit's summary and a legacy document are rows of their own) its id, time, conversation
+key, neighbours, dense vector (the sum of its stored block vectors; saved only for a ranker
+that reads it) and BM25 term counts (``fsmem.search.analyze`` terms; scoring in
+``fsmem.search.ranking``). Events are rows so that an archive of many events ranks by its best
+events. The index follows the store's change feed (``fsmem.store.changes``): an open or sync
+looks again at the units named by the records after its position, and lists ``documents/``
+once only when the feed cannot vouch for it (a plain file tool, an older fsmem, a crash).
+A missing, truncated or corrupt snapshot is rebuilt from the directories.
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ from fsmem.format import fsops as fsops
 from fsmem.format.errors import FormatError, FsmemError
 from fsmem.format.layout import LAYERS, open_regular, read_small
 
-__all__ = ["MARKS", "Change", "ChangesTruncated", "FeedRead", "FeedWriter", "Settled", "dir_stamp",
-           "layer_stamps", "read_changes", "read_recent", "feed_stamp", "feed_id", "settle", "UNIT_KINDS", "FEED_DIR"]
+__all__ = ["MARKS", "Change", "ChangesTruncated", "FeedRead", "FeedWriter", "Settled",
+           "dir_stamp", "layer_stamps", "read_changes", "read_recent", "feed_stamp", "feed_id",
+           "settle", "UNIT_KINDS", "FEED_DIR"]
 
 log = logging.getLogger("fsmem.changes")
 
@@ -301,11 +302,6 @@ class FeedWriter:
                         self.dir, exc)
         finally:
             self._close()
-
-    def abandon(self) -> None:
-        """The lock is lost mid-session (an error): no end mark; consumers list once."""
-        self.session = False
-        self._close()
 
     # -- barriers -------------------------------------------------------------------------
     def dirty(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
