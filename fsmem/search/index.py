@@ -170,6 +170,7 @@ class Index(IndexFiles):
         self._dirty_added: dict[str, IndexEntry] = {}
         self._dirty_removed: set[str] = set()
         self._dirty_idents: dict[str, int] = {}
+        self._bulk = False   # a rebuild in progress: pending entries folded once, at its end
         # Every change to the entries bumps this count (never reset): a cache built from them
         # is tagged with the count read before it was built, so one built while another
         # thread changed the index is never taken for current (it would stay stale).
@@ -367,10 +368,14 @@ class Index(IndexFiles):
         listing, legacy_files = self._listing()
         if progress is None and len(listing) >= _PROGRESS_FROM:
             progress = getattr(self.mem, "progress", None)
-        for i, (name, ino) in enumerate(sorted(listing.items())):
-            self._add_listed(name, ino, legacy_files)
-            if progress:
-                progress(i + 1, len(listing))
+        self._bulk = True
+        try:
+            for i, (name, ino) in enumerate(sorted(listing.items())):
+                self._add_listed(name, ino, legacy_files)
+                if progress:
+                    progress(i + 1, len(listing))
+        finally:
+            self._bulk = False
         if self.writable:
             self.save()
         else:
@@ -573,8 +578,9 @@ class Index(IndexFiles):
         self._dirty_removed.discard(entry.unit_id)
         self._pend_cache = None
         self._changes += 1
-        # Fold in geometrically (a quarter of the size), so bulk adds stay O(n log n).
-        if len(self.pending) > max(_PENDING_MAX, len(self.ids) // 4):
+        # Fold in geometrically (a quarter of the size), so bulk adds stay O(n log n); a
+        # rebuild folds once, at its end.
+        if not self._bulk and len(self.pending) > max(_PENDING_MAX, len(self.ids) // 4):
             self._compact()
 
     def remove(self, unit_id: str) -> None:
