@@ -278,6 +278,9 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             post.check(lo, hi)
         out.append""", """\
         out.append""", ["tests/test_index_open.py"]),
+    "index: embed_index drops a unit another thread indexed meanwhile": (
+        "fsmem/search/index.py", "    index.unembedded.difference_update(todo)",
+        "    index.unembedded.clear()", ["tests/test_search_threads.py"]),
     "index: a unit the feed names as gone is kept": ("fsmem/search/index.py", """\
             if ident is None:
                 if have is not None:""", """\

@@ -219,3 +219,24 @@ def test_queries_while_other_threads_append_commit_and_prune(store):
     got = {(q, r): _run(mem, q, r) for q in QUERIES for r in ("fusion", "bm25")}
     mem.close()
     assert got == _alone(store)
+
+
+def test_a_unit_indexed_while_vectors_are_computed_is_kept_for_the_next_call(tmp_path):
+    """``embed_index`` takes the units indexed without vectors; one another thread indexes
+    while it runs (here: inside its scan) stays queued for the next call. It was cleared with
+    the rest, left with zero vectors, and fusion scores drifted from a rebuilt index's."""
+    from fsmem.search import index as index_mod
+    from fsmem.search.lazy_vectors import on_demand
+    mem = Memory.open(tmp_path / "s", auto_prune=False)
+    mem.commit("a note on the pressure valve")
+    idx = mem.index
+    assert on_demand(mem)
+    idx.dense_scanned = False
+    real = idx.zero_vector_units
+
+    def racing():
+        idx.unembedded.add("u-indexed-meanwhile")   # as another thread's add_unit does
+        return real()
+    idx.zero_vector_units = racing
+    index_mod.embed_index(idx)
+    assert "u-indexed-meanwhile" in idx.unembedded
