@@ -721,8 +721,9 @@ class Index(IndexFiles):
         ev_alive = np.concatenate([self._event_alive()[0], np.ones(pend.n, bool)])
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         raw = dense = None
-        prev = np.concatenate([self.ev_prev, pend.prev])
-        nxt = np.concatenate([self.ev_next, pend.next])
+        prev = np.concatenate([self.ev_prev, pend.prev]).astype(np.int64)
+        nxt = np.concatenate([self.ev_next, pend.next]).astype(np.int64)
+        prev[pend.fix[0]], nxt[pend.fix[2]] = pend.fix[1], pend.fix[3]   # (see _links)
         idf_mass = 0.0
         if ranker != "dense":
             raw, idf_mass = self.bm25_rows(text, pend)
@@ -913,6 +914,11 @@ class _PendingRows:
     prev: np.ndarray              # global row numbers, -1: none
     next: np.ndarray
     extra: tuple[np.ndarray, np.ndarray]   # (compacted row, pending global row) neighbours
+    # Compacted rows whose neighbour is now a pending row (it arrived between them and their
+    # compacted neighbour): (rows, their new prev) and (rows, their new next), global numbers.
+    fix: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (
+        np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+        np.zeros(0, np.int64))
 
     @classmethod
     def build(cls, idx: Index) -> "_PendingRows":
@@ -924,6 +930,7 @@ class _PendingRows:
         post, lens = _Postings(), np.zeros(0, np.float32)
         prev = nxt = np.full(n, -1, np.int64)
         extra = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        fix = (extra[0], extra[0], extra[0], extra[0])
         if entries:
             rows = np.concatenate([s + np.repeat(np.arange(len(e.rows.ids)), np.diff(e.rows.ptr))
                                    for s, e in zip(starts, entries)])
@@ -934,16 +941,18 @@ class _PendingRows:
             post = _Postings(uniq, np.append(first, len(terms)).astype(np.int64),
                              rows[order].astype(np.int32), tfs[order].astype(np.float32))
             lens = np.concatenate([_row_lengths(e) for e in entries])
-            prev, nxt, extra = cls._links(idx, entries, counts, n_base)
+            prev, nxt, extra, fix = cls._links(idx, entries, counts, n_base)
         return cls(entries, [e.unit_id for e in entries],
                    [i for e in entries for i in e.rows.ids], starts, n, lens, post,
-                   prev, nxt, extra)
+                   prev, nxt, extra, fix)
 
     @staticmethod
     def _links(idx: Index, entries: list[IndexEntry], counts: np.ndarray, n_base: int
-               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], tuple]:
         """Neighbours of pending rows: one sort of the pending rows plus the compacted turns
-        of the same keys near them in time."""
+        of the same keys near them in time; and the compacted rows whose neighbour that sort
+        makes a pending row (their compacted link to the row beyond is stale: a compaction
+        would link them to the pending row instead)."""
         key_of = dict(idx.key_of)
         keys = np.array([key_of.setdefault(k, len(key_of)) for e in entries
                          for k in e.rows.keys], np.int64)
@@ -974,7 +983,10 @@ class _PendingRows:
         is_a = (pend_next >= 0) & (pend_next < n_base)
         extra = (np.concatenate([pend_prev[is_b], pend_next[is_a]]),
                  np.concatenate([own[is_b], own[is_a]]))
-        return pend_prev, pend_next, extra
+        cprev, cnext = prev[:m], nxt[:m]
+        fp, fn = cprev >= n_base, cnext >= n_base
+        fix = (cand[fp], cprev[fp], cand[fn], cnext[fn])
+        return pend_prev, pend_next, extra, fix
 
 
 fuse = ranking.fuse
