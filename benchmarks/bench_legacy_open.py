@@ -155,12 +155,13 @@ class Bench:
 def table(stats: dict[str, dict], anchors: list[str]) -> str:
     """Per side: wall median (p95) and CPU median, each with its ratio to each anchor's."""
     short = [a.split(": ")[1].split(" ")[0] for a in anchors]
-    head = (f"{'side':<40}{'wall ms':>8}{'p95':>7}" + "".join(f"{'/' + s:>9}" for s in short)
+    width = max(40, *(len(n) + 1 for n in stats))
+    head = (f"{'side':<{width}}{'wall ms':>8}{'p95':>7}" + "".join(f"{'/' + s:>9}" for s in short)
             + f"{'cpu ms':>9}" + "".join(f"{'/' + s:>9}" for s in short))
     lines = [head]
     for n, s in stats.items():
         w, c = s["wall"], s["cpu"]
-        lines.append(f"{n:<40}{w['median_ms']:>8.0f}{w['p95_ms']:>7.0f}"
+        lines.append(f"{n:<{width}}{w['median_ms']:>8.0f}{w['p95_ms']:>7.0f}"
                      + "".join(f"{w['median_ms'] / stats[a]['wall']['median_ms']:>8.2f}x"
                                for a in anchors)
                      + f"{c['median_ms']:>9.0f}"

@@ -171,3 +171,21 @@ def test_default_ranker_follows_the_embedder(root):
     assert mem.ranker == "fusion"
     uid = mem.commit("咖啡机漏水 密封圈")
     assert mem.query("咖啡机漏水", top_k=1)[0].unit_id == uid   # BM25 tokens need no embedder
+
+
+@pytest.mark.parametrize("n_terms", [0, 1, 7, 3000])
+def test_the_length_of_a_one_row_entry_is_its_word_count(n_terms):
+    """A legacy document is one row: its BM25 length (words; pair terms left out) is the
+    same whether taken as a sum or through the general per-row count."""
+    from fsmem.search.analyze import PAIR_BIT
+    from fsmem.search.index_entry import IndexEntry, _row_lengths
+    rng = np.random.default_rng(n_terms)
+    terms = np.sort(rng.integers(0, 2**64, n_terms, dtype=np.uint64))
+    terms[::3] |= np.uint64(PAIR_BIT)
+    tfs = rng.integers(1, 9, n_terms).astype(np.float32)
+    one = IndexEntry(unit_id="u", ino=1, vector=np.zeros(4, np.float32), terms=terms, tfs=tfs)
+    words = np.where((terms & np.uint64(PAIR_BIT)) != 0, np.float32(0), tfs)
+    want = np.bincount(np.zeros(n_terms, np.int64), weights=words, minlength=1)
+    got = _row_lengths(one)
+    assert got.dtype == np.float32 and got.tolist() == want.astype(np.float32).tolist()
+    assert got[0] == sum(int(t) for t, h in zip(tfs, terms) if not int(h) >> 63)

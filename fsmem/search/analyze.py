@@ -224,7 +224,7 @@ PAIR_BIT = 1 << 63
 _WORD_MASK = PAIR_BIT - 1
 _PAIR_MUL, _PAIR_TAG = 0xD6E8FEB86659FD93, 0x5851F42D4C957F2D
 _WORD_RE = re.compile(_ISO_WORD)   # ``_TOKEN_RE`` without CJK runs (hashed by numpy)
-_tokens: dict[str, "tuple[list[int], list[str], bool, list[int]]"] = {}
+_tokens: dict[str, "tuple[list[int], list[str], bool, list[int], bool]"] = {}
 _date_memo: dict[str, list[int]] = {}   # short text holding a month -> its date term hashes
 
 
@@ -340,9 +340,10 @@ def _cjk_hashes(cps: np.ndarray, mask: np.ndarray, lengths: list[int] | None = N
     return hashes, np.concatenate([row[mask], row[:-1][pair]])
 
 
-def _token(token: str) -> "tuple[list[int], list[str], bool, list[int]]":
-    """One whitespace-free token's non-CJK term hashes, its date-parsing words and whether
-    one is a month name, cached (a match of ``_WORD_RE`` never spans whitespace, so a
+def _token(token: str) -> "tuple[list[int], list[str], bool, list[int], bool]":
+    """One whitespace-free token's non-CJK term hashes, its date-parsing words, whether one
+    is a month name, its words' hashes, and whether it has terms beyond its words' (an ISO
+    date's) or a month name, cached (a match of ``_WORD_RE`` never spans whitespace, so a
     text's matches are its tokens' matches in turn)."""
     try:
         return _tokens[token]
@@ -366,7 +367,8 @@ def _token(token: str) -> "tuple[list[int], list[str], bool, list[int]]":
                 hashes.append(_hash(_stem(w)))
             seq.append(hashes[-1])
             words.append(w)
-    out = _tokens[token] = (hashes, words, not _MONTH_OF.keys().isdisjoint(words), seq)
+    month = not _MONTH_OF.keys().isdisjoint(words)
+    out = _tokens[token] = (hashes, words, month, seq, month or len(hashes) != len(seq))
     return out
 
 
@@ -379,11 +381,14 @@ def _text_hashes(norm: str, out: list[int], seqs: list[list[int]] | None = None)
     hits = list(map(_tokens.get, tokens))
     if None in hits:
         hits = [hit or _token(token) for hit, token in zip(hits, tokens)]
-    out.extend(chain.from_iterable(map(itemgetter(0), hits)))
-    if any(map(itemgetter(2), hits)):   # rare: the words of the whole text give the dates
-        out.extend(_date_hashes(norm, tokens))
+    seq = list(chain.from_iterable(map(itemgetter(3), hits)))
+    if any(map(itemgetter(4), hits)):   # rare: an ISO date's terms, or a month name
+        out.extend(chain.from_iterable(map(itemgetter(0), hits)))
+        if any(map(itemgetter(2), hits)):   # the words of the whole text give the dates
+            out.extend(_date_hashes(norm, tokens))
+    else:   # every token's terms are its words': the one chained pass serves both
+        out.extend(seq)
     if seqs is not None:   # one entry per text (a too long one's empty): rows stay aligned
-        seq = list(chain.from_iterable(map(itemgetter(3), hits)))
         seqs.append(seq if len(seq) <= PAIR_MAX_WORDS else [])
 
 

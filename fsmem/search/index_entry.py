@@ -101,6 +101,8 @@ def clamp_ns(ns: int) -> int:
 def _row_lengths(e: IndexEntry) -> np.ndarray:
     """BM25 document length of each event row of an entry: its words (pair terms left out)."""
     n = len(e.rows.ids)
+    if n == 1:   # a legacy document or a one-row unit: the sum (of integer counts: exact)
+        return np.array([e.tfs[~is_pair(e.terms)].sum(dtype=np.float64)], np.float32)
     words = np.where(is_pair(e.terms), np.float32(0), e.tfs)
     return np.bincount(np.repeat(np.arange(n), np.diff(e.rows.ptr)), weights=words,
                        minlength=n).astype(np.float32)
