@@ -371,13 +371,26 @@ class Store(Layout):
             if not os.path.isdir(src) or os.path.islink(src):
                 raise NotFound(f"{src}: no such unit")
             self.record("move", dst_layer, unit_id, src=src_layer)
+            # Readers are told, as for a journaled change: a listing of the layers that
+            # straddles the rename (the source listed after it, the target before) would
+            # miss the unit; with the epoch moved it is taken again. (Best effort: a rename
+            # needs no space, a full disk must not stop it.)
+            self._bump_quietly(unit_id)
             self.rename_dir(src, dst)
             if self.sync and self.sync_strategy == "batch":   # both parents in one wave
                 fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])
             elif self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))
+            self._bump_quietly(unit_id)   # a follow-up of a durable move: never fails it
         return dst
+
+    def _bump_quietly(self, unit_id: str) -> None:
+        try:
+            self.bump_epoch()
+        except OSError as exc:
+            log.warning("%s: epoch not bumped for the move of %s (%s): a reader listing "
+                        "meanwhile may miss it once", self.root, unit_id, exc)
 
     def discard(self, path: str, *, sync: bool | None = None, defer: bool = False,
                 record: bool = True) -> None:
