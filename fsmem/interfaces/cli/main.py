@@ -323,37 +323,31 @@ def cmd_changes(args: argparse.Namespace) -> int:
     import time  # lazy: start-up, loaded only when used
 
     # lazy: start-up, loaded only when used (+msgspec)
-    from fsmem.store.changes import ChangesTruncated
+    from fsmem.store.changes import MARKS, ChangesTruncated
     mem = _read(args)
     since = args.since
     while True:
-        try:
-            records = mem.changes(since, marks=args.all)
+        try:   # one read a round, marks included: they move the position, shown with --all
+            records = mem.changes(since, marks=True)
         except ChangesTruncated as exc:
             print(f"fsmem changes: {exc}; the oldest kept is {exc.horizon} "
                   f"(list the store instead: fsmem ls)", file=sys.stderr)
             return 1
         for r in records:
-            _emit(args, r, f"{r.seq:>8}  {_feed_time(r.at)}  {r.kind:<10} "
-                           f"{(r.src + ' -> ') if r.src else ''}{r.layer:<10} {r.unit}"
-                           f"{'  (' + r.op + ')' if r.op else ''}")
+            if args.all or r.kind not in MARKS:
+                _emit(args, r, f"{r.seq:>8}  {_feed_time(r.at)}  {r.kind:<10} "
+                               f"{(r.src + ' -> ') if r.src else ''}{r.layer:<10} {r.unit}"
+                               f"{'  (' + r.op + ')' if r.op else ''}")
             since = max(since, r.seq)
         if not args.follow:
             return 0
         sys.stdout.flush()
-        since = max(since, _feed_last(mem, since))
         time.sleep(args.interval)
 
 
 def _feed_time(ns: int) -> str:
     import time  # lazy: start-up, loaded only when used
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))
-
-
-def _feed_last(mem: "Reader", since: int) -> int:
-    """The last sequence number of the feed (marks included) at or after ``since``."""
-    recs = mem.changes(since, marks=True)
-    return recs[-1].seq if recs else since
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
