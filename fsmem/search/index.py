@@ -281,12 +281,13 @@ class Index(IndexFiles):
         """Replay one saved delta (fsmem.search.index_files) onto the arrays."""
         for uid in delta.removed:
             self.remove(uid)
-        for uid, ident in delta.idents.items():
-            row = self.row_of.get(uid)
-            if row is not None and self.alive[row]:
-                inos = np.array(self.inos)
-                inos[row] = ident
-                self.inos = inos
+        if delta.idents:
+            inos = np.array(self.inos)   # one copy (the loaded array is mapped read-only)
+            for uid, ident in delta.idents.items():
+                row = self.row_of.get(uid)
+                if row is not None and self.alive[row]:
+                    inos[row] = ident
+            self.inos = inos
         for w in delta.entries:
             n_rows = len(w.row_ids)
             vec = np.frombuffer(w.vector, np.float32).reshape(n_rows, self.dim) if w.vector \
