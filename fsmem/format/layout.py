@@ -24,6 +24,7 @@ import msgspec
 
 from fsmem.format.errors import FormatError, FsmemError, NotFound
 from fsmem.format.model import (
+    AGENT_RE,
     FORMAT_VERSION,
     HASH_ALGORITHM,
     NAME_RE,
@@ -34,6 +35,7 @@ from fsmem.format.model import (
 from fsmem.format.timestamps import Timestamp
 
 __all__ = ["Layout", "View", "JournalEntry", "LAYERS", "Layer", "META", "Vanished",
+           "l1_layer", "layer_agent", "is_l1",
            "NotAStore", "read_small", "open_regular", "read_fd", "writer_alive", "staging_owner", "owner_dead"]
 
 log = logging.getLogger("fsmem.layout")
@@ -41,6 +43,36 @@ log = logging.getLogger("fsmem.layout")
 Layer = Literal["context", "documents", "stablemem"]
 LAYERS: tuple[Layer, ...] = ("context", "documents", "stablemem")
 META = ".fsmem"
+_L1_PREFIX = "context@"   # format 4: a named agent's L1 is ROOT/context@<agent>/
+
+
+def l1_layer(agent: str) -> str:
+    """The L1 layer of an agent: ``context`` for the default agent (""), else
+    ``context@<agent>`` (a directory beside context/; '@' is in no unit id)."""
+    return "context" if not agent else _L1_PREFIX + agent
+
+
+def is_l1(layer: str) -> bool:
+    """True for ``context`` and every agent's ``context@<agent>``."""
+    return layer == "context" or layer.startswith(_L1_PREFIX)
+
+
+def layer_agent(layer: str) -> str:
+    """The agent whose L1 ``layer`` is ("" for ``context``); ValueError for L2/L3."""
+    if layer == "context":
+        return ""
+    if layer.startswith(_L1_PREFIX) and AGENT_RE.match(layer[len(_L1_PREFIX):]):
+        return layer[len(_L1_PREFIX):]
+    raise ValueError(f"{layer!r} is not an L1 layer")
+
+
+def valid_layer(layer: str) -> bool:
+    if layer in LAYERS:
+        return True
+    try:
+        return bool(layer_agent(layer))
+    except ValueError:
+        return False
 _EPOCH_FILE = "epoch"
 _MAX_ATTEMPTS = 1000
 _SMALL_CAP = 16 << 20    # marker, journal entries, epoch: never this big
@@ -268,9 +300,28 @@ class Layout:
 
     # -- paths and listings -----------------------------------------------------------------
     def layer_dir(self, layer: str) -> str:
-        if layer not in LAYERS:
-            raise ValueError(f"unknown layer {layer!r} (one of {', '.join(LAYERS)})")
+        if not valid_layer(layer):
+            raise ValueError(f"unknown layer {layer!r} (one of {', '.join(LAYERS)}, or "
+                             "context@<agent>)")
         return os.path.join(self.root, layer)
+
+    def layers(self) -> tuple[str, ...]:
+        """Every layer of this root: context, each agent's context@<agent> found here (by
+        name), documents, stablemem."""
+        try:
+            with os.scandir(self.root) as it:
+                agents = sorted(e.name for e in it if e.name.startswith(_L1_PREFIX)
+                                and valid_layer(e.name) and e.is_dir(follow_symlinks=False))
+        except OSError:
+            agents = []
+        return ("context", *agents, "documents", "stablemem")
+
+    def store_id(self) -> str:
+        """The store's id from marker.json (format 4), or "" (an older store, or none yet)."""
+        try:
+            return self.read_marker().id if self.has_marker() else ""
+        except FormatError:
+            return ""
 
     def unit_dir(self, layer: str, unit_id: str) -> str:
         return os.path.join(self.layer_dir(layer), check_name(unit_id))

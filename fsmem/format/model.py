@@ -21,10 +21,10 @@ __all__ = [
     "FORMAT_VERSION", "HASH_ALGORITHM", "Modality", "Role", "BlockRef", "ToolResult",
     "EventRecord", "VectorsRef", "Manifest", "Marker", "ToolOutput", "Event", "TextEvent",
     "MediaAttachment", "encode", "encode_pretty", "decode_manifest", "decode_marker",
-    "check_name", "NAME_RE",
+    "check_name", "NAME_RE", "AGENT_RE", "DEFAULT_AGENT", "check_agent", "Scope", "SCOPES",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 HASH_ALGORITHM = "blake3"
 
 Modality = Literal["text", "image", "audio", "video", "file"]
@@ -32,6 +32,25 @@ Role = Literal["input", "response", "tool_output", "attachment"]
 
 # Unit and event ids: safe as one path component on every filesystem, no dots at all.
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$")
+
+
+# Agent names (format 4): lower case, so two agents never share a directory on a
+# case-insensitive filesystem; "default" (or "") is the agent of every unit written before.
+AGENT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+DEFAULT_AGENT = "default"
+Scope = Literal["own", "shared", "all"]
+SCOPES: tuple[str, ...] = ("own", "shared", "all")
+
+
+def check_agent(name: object, what: str = "agent") -> str:
+    """The stored form of an agent name: "" for the default agent (None, "", "default"),
+    else the name itself; InvalidName naming ``what`` for anything else."""
+    if name is None or name == "" or name == DEFAULT_AGENT:
+        return ""
+    if not isinstance(name, str) or not AGENT_RE.match(name):
+        raise InvalidName(f"invalid {what}: {name!r} (allowed: lower-case letters, digits, "
+                          "'_' and '-', at most 64, starting with a letter or digit)")
+    return name
 
 
 def check_name(name: object, what: str = "unit id") -> str:
@@ -113,6 +132,10 @@ class Manifest(msgspec.Struct, kw_only=True, omit_defaults=True):
     last_access: Timestamp | None = None
     embedder: str = ""
     vectors: VectorsRef | None = None
+    # Format 4: the agent whose events these are ("" = the default agent) and whether only
+    # that agent sees the unit (docs/FORMAT.md, "Agents"). A unit never mixes agents.
+    agent: str = ""
+    private: bool = False
 
 
 class Marker(msgspec.Struct, kw_only=True):
@@ -122,6 +145,7 @@ class Marker(msgspec.Struct, kw_only=True):
     hash: str
     created_at: Timestamp
     tool: str = "fsmem"
+    id: str = ""          # format 4: the store's id (random hex), written once by a writer
 
 
 # -- caller-facing shapes ---------------------------------------------------------------
@@ -158,6 +182,7 @@ class Event(msgspec.Struct, kw_only=True):
     id: str = ""
     unit_id: str = ""
     texts: dict[str, str] = {}    # text attachment blocks (HomeAgent v3 text blocks) by digest
+    agent: str = ""               # format 4: the agent of its unit ("" = the default agent)
 
 
 class TextEvent(msgspec.Struct, kw_only=True):

@@ -103,12 +103,14 @@ class Store(Layout):
                 os.makedirs(path, exist_ok=True)
         if self.has_marker():
             marker = self.read_marker()
-            if marker.format < FORMAT_VERSION:   # this writer writes newer manifests
+            if marker.format < FORMAT_VERSION or not marker.id:   # newer manifests; an id
                 log.info("%s: format %d -> %d", self.marker_path, marker.format, FORMAT_VERSION)
                 marker.format = FORMAT_VERSION
+                marker.id = marker.id or os.urandom(16).hex()
                 self.write_file_atomic(self.marker_path, encode_pretty(marker), sync=True)
             return
-        marker = Marker(format=FORMAT_VERSION, hash=HASH_ALGORITHM, created_at=Timestamp.now())
+        marker = Marker(format=FORMAT_VERSION, hash=HASH_ALGORITHM, created_at=Timestamp.now(),
+                        id=os.urandom(16).hex())
         self.write_file_atomic(self.marker_path, encode_pretty(marker), sync=True)
 
     def _probe_renameat2(self) -> bool:
