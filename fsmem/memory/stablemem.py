@@ -276,7 +276,7 @@ def recall_from_graph(mem: "Writer", names: Sequence[str] | str, depth: int = 2,
             try:
                 _move_to_context(mem, layer, unit_id)
             except (FsmemError, OSError) as exc:   # once one unit moved, the recall succeeds
-                if os.path.isdir(mem.store.unit_dir("context", unit_id)):
+                if os.path.isdir(mem.store.unit_dir(mem.l1, unit_id)):
                     moved.append(unit_id)          # renamed; a parent fsync failed after it
                 if not moved:
                     raise
@@ -295,7 +295,7 @@ def _move_to_context(mem: "Writer", layer: str, unit_id: str) -> None:
     fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
     if mem.store.sync:
         fsops.fsync_dir(src)
-    mem.store.move(unit_id, layer, "context")
+    mem.store.move(unit_id, layer, mem.l1)
 
 
 def _locate(mem: "Writer", unit_id: str, event_id: str) -> tuple[str, str]:
@@ -307,7 +307,7 @@ def _locate(mem: "Writer", unit_id: str, event_id: str) -> tuple[str, str]:
     except (NotFound, FsmemError):
         pass
     if event_id:
-        for layer in ("stablemem", "documents", "context"):
+        for layer in ("stablemem", "documents", mem.l1):
             for uid in mem.store.iter_units(layer):
                 try:
                     m = read_manifest(mem.store.unit_dir(layer, uid))
