@@ -430,12 +430,15 @@ def publish_staged(store: Store, items: Iterable[tuple[str, str, str, int | None
     """Publish staged unit directories ([(staging path, layer, unit id, arrival ns)]) through
     one journal entry: after its durable commit every unit appears, even across a crash."""
     entry = JournalEntry(id=new_unit_id("j"), op=op, created_at=Timestamp.now())
+    items = list(items)
     for path, layer, uid, arrival in items:
         entry.publish.append((os.path.basename(path), layer, uid))
         if arrival is not None:
             entry.mtimes[uid] = arrival
     if not entry.publish:
         return
+    for layer in {layer for _path, layer, _uid, _arrival in items}:
+        store.ensure_layer(layer)   # an agent's L1 this store has not had yet
     with store.locked():
         if store.sync and store.sync_strategy == "syncfs":
             fsops.syncfs(store.staging)

@@ -128,6 +128,7 @@ class DistillReport(msgspec.Struct, kw_only=True):
     cold: int = 0
     distilled: list[str] = []     # moved documents/ -> stablemem/
     no_facts: list[str] = []      # cold, but no triple: left in documents/
+    kept_private: list[str] = []  # cold, but private to its agent: left in documents/
     triples: int = 0
     blocks_added: int = 0
     edges_added: int = 0
@@ -203,6 +204,9 @@ def _distill_unit(mem: "Writer", graph: Graph | None, unit_id: str, distiller: D
         log.warning("distill: skipping unreadable unit %s: %s", unit_id, exc)
         return
     if doc.layer != "documents":
+        return
+    if doc.private:   # L3 is shared: a private unit's facts would reach every agent
+        report.kept_private.append(unit_id)
         return
     try:
         unit = unit_facts(mem, doc, distiller, texts)

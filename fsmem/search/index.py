@@ -656,8 +656,10 @@ class Index(IndexFiles):
         the store is scoped."""
         who = who or Who()
         pending = [self.pending[u] for u in pend.unit_ids]
-        superseded = set(self.supersedes.values()) | {e.supersedes for e in pending
-                                                       if e.supersedes}
+        row_of, alive = self.row_of, self.alive
+        superseded = {old for new, old in self.supersedes.items()
+                      if (row := row_of.get(new)) is not None and alive[row]} \
+            | {e.supersedes for e in pending if e.supersedes}
         scoped = len(self.agents) > 1 or bool(np.any(np.asarray(self.u_owner) & 1)) \
             or any(e.agent or e.private for e in pending)
         if not scoped and not superseded and who.agent_filter in (None, "") \
@@ -671,7 +673,6 @@ class Index(IndexFiles):
         tail = np.array([who.allows(e.agent, e.private) for e in pending], bool)
         mask = np.concatenate([base, tail])
         if superseded:
-            row_of = self.row_of
             for old in superseded:
                 row = row_of.get(old)
                 if row is not None:

@@ -72,6 +72,8 @@ def parse_value(key: str, value: Any, where: str = "") -> Any:
         try:
             return check_agent(out, "agent")
         except InvalidName as exc:
+            if not at:
+                raise   # an argument: the caller's own mistake
             raise FormatError(f"{at}{exc}") from exc
     return out
 
