@@ -50,15 +50,16 @@ class MemoryService:
     """The store behind the server: opened on first use (a missing store is an error on each
     call, not a crash), one call at a time (the SDK runs handlers on worker threads)."""
 
-    def __init__(self, root: str, *, create: bool = False) -> None:
+    def __init__(self, root: str, *, create: bool = False, agent: str | None = None) -> None:
         self.root = os.path.abspath(root)
         self.create = create
+        self.agent = agent   # the agent the server's tools act as (None: config, else default)
         self._mem: Any = None
         self._lock = threading.Lock()
 
     def memory(self) -> Any:
         if self._mem is None:
-            self._mem = Memory.open(self.root, create=self.create)
+            self._mem = Memory.open(self.root, create=self.create, agent=self.agent)
         return self._mem
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
@@ -68,7 +69,7 @@ class MemoryService:
 
     def block(self, unit_id: str, digest: str) -> tuple[bytes, str]:
         with self._lock:
-            doc = self.memory().document(unit_id)
+            doc = self._visible(self.memory().document(unit_id))
             for ref in doc.blocks:
                 if ref.digest == digest:
                     return blockfiles.read_block(block_path(doc.path, ref), ref.digest), ref.mime
@@ -76,7 +77,13 @@ class MemoryService:
 
     def unit(self, unit_id: str) -> dict[str, Any]:
         with self._lock:
-            return unit_json(self.memory().document(unit_id))
+            return unit_json(self._visible(self.memory().document(unit_id)))
+
+    def _visible(self, doc: Any) -> Any:
+        """Another agent's private unit is not served (its resources included)."""
+        if getattr(doc, "private", False) and doc.agent != self.memory().agent:
+            raise NotFound(f"unit {doc.id!r} not found under {self.root}")
+        return doc
 
     def units(self) -> list[tuple[str, str, str]]:
         with self._lock:
@@ -225,7 +232,7 @@ def serve_http(service: MemoryService, port: int) -> None:
 
 def _cmd_mcp(args: Any) -> int:
     _sdk()   # the install hint before anything else
-    service = MemoryService(args.root, create=args.init)
+    service = MemoryService(args.root, create=args.init, agent=getattr(args, "agent", None))
     if args.http:
         serve_http(service, args.port)
     else:

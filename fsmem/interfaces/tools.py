@@ -137,15 +137,27 @@ def _writer(target: "Memory | str | os.PathLike[str]") -> Iterator[Memory]:
         yield mem
 
 
+def _owner(a: dict[str, Any]) -> str | None:
+    return a.get("owner") or None
+
+
+def _visible(mem: Reader, doc: Any) -> Any:
+    """A unit as this memory's agent may see it: another agent's private unit is not found."""
+    if getattr(doc, "private", False) and doc.agent != mem.agent:
+        raise NotFound(f"unit {doc.id!r} not found under {mem.root}")
+    return doc
+
+
 def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     hits = []
-    for h in mem.query(a["query"], top_k=a["top_k"]):
+    for h in mem.query(a["query"], top_k=a["top_k"], scope=a.get("scope", "all"),
+                       agent=_owner(a)):
         try:
             text = mem.document(h.unit_id).content
         except (NotFound, FsmemError, OSError):
             text = ""  # a legacy HomeAgent document: its summary is the label
         hits.append({"unit_id": h.unit_id, "score": round(float(h.score), 6),
-                     "summary": h.summary, "layer": h.layer,
+                     "summary": h.summary, "layer": h.layer, "agent": h.agent or "default",
                      "created_at": h.created_at.isoformat() if h.created_at else None,
                      "events": h.events, "text": text[:TEXT_PREVIEW_CHARS],
                      "truncated": len(text) > TEXT_PREVIEW_CHARS})
@@ -155,14 +167,15 @@ def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 def _q_commit(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     summary = a["summary"] or a["content"][:100]
     uid = mem.commit(a["content"], summary=summary, tags=a["tags"], source=a["source"],
-                     media_digests=a["media_digests"])
+                     media_digests=a["media_digests"], private=a.get("private", False))
     doc = mem.document(uid)
     return {"unit_id": uid, "layer": doc.layer, "summary": doc.summary,
             "created_at": doc.created_at.isoformat(), "media": _media_of(doc)}
 
 
 def _q_recall(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    return {"query": a["query"], "recalled": mem.recall(a["query"], top_k=a["top_k"])}
+    return {"query": a["query"], "recalled": mem.recall(
+        a["query"], top_k=a["top_k"], scope=a.get("scope", "all"), agent=_owner(a))}
 
 
 def _q_append(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
@@ -183,16 +196,21 @@ def _q_render(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _q_show(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    return unit_json(mem.document(a["unit_id"]))
+    return unit_json(_visible(mem, mem.document(a["unit_id"])))
 
 
 def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    # this agent's view: its own L1 ("context"), the shared layers without others' private units
     layers = [a["layer"]] if a["layer"] else ["context", "documents", "stablemem"]
     rows = []
     for layer in layers:
-        for unit in mem._load_layer(layer, with_vectors=False):
+        for unit in mem._load_layer(mem.l1 if layer == "context" else layer,
+                                    with_vectors=False):
             m = unit.manifest
+            if m.private and m.agent != mem.agent:
+                continue
             rows.append({"unit_id": unit.unit_id, "layer": layer, "summary": m.summary,
+                         "agent": m.agent or "default", "private": m.private,
                          "events": len(m.events), "created_at": m.created_at.isoformat(),
                          "_ns": m.created_at.ns})
     rows.sort(key=lambda r: (-r["_ns"], r["unit_id"]))
@@ -244,6 +262,12 @@ def _i(description: str, default: int, lo: int, hi: int) -> dict[str, Any]:
             "minimum": lo, "maximum": hi}
 
 
+# Several agents may share one memory (each its own context): which documents a search sees.
+_SCOPE = {"scope": _s("own: documents this agent wrote; shared: documents every agent sees; "
+                      "all: both", enum=["own", "shared", "all"], default="all"),
+          "owner": _s("only documents written by this agent (its name; 'default' for the "
+                      "memory's default agent)", default="")}
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("coldcontext_query", "Search document memory",
              "Search the long-term document memory (L2) for what is relevant to a query and "
@@ -251,7 +275,7 @@ TOOLS: tuple[ToolSpec, ...] = (
              "nothing moves. Use it before answering questions about past conversations, facts "
              "the user told you, or documents committed earlier.",
              {"query": _s("what to look for, in the user's words", minLength=1),
-              "top_k": _i("how many matches to return", 3, 1, 50)},
+              "top_k": _i("how many matches to return", 3, 1, 50), **_SCOPE},
              ("query",), read_only=True, idempotent=True, run=_q_query),
     ToolSpec("coldcontext_commit", "Commit a document",
              "Write one document into long-term memory (L2): important information worth "
@@ -262,14 +286,17 @@ TOOLS: tuple[ToolSpec, ...] = (
               "tags": {"type": "array", "items": {"type": "string"}, "default": [],
                        "description": "keywords"},
               "media_digests": _DIGESTS,
-              "source": _s("who is writing", default="manual")},
+              "source": _s("who is writing", default="manual"),
+              "private": {"type": "boolean", "default": False,
+                          "description": "only this agent will see it (other agents sharing "
+                          "the memory will not)"}},
              ("content",), run=_q_commit),
     ToolSpec("memory_recall", "Recall documents into context",
              "Move the documents best matching a query from long-term memory back into the "
              "working context (L1), whole, so they become part of the timeline. Returns the "
              "unit ids moved.",
              {"query": _s("what to bring back", minLength=1),
-              "top_k": _i("at most this many documents", 3, 1, 20)},
+              "top_k": _i("at most this many documents", 3, 1, 20), **_SCOPE},
              ("query",), run=_q_recall),
     ToolSpec("memory_append", "Append an event",
              "Add one event (a user input and/or an agent response, with tool results) to the "

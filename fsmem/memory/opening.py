@@ -39,8 +39,6 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
     if vectors not in ("auto", "inline", "deferred"):
         raise ValueError(f"vectors must be auto, inline or deferred, got {vectors!r}")
     if readonly:
-        if agent is None:
-            agent = effective(root, {})["agent"]
         return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker, agent=agent)
     cfg = effective(root, {"agent": agent, "context_capacity": context_capacity,
                            "context_protected": context_protected,

@@ -79,6 +79,12 @@ class Reader:
         whose view of L2/L3 (default: the default agent)."""
         layout = Layout(root)
         layout.require_readable()
+        if agent is None:   # $FSMEM_AGENT, else the store's config (read only if it exists)
+            agent = os.environ.get("FSMEM_AGENT") or None
+            if agent is None and os.path.isfile(os.path.join(layout.meta, "config.toml")):
+                # lazy: start-up, loaded only when used (+tomllib)
+                from fsmem.store.config import effective
+                agent = effective(layout.root, {})["agent"]
         if plugins is not None:
             from fsmem.format.plugins import Plugins  # lazy: start-up, loaded only when used
             plugins = Plugins.of(plugins)

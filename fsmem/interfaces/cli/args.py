@@ -10,7 +10,8 @@ from typing import Any
 
 from fsmem._version import __version__
 
-__all__ = ["UsageError", "Parser", "HelpFormatter", "add_globals", "positive_int", "nonneg_int",
+__all__ = ["UsageError", "Parser", "HelpFormatter", "add_globals", "add_scope", "positive_int",
+           "nonneg_int",
            "timestamp_arg", "tool_result_arg", "stdin_text", "version_string"]
 
 
@@ -65,10 +66,23 @@ def add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     false: Any = argparse.SUPPRESS if suppress else False
     parser.add_argument("--root", default=none,
                         help="store directory (default $FSMEM_ROOT, else ./memory)")
+    parser.add_argument("--agent", default=none, metavar="NAME",
+                        help="the agent this command acts as: its own L1, its view of the "
+                        "shared layers (default $FSMEM_AGENT, else the config's agent, else "
+                        "the default agent)")
     parser.add_argument("--json", action="store_true", default=false,
                         help="print one JSON document on stdout (no progress)")
     parser.add_argument("-v", "--verbose", action="store_true", default=false,
                         help="log what happens")
+
+
+def add_scope(parser: argparse.ArgumentParser) -> None:
+    """``--scope`` and ``--owner``: which units a search of the shared layers may return."""
+    parser.add_argument("--scope", choices=["own", "shared", "all"], default="all",
+                        help="own: this agent's units; shared: units not private (any "
+                        "agent's); all: both (default)")
+    parser.add_argument("--owner", default=None, metavar="AGENT",
+                        help="only units of this agent ('default' for the default agent)")
 
 
 def _int_arg(text: str, minimum: int, rule: str) -> int:

@@ -18,6 +18,7 @@ from fsmem.interfaces.cli.args import (
     Parser,
     UsageError,
     add_globals,
+    add_scope,
     nonneg_int,
     positive_int,
     stdin_text,
@@ -56,14 +57,14 @@ def _open(args: argparse.Namespace, **kw: Any) -> "Memory":
     cfg = _settings(args)
     for key in ("context_capacity", "context_protected", "durability", "lock_timeout"):
         kw.setdefault(key, cfg[key])
-    return Memory.open(args.root, create=create, **kw)
+    return Memory.open(args.root, create=create, agent=args.agent, **kw)
 
 
 def _read(args: argparse.Namespace) -> "Reader":
     """A reader: no lock, nothing created or written (NotAStore if there is no store)."""
     # lazy: start-up, loaded only when used (+msgspec, blake3, threading)
     from fsmem.memory.reader import Reader
-    return Reader.open(args.root)
+    return Reader.open(args.root, agent=args.agent)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -111,14 +112,27 @@ def cmd_commit(args: argparse.Namespace) -> int:
         raise UsageError("argument TEXT: empty text; nothing stored")
     mem = _open(args)
     uid = mem.commit(text, summary=args.summary, tags=args.tag or (), source=args.source,
-                     attachments=[_attachment(p) for p in args.attach or ()])
+                     attachments=[_attachment(p) for p in args.attach or ()],
+                     private=args.private)
     _emit(args, {"unit_id": uid}, uid)
+    return 0
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    text = args.text if args.text is not None else stdin_text("update", "TEXT")
+    if not text.strip():
+        raise UsageError("argument TEXT: empty text; nothing stored")
+    mem = _open(args)
+    uid = mem.update(args.unit, text, summary=args.summary, tags=args.tag, private=args.private)
+    _emit(args, {"unit_id": uid, "supersedes": args.unit}, f"{uid} (updates {args.unit})")
     return 0
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     mem = _read(args)
-    layers = [args.layer] if args.layer else ["context", "documents", "stablemem"]
+    if args.layer:
+        mem.layout.layer_dir(args.layer)   # ValueError naming an unknown layer
+    layers = [args.layer] if args.layer else list(mem.layout.layers())
     rows = []
     newest = _newest(mem, layers, args.limit) if args.limit else None
     for layer in layers:
@@ -128,13 +142,24 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for unit in units:
             m = unit.manifest
             rows.append({"layer": layer, "unit_id": unit.unit_id, "events": len(m.events),
-                         "created_at": m.created_at, "summary": m.summary or _first_text(mem, unit)})
+                         "created_at": m.created_at, "summary": m.summary or _first_text(mem, unit),
+                         "agent": m.agent or "default", "private": m.private})
         if layer == "documents" and newest is None:
             rows += _legacy_rows(mem.root)
-    _emit(args, rows, "\n".join(f"{r['layer']:<10} {r['unit_id']}  {r['events']:>3} ev  "
-                                f"{r['created_at'].strftime('%Y-%m-%d %H:%M:%S')}  {r['summary'][:60]}"
-                                for r in rows))
+    width = max([10] + [len(r["layer"]) for r in rows])
+    _emit(args, rows, "\n".join(f"{r['layer']:<{width}} {r['unit_id']}  {r['events']:>3} ev  "
+                                f"{r['created_at'].strftime('%Y-%m-%d %H:%M:%S')}  "
+                                f"{_owner_label(r)}{r['summary'][:60]}" for r in rows))
     return 0
+
+
+def _owner_label(row: dict) -> str:
+    """``[kitchen] `` / ``[kitchen, private] `` before a unit's summary (nothing for the
+    default agent's shared units, the whole of a single-agent store)."""
+    agent, private = row.get("agent", "default"), row.get("private", False)
+    if agent == "default" and not private:
+        return ""
+    return f"[{agent}{', private' if private else ''}] "
 
 
 def _newest(mem: "Reader", layers: list[str], limit: int) -> list[tuple[str, str, str]]:
@@ -276,7 +301,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     reader = _read(args)
     with progress("index", enabled=not args.json) as tick:   # a catch-up after a bulk load
         reader.progress = tick
-        hits = reader.query(args.text, top_k=args.top_k)
+        hits = reader.query(args.text, top_k=args.top_k, scope=args.scope, agent=args.owner)
     _emit(args, hits, "\n".join(f"{h.score:.3f}  {h.unit_id}  {h.summary[:70]}" for h in hits)
           or "no match")
     return 0
@@ -284,7 +309,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def cmd_recall(args: argparse.Namespace) -> int:
     mem = _open(args)
-    moved = mem.recall(args.text, top_k=args.top_k)
+    moved = mem.recall(args.text, top_k=args.top_k, scope=args.scope, agent=args.owner)
     _emit(args, {"recalled": moved}, "\n".join(moved) or "nothing recalled")
     return 0
 
@@ -450,8 +475,19 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp.add_argument("--source", default="manual")
     sp.add_argument("--attach", action="append", metavar="FILE", help="repeatable")
     sp.add_argument("--durability", choices=["full", "off"], default=None)
+    sp.add_argument("--private", action="store_true",
+                    help="only this agent (--agent) sees it; never distilled into the graph")
+    sp = verb("update", cmd_update, "a new version of an L2 document; the old one stays as "
+              "history, hidden from search (text from an argument or stdin)")
+    sp.add_argument("unit", metavar="UNIT")
+    sp.add_argument("text", nargs="?", metavar="TEXT")
+    sp.add_argument("--summary", default=None, help="default: the old version's")
+    sp.add_argument("--tag", action="append", help="default: the old version's tags")
+    sp.add_argument("--private", action="store_true", default=None,
+                    help="make the new version private (default: as the old one)")
     sp = verb("ls", cmd_ls, "list units")
-    sp.add_argument("--layer", choices=["context", "documents", "stablemem"])
+    sp.add_argument("--layer", metavar="LAYER",
+                    help="context, context@AGENT, documents or stablemem (default: all)")
     sp.add_argument("--limit", type=positive_int, metavar="N",
                     help="only the N newest units (by id: creation time); HomeAgent "
                     "documents are left out")
@@ -481,9 +517,11 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp = verb("query", cmd_query, "read-only search of L2 documents")
     sp.add_argument("text", metavar="TEXT")
     sp.add_argument("--top-k", type=positive_int, default=3)
+    add_scope(sp)
     sp = verb("recall", cmd_recall, "move the best L2 matches into L1", [capacity])
     sp.add_argument("text", metavar="TEXT")
     sp.add_argument("--top-k", type=positive_int, default=3)
+    add_scope(sp)
     sp = verb("prune", cmd_prune, "move the least relevant L1 events into one L2 unit",
               [capacity])
     sp.add_argument("--query", default="")
@@ -522,7 +560,7 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
 
 _CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
                          "append", "query", "recall", "prune", "timeline", "render", "stats",
-                         "reindex", "changes", "snapshot", "adopt", "demo"})
+                         "reindex", "changes", "snapshot", "adopt", "demo", "update"})
 
 
 _PLAIN_GLOBALS = frozenset({"--json", "-v", "--verbose"})

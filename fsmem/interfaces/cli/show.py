@@ -36,6 +36,10 @@ def transcript(doc: Any) -> str:
         head.append(f"summary {doc.summary}")
     if doc.tags:
         head.append("tags " + ", ".join(doc.tags))
+    if getattr(doc, "agent", "") or getattr(doc, "private", False):
+        head.append(f"agent {doc.agent or 'default'}" + (" (private)" if doc.private else ""))
+    if doc.meta.get("supersedes"):
+        head.append(f"updates {doc.meta['supersedes']} (kept as history)")
     out = ["\n".join(head)]
     for ev in sorted(doc.events, key=lambda e: (e.timestamp.ns, e.id)):
         who = ev.role or ev.source or "event"
