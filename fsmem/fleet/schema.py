@@ -87,6 +87,8 @@ def _ddl(partitions: int) -> list[str]:
             id_source text NOT NULL,
             feed text NOT NULL DEFAULT '',
             pos bigint NOT NULL DEFAULT 0,
+            hint_segment text NOT NULL DEFAULT '',
+            hint_offset bigint NOT NULL DEFAULT 0,
             units integer NOT NULL DEFAULT 0,
             synced_at timestamptz,
             listed_at timestamptz,

@@ -200,15 +200,15 @@ def _take(reader: Reader, w: _Writer, out: StoreSync, known: dict[str, tuple[int
 
 
 def _register(conn: "psycopg.Connection", out: StoreSync, id_source: str
-              ) -> tuple[str, int] | None:
+              ) -> tuple[str, int, tuple[str, int]] | None:
     """Claim this store's row (locked for the transaction); the (feed, position) kept, or
     None when there is none yet. FsmemError when the id is held by a store at another path
     that still has it (a copy, e.g. ``cp -a``: give one of them a new marker id)."""
     conn.execute(f"INSERT INTO {STORES} (store_id, path, id_source) VALUES (%s, %s, %s) "
                  "ON CONFLICT (store_id) DO NOTHING", (out.store_id, out.path, id_source))
-    path, feed, pos, listed = conn.execute(
-        f"SELECT path, feed, pos, listed_at FROM {STORES} WHERE store_id = %s FOR UPDATE",
-        (out.store_id,)).fetchone()
+    path, feed, pos, seg, off, listed = conn.execute(
+        f"SELECT path, feed, pos, hint_segment, hint_offset, listed_at FROM {STORES} "
+        "WHERE store_id = %s FOR UPDATE", (out.store_id,)).fetchone()
     if path != out.path:
         if os.path.isdir(path) and store_identity(Layout(path))[0] == out.store_id:
             raise FsmemError(f"{out.path}: store id {out.store_id} is also the id of the store "
@@ -221,7 +221,7 @@ def _register(conn: "psycopg.Connection", out: StoreSync, id_source: str
     if stale:
         conn.execute(f"DELETE FROM {UNITS} WHERE store_id = ANY(%s)", (stale,))
         conn.execute(f"DELETE FROM {STORES} WHERE store_id = ANY(%s)", (stale,))
-    return (feed, pos) if listed is not None else None
+    return (feed, pos, (seg, off)) if listed is not None else None
 
 
 def sync_store(conn: "psycopg.Connection", path: str, *, vector: bool = False,
@@ -259,14 +259,15 @@ def _note_error(conn: "psycopg.Connection", out: StoreSync) -> None:
 
 
 def _follow(conn: "psycopg.Connection", reader: Reader, out: StoreSync,
-            kept: tuple[str, int] | None, vector: bool, embedder: "Embedder | None") -> None:
+            kept: tuple[str, int, tuple[str, int]] | None, vector: bool,
+            embedder: "Embedder | None") -> None:
     meta = reader.layout.meta
     layers = reader.layout.layers()
     w = _Writer(conn, out.store_id, vector, embedder)
     reason = "no position yet" if kept is None else ""
     if kept is not None:
         try:
-            fr = read_changes(meta, kept[1], feed=kept[0])
+            fr = read_changes(meta, kept[1], hint=kept[2], feed=kept[0])
         except ChangesTruncated as exc:
             reason = f"feed truncated ({exc})"
     if reason:
@@ -284,11 +285,16 @@ def _follow(conn: "psycopg.Connection", reader: Reader, out: StoreSync,
         w.flush()
         out.deleted = w.delete(u for u in gone if u in known)
     out.feed, out.pos = fr.feed, _safe_pos(fr.records, fr.last if reason else kept[1])
+    # where the next read starts in the segment: only when nothing before it is read again
+    hint = fr.hint if out.pos == fr.last else ("", 0)
     now = datetime.now(timezone.utc)
-    conn.execute(f"UPDATE {STORES} SET feed = %s, pos = %s, synced_at = %s, error = '', "
-                 f"units = (SELECT count(*) FROM {UNITS} WHERE store_id = %s)"
+    count = f", units = (SELECT count(*) FROM {UNITS} WHERE store_id = %s)" \
+        if reason or out.upserted or out.deleted else ""
+    conn.execute(f"UPDATE {STORES} SET feed = %s, pos = %s, hint_segment = %s, "
+                 f"hint_offset = %s, synced_at = %s, error = ''{count}"
                  + (", listed_at = %s" if reason else "") + " WHERE store_id = %s",
-                 (out.feed, out.pos, now, out.store_id, *((now,) if reason else ()),
+                 (out.feed, out.pos, hint[0], hint[1], now,
+                  *((out.store_id,) if count else ()), *((now,) if reason else ()),
                   out.store_id))
 
 
