@@ -22,7 +22,7 @@ _ARCHIVE_LOOP = '''        for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
         records.append(rec)'''
 
-_RECALL_MOVE = '''        mem.store.move(unit_id, "documents", "context")'''
+_RECALL_MOVE = '''        mem.store.move(unit_id, "documents", mem.l1)'''
 
 
 def _after_recall(body: str) -> str:
@@ -30,7 +30,7 @@ def _after_recall(body: str) -> str:
     pad = " " * 8
     lines = ["import msgspec as _ms", "from fsmem.format.unit import read_manifest as _rm",
              "from fsmem.format.model import encode_pretty as _ep",
-             "_p = mem.store.unit_dir('context', unit_id)", "_m = _rm(_p)",
+             "_p = mem.store.unit_dir(mem.l1, unit_id)", "_m = _rm(_p)",
              *body.strip().splitlines(),
              "open(_p + '/manifest.json', 'wb').write(_ep(_m))"]
     return _RECALL_MOVE + "\n" + "\n".join(pad + line for line in lines)
@@ -97,6 +97,7 @@ POWERLOSS = ["tests/test_powerloss.py"]
 FLOW_CRASH = ["tests/test_flow_crash.py"]
 HARDENING = ["tests/test_hardening.py"]
 CHANGES = ["tests/test_changes.py"]
+AGENTS = ["tests/test_agents.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
@@ -297,6 +298,33 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "self.written.get(pairs[i][0].unit_id))",
         "None)",
         ["tests/test_speed_l1cache.py"]),
+    # issue 34: agent namespaces
+    "agents: every agent writes, ranks and prunes one shared L1": (
+        "fsmem/memory/reader.py", "        self.l1 = l1_layer(self.agent)",
+        '        self.l1 = "context"', AGENTS),
+    "agents: another agent's private unit is a hit": ("fsmem/search/index.py",
+        "        if private and agent != self.viewer:\n            return False",
+        "        if False:\n            return False", AGENTS),
+    "agents: an archive unit mixes the agents of its events": ("fsmem/memory/prune.py",
+        "        parts.setdefault((pair[0].manifest.agent, pair[0].manifest.private), [])"
+        ".append(pair)", "        parts.setdefault(('', False), []).append(pair)", AGENTS),
+    "agents: an archive unit is the pruning agent's, not its events'": (
+        "fsmem/memory/prune.py", "                            agent=pairs[0][0].manifest.agent,",
+        "                            agent=mem.agent,", AGENTS),
+    "agents: a recall moves into the default agent's L1": ("fsmem/memory/recall.py",
+        '        mem.store.move(unit_id, "documents", mem.l1)',
+        '        mem.store.move(unit_id, "documents", "context")', AGENTS),
+    "agents: any agent's write ticks every pin": ("fsmem/store/pins.py",
+        '    name = PINS_FILE if layer == "context" else f"pins@{layer_agent(layer)}.json"',
+        "    name = PINS_FILE", AGENTS),
+    "agents: an updated unit stays a hit": ("fsmem/search/index.py",
+        "        if superseded:\n            for old in superseded:",
+        "        if False:\n            for old in superseded:", AGENTS),
+    "agents: a private unit distilled into the shared graph": ("fsmem/memory/stablemem.py",
+        "    if doc.private:   # L3 is shared", "    if False:   # L3 is shared", AGENTS),
+    "agents: the owners of units not saved with the index": ("fsmem/search/index_files.py",
+        '        self.u_owner = arrays["u_owner"]',
+        '        self.u_owner = np.zeros(len(arrays["u_owner"]), np.int32)', AGENTS),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),

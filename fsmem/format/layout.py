@@ -35,7 +35,7 @@ from fsmem.format.model import (
 from fsmem.format.timestamps import Timestamp
 
 __all__ = ["Layout", "View", "JournalEntry", "LAYERS", "Layer", "META", "Vanished",
-           "l1_layer", "layer_agent", "is_l1",
+           "l1_layer", "layer_agent", "is_l1", "valid_layer",
            "NotAStore", "read_small", "open_regular", "read_fd", "writer_alive", "staging_owner", "owner_dead"]
 
 log = logging.getLogger("fsmem.layout")
@@ -226,8 +226,8 @@ class View:
     def locate(self, unit_id: str) -> tuple[str, str] | None:
         """The layer and path holding ``unit_id``; after a crash left a stray copy in a
         second layer, the copy with a manifest wins."""
-        found = [(layer, path) for layer in LAYERS
-                 if (path := self.units.get(layer, {}).get(unit_id)) is not None]
+        found = [(layer, path) for layer, units in self.units.items()
+                 if (path := units.get(unit_id)) is not None]
         for layer, path in found:
             if os.path.isfile(os.path.join(path, "manifest.json")):
                 return layer, path
@@ -404,7 +404,7 @@ class Layout:
             if os.path.lexists(os.path.join(self.staging, staged)):
                 continue
             if not any(os.path.lexists(os.path.join(self.root, layer, unit_id))
-                       for layer in LAYERS):
+                       for layer in self.layers()):
                 lost.append(staged)
         return lost
 
@@ -414,10 +414,13 @@ class Layout:
         return owner_dead(staging_owner(name), os.path.join(self.staging, name))
 
     # -- consistent views -------------------------------------------------------------------
-    def view(self, layers: tuple[str, ...] = LAYERS, *, only: str | None = None) -> View:
-        """List ``layers`` with every pending journal entry applied (its after state);
-        ``only``: look up that one unit id instead of listing whole layers."""
+    def view(self, layers: tuple[str, ...] | None = None, *, only: str | None = None) -> View:
+        """List ``layers`` (default: every layer, ``layers()``) with every pending journal
+        entry applied (its after state); ``only``: look up that one unit id instead of
+        listing whole layers."""
         epoch = self.epoch()
+        if layers is None:
+            layers = self.layers()
         pending, _ = self.pending_journals()
         if only is None:
             units = {layer: self.list_layer(layer) for layer in layers}
@@ -442,7 +445,8 @@ class Layout:
                         break
         return View(units=units, pending=pending, epoch=epoch)
 
-    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] = LAYERS) -> T:
+    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None
+                   ) -> T:
         """Run ``read(view)`` until it completes without a journaled change beginning or
         ending meanwhile and without a listed unit vanishing under it (``Vanished``)."""
         for attempt in range(_MAX_ATTEMPTS):

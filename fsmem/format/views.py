@@ -19,7 +19,7 @@ def _text(unit_dir: str, ref: BlockRef) -> str:
     return read_block(block_path(unit_dir, ref), ref.digest).decode("utf-8")
 
 
-def hydrate_event(unit_dir: str, unit_id: str, rec: EventRecord) -> Event:
+def hydrate_event(unit_dir: str, unit_id: str, rec: EventRecord, agent: str = "") -> Event:
     """An event with its text read from its text blocks (each verified by BLAKE3)."""
     by_digest = {ref.digest: ref for ref in rec.blocks}
     inp = next((r for r in rec.blocks if r.role == "input" and r.modality == "text"), None)
@@ -32,7 +32,7 @@ def hydrate_event(unit_dir: str, unit_id: str, rec: EventRecord) -> Event:
                  input=_text(unit_dir, inp) if inp else "",
                  response=_text(unit_dir, resp) if resp else "",
                  tools_used=list(rec.tools_used), tool_results=results,
-                 blocks=list(rec.blocks), unit_id=unit_id, texts=texts)
+                 blocks=list(rec.blocks), unit_id=unit_id, texts=texts, agent=agent)
 
 
 def event_text(event: Event) -> str:
@@ -77,6 +77,8 @@ class Document(msgspec.Struct, kw_only=True):
     last_access: Timestamp | None
     embedder: str
     events: list[Event]
+    agent: str = ""        # format 4: whose unit ("" = the default agent)
+    private: bool = False  # format 4: seen by its agent only
 
     @classmethod
     def of(cls, m: Manifest, *, layer: str, path: str, events: list[Event]) -> "Document":
@@ -84,7 +86,7 @@ class Document(msgspec.Struct, kw_only=True):
                    entities=list(m.entities), source=m.source, meta=dict(m.meta),
                    created_at=m.created_at, updated_at=m.updated_at,
                    access_count=m.access_count, last_access=m.last_access,
-                   embedder=m.embedder, events=events)
+                   embedder=m.embedder, events=events, agent=m.agent, private=m.private)
 
     @property
     def content(self) -> str:
@@ -105,3 +107,4 @@ class Hit(msgspec.Struct, kw_only=True):
     created_at: Timestamp | None = None
     events: int = 0
     events_matched: list[str] = []   # ids of the unit's events that matched, best first
+    agent: str = ""                  # format 4: whose unit ("" = the default agent)

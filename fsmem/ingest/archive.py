@@ -42,7 +42,8 @@ from fsmem.format.model import (
 )
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, read_manifest, read_vectors, staging_name
-from fsmem.store.store import LAYERS, JournalEntry, Store, new_unit_id
+from fsmem.format.layout import valid_layer
+from fsmem.store.store import JournalEntry, Store, new_unit_id
 
 __all__ = ["ARCHIVE_FORMAT", "ARCHIVE_VERSION", "HEADER_NAME", "ArchiveHeader", "ArchiveUnit",
            "ExportReport", "ImportReport", "export_archive", "import_archive",
@@ -195,7 +196,7 @@ def export_archive(store: Store, out: str, *, layers: Sequence[str] | None = Non
     for layer in layers or ():
         store.layer_dir(layer)  # ValueError naming an unknown layer
     since_ts = Timestamp.coerce(since, field="since") if since not in (None, "") else None
-    units = _snapshot(store, list(layers or LAYERS), since_ts)
+    units = _snapshot(store, list(layers or store.layers()), since_ts)
     header = ArchiveHeader(format=ARCHIVE_FORMAT, version=ARCHIVE_VERSION,
                            created_at=Timestamp.now(), units=[u for u, _, _, _ in units])
     out = os.path.abspath(out)
@@ -270,7 +271,7 @@ def _read_header(tar: tarfile.TarFile, src: str) -> ArchiveHeader:
     seen: set[str] = set()
     for u in header.units:
         check_name(u.id, f"unit id in {src} {HEADER_NAME}")
-        if u.layer not in LAYERS or u.id in seen:
+        if not valid_layer(u.layer) or u.id in seen:
             raise FormatError(f"{src}: entry {HEADER_NAME}: unit {u.id}: bad layer "
                               f"{u.layer!r} or listed twice")
         seen.add(u.id)
@@ -412,7 +413,7 @@ def _check_event_ids(store: Store, staged: dict[str, str], src: str) -> None:
     for uid, path in staged.items():
         for ev in read_manifest(path, expect_id=uid).events:
             incoming[ev.id] = uid
-    for layer in LAYERS:
+    for layer in store.layers():
         for unit_id in store.iter_units(layer):
             try:
                 manifest = read_manifest(store.unit_dir(layer, unit_id))
@@ -429,12 +430,15 @@ def publish_staged(store: Store, items: Iterable[tuple[str, str, str, int | None
     """Publish staged unit directories ([(staging path, layer, unit id, arrival ns)]) through
     one journal entry: after its durable commit every unit appears, even across a crash."""
     entry = JournalEntry(id=new_unit_id("j"), op=op, created_at=Timestamp.now())
+    items = list(items)
     for path, layer, uid, arrival in items:
         entry.publish.append((os.path.basename(path), layer, uid))
         if arrival is not None:
             entry.mtimes[uid] = arrival
     if not entry.publish:
         return
+    for layer in {layer for _path, layer, _uid, _arrival in items}:
+        store.ensure_layer(layer)   # an agent's L1 this store has not had yet
     with store.locked():
         if store.sync and store.sync_strategy == "syncfs":
             fsops.syncfs(store.staging)

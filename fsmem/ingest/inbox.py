@@ -36,7 +36,6 @@ from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, load_npy, read_man
 from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name
 from fsmem.memory.facade import Memory
 from fsmem.search import analyze
-from fsmem.store.store import LAYERS
 
 __all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "TEXT_PART", "EVENTS_CAP",
            "TERM_MEMO_MAX", "ignored_name", "trim_term_memos"]
@@ -103,7 +102,7 @@ class _StoreScan:
         self.digests: dict[str, str] = {}    # inbox digest (or its 32-hex prefix) -> unit id
         self.event_ids: dict[str, str] = {}  # event id -> "layer/unit"
         self.attachments: dict[str, str] = {}  # attachment block digest -> unit id
-        for layer in LAYERS:
+        for layer in mem.store.layers():
             for unit_id in mem.store.iter_units(layer):
                 try:
                     m = read_manifest(mem.store.unit_dir(layer, unit_id))

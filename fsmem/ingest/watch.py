@@ -50,7 +50,6 @@ from fsmem.ingest.inbox_dirs import (
     ignored_name,
 )
 from fsmem.memory.facade import Memory
-from fsmem.store.store import LAYERS
 
 __all__ = ["Watcher", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "DEFAULT_RESCAN_S",
            "ignored_name"]
@@ -111,7 +110,7 @@ class Watcher:
         self._stopping = False
         self._candidates: dict[str, _Candidate] = {}
         self._retry: dict[str, tuple[float, int]] = {}
-        self._layer_dirs = {mem.store.layer_dir(layer): layer for layer in LAYERS}
+        self._layer_dirs = {mem.store.layer_dir(layer): layer for layer in mem.store.layers()}
         self._layer_pending: dict[tuple[str, str], tuple[Any, float]] = {}
         self._own: dict[str, tuple[str, float]] = {}
         self._lease_ok = True

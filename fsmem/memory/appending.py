@@ -79,7 +79,7 @@ def after_append(mem: "Writer", query: str, outcome: object,
     recall pins' tick."""
     step = prune_after(outcome, lambda: prune(query=query)) if mem.auto_prune \
         else None
-    after_write(mem.store, *([step] if step is not None else []), lambda: tick_pins(mem.store))
+    after_write(mem.store, *([step] if step is not None else []), lambda: tick_pins(mem.store, mem.l1))
 
 
 def append_many(mem: "Writer", events: "Sequence[Event | TextEvent | dict]", *,
@@ -133,7 +133,7 @@ def pruning_publish(mem: "Writer", query: str, outcome: list[object]
     it causes in one journal entry; the prune's outcome is appended to ``outcome``."""
     def publish_with(builder: "UnitBuilder", written: "Written") -> bool:
         entry = JournalEntry(id=new_unit_id("j"), op="append", created_at=Timestamp.now(),
-                             publish=[(os.path.basename(builder.path), "context",
+                             publish=[(os.path.basename(builder.path), mem.l1,
                                        builder.unit_id)])
         result, l2_ids = _stage_with(mem, query, [_arrival(mem, builder, written.manifest,
                                                            written.vectors)], entry, None)
@@ -179,7 +179,7 @@ def append_burst(mem: "Writer", drafts: Sequence["Event"], *,
                      "meta": {}})
                 staged.append((builder, manifest, texts))
                 arrivals.append(_arrival(mem, builder, manifest, builder.vectors))
-                entry.publish.append((os.path.basename(builder.path), "context",
+                entry.publish.append((os.path.basename(builder.path), mem.l1,
                                       builder.unit_id))
                 ids.append(draft.id)
             if arrivals and prune is not None and len(arrivals) <= mem.context_protected:
@@ -193,7 +193,7 @@ def append_burst(mem: "Writer", drafts: Sequence["Event"], *,
             commit_arriving(mem, ArrivingPrune(entry, l2_ids))
         if mem._filler is None:   # the next turn does not read them back
             for builder, manifest, _texts in staged:
-                seed_written(mem, mem.store.unit_dir("context", builder.unit_id),
+                seed_written(mem, mem.store.unit_dir(mem.l1, builder.unit_id),
                              Written(manifest, builder.vectors, builder.texts,
                                      builder.manifest_key))
     if mem._filler is not None:

@@ -44,7 +44,7 @@ class Memory(Writer):
              lock_timeout: float | None = None, auto_prune: bool = True, create: bool = True,
              ranker: str | None = None, readonly: bool = False,
              adopt: bool = False, context_tokens: int | None = None,
-             vectors: str = "auto") -> "Memory | Reader":
+             vectors: str = "auto", agent: str | None = None) -> "Memory | Reader":
         """Open (creating what is missing) the store at ``root`` and run crash recovery
         (fsmem.memory.opening).
 
@@ -56,13 +56,15 @@ class Memory(Writer):
         the commit returns, into the derived vector cache, fsmem.search.vector_cache) or
         "auto" (deferred for a real embedder; for the hashed default, inline under a ranker
         that reads vectors, else none stored: computed on first use,
-        fsmem.search.lazy_vectors)."""
+        fsmem.search.lazy_vectors). ``agent`` (default: the config's ``agent``, else the
+        default agent): the namespace this memory reads and writes as: its own L1
+        (``context@<agent>/``), its units marked with its name (docs/FORMAT.md, "Agents")."""
         return open_memory(cls, root, context_capacity=context_capacity,
                            context_protected=context_protected, plugins=plugins,
                            embedder=embedder, durability=durability, lock_timeout=lock_timeout,
                            auto_prune=auto_prune, create=create, ranker=ranker,
                            readonly=readonly, adopt=adopt, context_tokens=context_tokens,
-                           vectors=vectors)
+                           vectors=vectors, agent=agent)
 
     def timeline(self) -> list[Event]:
         """The L1 events sorted by original timestamp (ties: arrival, then event id), from
@@ -100,17 +102,26 @@ class Memory(Writer):
                attachments: Sequence[MediaAttachment] = (), source: str = "manual",
                timestamp: object = None, entities: Sequence[str] = (),
                meta: dict[str, str] | None = None, media_digests: Sequence[str] = (),
-               event_id: str | None = None) -> str:
-        """Write one L2 unit holding one event; idempotent by ``event_id``
-        (fsmem.memory.commit.commit); returns the unit id."""
+               event_id: str | None = None, private: bool = False) -> str:
+        """Write one L2 unit holding one event; idempotent by ``event_id``; ``private``:
+        seen by this memory's agent only (fsmem.memory.commit.commit); returns the unit id."""
         return commit.commit(self, content, summary=summary, tags=tags, attachments=attachments,
                              source=source, timestamp=timestamp, entities=entities, meta=meta,
-                             media_digests=media_digests, event_id=event_id)
+                             media_digests=media_digests, event_id=event_id, private=private)
 
-    def recall(self, text: str, top_k: int = 3) -> list[str]:
-        """Move the best L2 matches into L1, each by one rename (fsmem.memory.recall);
-        returns the moved unit ids."""
-        return recall.recall(self, text, top_k, prune=self.prune)
+    def update(self, unit_id: str, content: str, *, summary: str | None = None,
+               tags: Sequence[str] | None = None, entities: Sequence[str] | None = None,
+               private: bool | None = None) -> str:
+        """A new version of an L2 unit; the old one stays as history, hidden from search
+        (fsmem.memory.commit.update); returns the new unit's id."""
+        return commit.update(self, unit_id, content, summary=summary, tags=tags,
+                             entities=entities, private=private)
+
+    def recall(self, text: str, top_k: int = 3, *, scope: str = "all",
+               agent: str | None = None) -> list[str]:
+        """Move the best L2 matches this agent sees (``scope``, ``agent`` as in ``query``)
+        into its L1, each by one rename (fsmem.memory.recall); returns the moved unit ids."""
+        return recall.recall(self, text, top_k, prune=self.prune, scope=scope, agent=agent)
 
     # -- L3 ---------------------------------------------------------------------------------
     def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from fsmem.format.errors import FsmemError
-from fsmem.format.layout import LAYERS, Layout, Vanished, View, writer_alive
+from fsmem.format.layout import Layout, Vanished, View, writer_alive
 from fsmem.format.model import check_name
 from fsmem.format.unit import is_stray, verify_unit
 
@@ -75,7 +75,7 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
     findings: list[Finding] = []
     holders: dict[str, list[tuple[str, str]]] = {}
     event_home: dict[str, tuple[str, str]] = {}
-    for layer in LAYERS:
+    for layer in layout.layers():
         findings += _odd_entries(layout, layer)
         for unit_id, path in view.layer(layer):
             holders.setdefault(unit_id, []).append((layer, path))

@@ -65,7 +65,7 @@ class L1Cache:
         damaged units are skipped (by ``Reader._read_unit``) and never cached."""
         out, seen = [], set()
         entries, stat = self._entries, os.stat
-        for uid, path in view.layer("context"):
+        for uid, path in view.layer(mem.l1):
             seen.add(path)
             entry = entries.get(path)
             if entry is not None and entry.unit.unit_id == uid \
@@ -220,7 +220,7 @@ def load_context(mem: "Reader", *, with_vectors: bool = True) -> list["Loaded"]:
     if view is not None:
         return cache.units(mem, view, with_vectors=with_vectors)
     return mem.consistent(lambda v: cache.units(mem, v, with_vectors=with_vectors),
-                          ("context",))
+                          (mem.l1,))
 
 
 def _locked_view(mem: "Reader") -> View | None:
@@ -232,8 +232,8 @@ def _locked_view(mem: "Reader") -> View | None:
     if store is None or not store.holds_lock or not store._thread_lock._is_owned():
         return None   # (held by another thread of this process: it may be mid-change)
     if store.journal_names():
-        return store.view(("context",))
-    return View(units={"context": store.list_layer("context")})
+        return store.view((mem.l1,))
+    return View(units={mem.l1: store.list_layer(mem.l1)})
 
 
 def context_timeline(mem: "Reader") -> "list[Event]":
@@ -248,7 +248,7 @@ def context_timeline(mem: "Reader") -> "list[Event]":
                 pairs.append((ev, unit.arrival_ns))
         pairs.sort(key=lambda p: (p[0].timestamp.ns, p[1], p[0].id))
         return [e for e, _ in pairs]
-    return mem.consistent(read, ("context",))
+    return mem.consistent(read, (mem.l1,))
 
 
 def event_terms(mem: "Reader", pairs: "list[tuple[Loaded, Any]]"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol
 from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.blocks import DIGEST_RE
 from fsmem.format.errors import AmbiguousDigest, FsmemError, InvalidName, NotFound
-from fsmem.format.layout import LAYERS, Vanished, View
+from fsmem.format.layout import Vanished, View
 from fsmem.format.model import BlockRef, check_name
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
@@ -53,7 +53,8 @@ def document(src: Lookup, unit_id: str) -> Document:
         layer, path = found
         try:
             manifest = read_manifest(path, expect_id=unit_id)
-            events = [hydrate_event(path, manifest.id, rec) for rec in manifest.events]
+            events = [hydrate_event(path, manifest.id, rec, manifest.agent)
+                      for rec in manifest.events]
         except (FsmemError, OSError) as exc:
             if src.layout.vanished(path):
                 raise Vanished(path) from exc
@@ -77,7 +78,7 @@ def find_block(src: Lookup, digest: str) -> tuple[str, BlockRef]:
 
     def read(view: View) -> dict[str, tuple[str, BlockRef]]:
         found: dict[str, tuple[str, BlockRef]] = {}
-        for layer in LAYERS:
+        for layer in view.units:
             for unit in units_of(src, view, layer):
                 for ev in unit.manifest.events:
                     for ref in ev.blocks:
@@ -106,7 +107,7 @@ def find_legacy_block(src: Lookup, block_id: str) -> tuple[str, BlockRef]:
     """The block a HomeAgent ``blk_…`` id names: in a unit (kept as legacy_id), else a
     media-store blob named by a legacy document or by graph.db's memory_blocks row."""
     def read(view: View) -> tuple[str, BlockRef] | None:
-        for layer in LAYERS:
+        for layer in view.units:
             for unit in units_of(src, view, layer):
                 for ev in unit.manifest.events:
                     for ref in ev.blocks:

@@ -33,14 +33,16 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
                 lock_timeout: float | None = None, auto_prune: bool = True,
                 create: bool = True, ranker: str | None = None, readonly: bool = False,
                 adopt: bool = False, context_tokens: int | None = None,
-                vectors: str = "auto") -> W | Reader:
+                vectors: str = "auto", agent: str | None = None) -> W | Reader:
     """``Memory.open`` (its docstring says what each argument does): a ``cls`` over the store
     at ``root``, created where missing and recovered, or a ``Reader`` when ``readonly``."""
     if vectors not in ("auto", "inline", "deferred"):
         raise ValueError(f"vectors must be auto, inline or deferred, got {vectors!r}")
     if readonly:
-        return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker)
-    cfg = effective(root, {"context_capacity": context_capacity,
+        if agent is None:
+            agent = effective(root, {})["agent"]
+        return Reader.open(root, plugins=plugins, embedder=embedder, ranker=ranker, agent=agent)
+    cfg = effective(root, {"agent": agent, "context_capacity": context_capacity,
                            "context_protected": context_protected,
                            "durability": durability, "lock_timeout": lock_timeout})
     context_capacity, context_protected = cfg["context_capacity"], cfg["context_protected"]
@@ -54,7 +56,7 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
     mem = cls(store, context_capacity=context_capacity, context_protected=context_protected,
               plugins=Plugins.of(plugins), embedder=embedder or HashEmbedder(),
               auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
-              context_tokens=context_tokens)
+              context_tokens=context_tokens, agent=cfg["agent"])
     mem.vectors_mode = vectors
     if filler_embedder is not None:
         from fsmem.search.vector_cache import (  # lazy: threads, only for a real embedder
@@ -66,6 +68,8 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
                                                durable=durability == "full"),
                                    filler_embedder.embed)
     mem.access.create()
+    if mem.agent:   # this agent's L1 (format 4): context@<agent>/ beside context/
+        store.ensure_layer(mem.l1)
     with store.locked():  # taking the lock runs recovery
         allow_record(store.root)
         if adopt and os.path.isfile(os.path.join(store.root, "context.json")):

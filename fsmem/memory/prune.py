@@ -124,6 +124,15 @@ def group_evictions(pairs: list[Pair], gap_ns: int = SESSION_GAP_NS) -> list[lis
     return groups
 
 
+def _by_owner(group: list[Pair]) -> list[list[Pair]]:
+    """A group split by whose events they are and whether they are private (a unit never
+    mixes agents: another agent's unit recalled into this L1 goes back as that agent's)."""
+    parts: dict[tuple[str, bool], list[Pair]] = {}
+    for pair in group:
+        parts.setdefault((pair[0].manifest.agent, pair[0].manifest.private), []).append(pair)
+    return list(parts.values())
+
+
 def _similarity(mem: "Writer", units: list["_Loaded"], query: str
                 ) -> Callable[["_Loaded", EventRecord], float]:
     """How close each L1 event is to the query, in the ranker's terms: BM25 over the events'
@@ -228,7 +237,7 @@ def stage_arriving(mem: "Writer", query: str, arrivals: list["_Loaded"], entry: 
     try:
         staged, l2_ids = _stage_prune(mem, [*units, *arrivals], query, entry,
                                       context_tokens=context_tokens)
-        if l2_ids and not {("context", u.unit_id) for u in arrivals} & set(entry.remove):
+        if l2_ids and not {(mem.l1, u.unit_id) for u in arrivals} & set(entry.remove):
             taken = True
             return l2_ids
         for name in staged:   # nothing evicted (or, never with protected arrivals, one
@@ -276,7 +285,7 @@ def _stage_prune(mem: "Writer", units: list["_Loaded"], query: str, entry: Journ
     if sum(len(u.manifest.events) for u in units) <= mem.context_capacity:
         return [], []
     if pinned is None:
-        pinned = frozenset(read_pins(mem.store))
+        pinned = frozenset(read_pins(mem.store, mem.l1))
     tokens = context_tokens if context_tokens is not None else \
         getattr(mem, "context_tokens", None)
     keep = watermark(mem.context_capacity, mem.context_protected, context_tokens=tokens)
@@ -284,8 +293,9 @@ def _stage_prune(mem: "Writer", units: list["_Loaded"], query: str, entry: Journ
                              _similarity(mem, units, query), keep=keep, pinned=pinned)
     if not evict:
         return [], []
-    groups = group_evictions([(u, r) for u in units for r in u.manifest.events
-                              if r.id in evict])
+    groups = [part for group in group_evictions([(u, r) for u in units
+                                                 for r in u.manifest.events if r.id in evict])
+              for part in _by_owner(group)]
     logged = None   # the access log, read only if a unit keeps some events
     staged: list[str] = []
     l2_ids: list[str] = []
@@ -297,12 +307,12 @@ def _stage_prune(mem: "Writer", units: list["_Loaded"], query: str, entry: Journ
             ids = {r.id for r in u.manifest.events}
             if not ids & evict:
                 continue
-            entry.remove.append(("context", u.unit_id))
+            entry.remove.append((mem.l1, u.unit_id))
             rest = [(u, r) for r in u.manifest.events if r.id not in evict]
             if rest:   # the remainder keeps the unit's access history
                 logged = mem.access.stats() if logged is None else logged
                 history = mem.access_of(u.manifest, logged.get(u.unit_id))
-                rid = _stage(mem, rest, entry, "context", archive=False, base=u.manifest,
+                rid = _stage(mem, rest, entry, mem.l1, archive=False, base=u.manifest,
                              history=history)
                 entry.mtimes[rid] = u.arrival_ns
                 staged.append(entry.publish[-1][0])
@@ -376,14 +386,17 @@ def _fill_staged(mem: "Writer", builder, pairs: list[tuple["_Loaded", EventRecor
         manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=now,
                             updated_at=now, events=records, summary=summary,
                             source="context_archived", meta={"is_archived_context": "true"},
-                            embedder=mem.embedder.fingerprint, access_count=1)
+                            embedder=mem.embedder.fingerprint, access_count=1,
+                            agent=pairs[0][0].manifest.agent,
+                            private=pairs[0][0].manifest.private)
     else:
         assert base is not None
         manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=base.created_at,
                             updated_at=now, events=records, summary=base.summary,
                             tags=base.tags, entities=base.entities, source=base.source,
                             meta=base.meta, access_count=history[0],
-                            last_access=history[1], embedder=base.embedder)
+                            last_access=history[1], embedder=base.embedder,
+                            agent=base.agent, private=base.private)
     if keys:
         manifest.vectors = builder.set_vectors(keys, np.stack(rows), mem.embedder.fingerprint)
     builder.finish(manifest)

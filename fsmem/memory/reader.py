@@ -16,8 +16,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
-from fsmem.format.layout import LAYERS, Layout, View
-from fsmem.format.model import BlockRef, Event, Manifest
+from fsmem.format.layout import Layout, View, l1_layer
+from fsmem.format.model import SCOPES, BlockRef, Event, Manifest, check_agent
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.views import Document, Hit
 from fsmem.memory import lookup, units
@@ -55,8 +55,12 @@ class Reader:
     writable = False
 
     def __init__(self, layout: Layout, *, plugins: Plugins | None, embedder: Embedder | None,
-                 ranker: str | None) -> None:
+                 ranker: str | None, agent: str | None = None) -> None:
         self.layout = layout
+        # The agent this memory reads and writes as (format 4; "" = the default agent): its
+        # L1 is the layer ``l1``; searches see its own units and every agent's shared ones.
+        self.agent = check_agent(agent)
+        self.l1 = l1_layer(self.agent)
         self._plugins = plugins   # None: an empty registry, made on first use
         self._embedder = embedder   # None: the hashed default, built on first use
         self._ranker = ranker or (default_ranker(embedder) if embedder is not None else None)
@@ -68,15 +72,17 @@ class Reader:
     @classmethod
     def open(cls, root: str | os.PathLike[str], *,
              plugins: Plugins | Iterable[ToolDef | ChannelDef] | None = None,
-             embedder: Embedder | None = None, ranker: str | None = None) -> "Reader":
+             embedder: Embedder | None = None, ranker: str | None = None,
+             agent: str | None = None) -> "Reader":
         """Open ``root`` read-only: NotAStore unless it is an fsmem store or a HomeAgent
-        memory directory. Nothing is created, locked or written."""
+        memory directory. Nothing is created, locked or written. ``agent``: whose L1 and
+        whose view of L2/L3 (default: the default agent)."""
         layout = Layout(root)
         layout.require_readable()
         if plugins is not None:
             from fsmem.format.plugins import Plugins  # lazy: start-up, loaded only when used
             plugins = Plugins.of(plugins)
-        return cls(layout, plugins=plugins, embedder=embedder, ranker=ranker)
+        return cls(layout, plugins=plugins, embedder=embedder, ranker=ranker, agent=agent)
 
     @property
     def plugins(self) -> Plugins:
@@ -132,7 +138,8 @@ class Reader:
         return self.layout.root
 
     # -- consistent loading -----------------------------------------------------------------
-    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] = LAYERS) -> T:
+    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None
+                   ) -> T:
         return self.layout.consistent(read, layers)
 
     def _read_unit(self, uid: str, path: str, *, with_vectors: bool) -> Loaded | None:
@@ -247,16 +254,30 @@ class Reader:
         self._index = Index(self)
         return None if self._index.load() else self._index.rebuild()
 
-    def query(self, text: str, top_k: int = 3, *, count: bool = True) -> list[Hit]:
+    def query(self, text: str, top_k: int = 3, *, count: bool = True,
+              scope: str = "all", agent: str | None = None) -> list[Hit]:
         """Read-only search of L2: nothing moves, no unit changes; each hit's access is
-        appended to the access log when it is writable (``count=False``: not at all)."""
-        hits = self._search(text, top_k)
+        appended to the access log when it is writable (``count=False``: not at all).
+        What this memory's agent sees (format 4): ``scope`` "own" (its units), "shared"
+        (units not private, any agent's) or "all" (both, the default); ``agent``: only that
+        agent's units. Another agent's private unit is never a hit."""
+        hits = self._search(text, top_k, scope=scope, agent=agent)
         if hits and count:
             self.access.record(h.unit_id for h in hits)
         return hits
 
-    def _search(self, text: str, top_k: int, ranker: str | None = None) -> list[Hit]:
-        return self.index.hits(text, top_k, ranker or self.ranker)
+    def _search(self, text: str, top_k: int, ranker: str | None = None, *,
+                scope: str = "all", agent: str | None = None) -> list[Hit]:
+        return self.index.hits(text, top_k, ranker or self.ranker, self.who(scope, agent))
+
+    def who(self, scope: str = "all", agent: str | None = None):
+        """The search filter of this memory's agent (fsmem.search.index.Who); ValueError
+        naming a bad scope, InvalidName a bad agent."""
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+        from fsmem.search.index import Who  # lazy: start-up (numpy arrives with the index)
+        return Who(viewer=self.agent, scope=scope,
+                   agent_filter=None if agent is None else check_agent(agent, "agent filter"))
 
     # -- the change feed ------------------------------------------------------------------
     def changes(self, since: int = 0, *, marks: bool = False) -> list["Change"]:

@@ -27,7 +27,8 @@ log = logging.getLogger("fsmem.flows")
 
 
 def recall(mem: "Writer", text: str, top_k: int = 3, *,
-           prune: Callable[[str], object] | None = None) -> list[str]:
+           prune: Callable[[str], object] | None = None, scope: str = "all",
+           agent: str | None = None) -> list[str]:
     """Move the best L2 matches into L1, each by one rename; returns the moved unit ids.
 
     Once one unit has moved, recall succeeds: a later hit that cannot move is logged and
@@ -36,7 +37,7 @@ def recall(mem: "Writer", text: str, top_k: int = 3, *,
     ``prune(query)``:
     the memory's prune (``Memory.prune``, a host's override included; default: the plain one)."""
     moved: list[str] = []
-    hits = mem._search(text, top_k)   # brings the index in step once, not per hit
+    hits = mem._search(text, top_k, scope=scope, agent=agent)   # the index in step once
     for hit in hits:
         try:
             uid = _recall_hit(mem, hit.unit_id)
@@ -72,7 +73,7 @@ def _recall_hit(mem: "Writer", unit_id: str) -> str | None:
         fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
         if mem.store.sync:
             fsops.fsync_dir(src)
-        mem.store.move(unit_id, "documents", "context")
+        mem.store.move(unit_id, "documents", mem.l1)
         mem._indexed(unit_id, "documents", added=False)
         return unit_id
 
@@ -80,7 +81,7 @@ def _recall_hit(mem: "Writer", unit_id: str) -> str | None:
 def _moved_anyway(mem: "Writer", unit_id: str) -> str | None:
     """After a failed move: the unit id when its rename happened all the same (a parent
     fsync failed after it): it is in L1 and the index is told."""
-    if not os.path.isdir(mem.store.unit_dir("context", unit_id)):
+    if not os.path.isdir(mem.store.unit_dir(mem.l1, unit_id)):
         return None
     mem._indexed(unit_id, "documents", added=False)
     return unit_id
@@ -89,4 +90,4 @@ def _moved_anyway(mem: "Writer", unit_id: str) -> str | None:
 def _pin(mem: "Writer", moved: list[str]) -> None:
     """Pin recalled units through the rest of this turn (fsmem.store.pins)."""
     with mem.store.locked():
-        pin_units(mem.store, moved)   # never evicted before the next turn
+        pin_units(mem.store, moved, mem.l1)   # never evicted before the next turn

@@ -128,6 +128,7 @@ class DistillReport(msgspec.Struct, kw_only=True):
     cold: int = 0
     distilled: list[str] = []     # moved documents/ -> stablemem/
     no_facts: list[str] = []      # cold, but no triple: left in documents/
+    kept_private: list[str] = []  # cold, but private to its agent: left in documents/
     triples: int = 0
     blocks_added: int = 0
     edges_added: int = 0
@@ -204,6 +205,9 @@ def _distill_unit(mem: "Writer", graph: Graph | None, unit_id: str, distiller: D
         return
     if doc.layer != "documents":
         return
+    if doc.private:   # L3 is shared: a private unit's facts would reach every agent
+        report.kept_private.append(unit_id)
+        return
     try:
         unit = unit_facts(mem, doc, distiller, texts)
     except DistillError as exc:
@@ -276,7 +280,7 @@ def recall_from_graph(mem: "Writer", names: Sequence[str] | str, depth: int = 2,
             try:
                 _move_to_context(mem, layer, unit_id)
             except (FsmemError, OSError) as exc:   # once one unit moved, the recall succeeds
-                if os.path.isdir(mem.store.unit_dir("context", unit_id)):
+                if os.path.isdir(mem.store.unit_dir(mem.l1, unit_id)):
                     moved.append(unit_id)          # renamed; a parent fsync failed after it
                 if not moved:
                     raise
@@ -295,7 +299,7 @@ def _move_to_context(mem: "Writer", layer: str, unit_id: str) -> None:
     fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
     if mem.store.sync:
         fsops.fsync_dir(src)
-    mem.store.move(unit_id, layer, "context")
+    mem.store.move(unit_id, layer, mem.l1)
 
 
 def _locate(mem: "Writer", unit_id: str, event_id: str) -> tuple[str, str]:
@@ -307,7 +311,7 @@ def _locate(mem: "Writer", unit_id: str, event_id: str) -> tuple[str, str]:
     except (NotFound, FsmemError):
         pass
     if event_id:
-        for layer in ("stablemem", "documents", "context"):
+        for layer in ("stablemem", "documents", mem.l1):
             for uid in mem.store.iter_units(layer):
                 try:
                     m = read_manifest(mem.store.unit_dir(layer, uid))

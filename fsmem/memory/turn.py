@@ -185,7 +185,7 @@ def run_turn(mem: "Writer", input_event: Event | TextEvent | dict,
                 seen.add(hit.unit_id)
                 result.hits.append(hit)
     try:
-        tick_pins(mem.store)
+        tick_pins(mem.store, mem.l1)
     except (OSError, FsmemError) as exc:   # the events are durable: the next write retries
         log.warning("%s: pins not released after a durable turn (the next write "
                     "releases them): %s", mem.root, exc)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 
 from fsmem.format.errors import FsmemError
-from fsmem.format.layout import LAYERS, Layout, Vanished, View
+from fsmem.format.layout import Layout, Vanished, View
 from fsmem.format.model import Event, Manifest
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import read_manifest, read_vectors
@@ -62,7 +62,8 @@ class Source(Protocol):
     @property
     def vector_cache(self) -> "VectorCache | None": ...
 
-    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] = LAYERS) -> T: ...
+    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None
+                   ) -> T: ...
 
 
 def read_unit(src: Source, uid: str, path: str, *, with_vectors: bool) -> Loaded | None:
@@ -101,7 +102,9 @@ def units_of(src: Source, view: View, layer: str, *, with_vectors: bool = False
 def hydrate(src: Source, unit: Loaded) -> list[Event] | None:
     """A unit's events with their text; None (logged) if a block is damaged."""
     try:
-        return [hydrate_event(unit.path, unit.unit_id, rec) for rec in unit.manifest.events]
+        agent = unit.manifest.agent
+        return [hydrate_event(unit.path, unit.unit_id, rec, agent)
+                for rec in unit.manifest.events]
     except (FsmemError, OSError, UnicodeDecodeError) as exc:
         if src.layout.vanished(unit.path):
             raise Vanished(unit.path) from exc
@@ -113,12 +116,12 @@ def timeline(src: Source) -> list[Event]:
     """The L1 events, sorted by original timestamp (ties: arrival, then event id)."""
     def read(view: View) -> list[Event]:
         pairs = []
-        for unit in units_of(src, view, "context"):
+        for unit in units_of(src, view, src.l1):
             for ev in hydrate(src, unit) or ():
                 pairs.append((ev, unit.arrival_ns))
         pairs.sort(key=lambda p: (p[0].timestamp.ns, p[1], p[0].id))
         return [e for e, _ in pairs]
-    return src.consistent(read, ("context",))
+    return src.consistent(read, (src.l1,))
 
 
 def access_of(manifest: Manifest, logged: AccessStats | None) -> tuple[int, Timestamp | None]:
@@ -137,8 +140,11 @@ def stats(src: Source) -> dict[str, int]:
     """Units and events per layer, and the HomeAgent documents (readable, unreadable)."""
     def read(view: View) -> dict[str, int]:
         out: dict[str, int] = {}
-        for layer in LAYERS:
+        own = getattr(src, "l1", "context")
+        for layer in view.units:   # this agent's L1 is "context"; another agent's its layer
             units = units_of(src, view, layer)
+            layer = "context" if layer == own else \
+                "context@default" if layer == "context" else layer
             out[f"{layer}_units"] = len(units)
             out[f"{layer}_events"] = sum(len(u.manifest.events) for u in units)
         return out

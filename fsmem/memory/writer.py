@@ -56,10 +56,11 @@ class Writer(Reader):
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,
-                 ranker: str = DEFAULT_RANKER, context_tokens: int | None = None) -> None:
+                 ranker: str = DEFAULT_RANKER, context_tokens: int | None = None,
+                 agent: str | None = None) -> None:
         if context_capacity < 1 or not 0 <= context_protected <= context_capacity:
             raise ValueError("need context_capacity >= 1 and 0 <= context_protected <= capacity")
-        super().__init__(store, plugins=plugins, embedder=embedder, ranker=ranker)
+        super().__init__(store, plugins=plugins, embedder=embedder, ranker=ranker, agent=agent)
         self.store = store
         self.context_capacity = context_capacity
         self.context_protected = context_protected
@@ -101,7 +102,7 @@ class Writer(Reader):
         texts were queued. Call ``flush_vectors`` to wait for them."""
         if self._filler is None:
             return 0
-        return sum(self._queue_unit(unit) for layer in ("context", "documents")
+        return sum(self._queue_unit(unit) for layer in (self.l1, "documents")
                    for unit in self._load_layer(layer, with_vectors=True))
 
     def queue_vectors(self, units: Iterable[tuple[str, str]]) -> int:
@@ -203,13 +204,15 @@ class Writer(Reader):
                       tags: Sequence[str] = (), source: str = "manual",
                       entities: Sequence[str] = (), meta: dict[str, str] | None = None,
                       layer: str = "documents", unit_id: str | None = None,
-                      plugins: Plugins | None = None) -> str:
+                      plugins: Plugins | None = None, private: bool = False) -> str:
         """Write one unit holding ``events`` into ``layer`` (documents by default);
-        ``plugins`` overrides the declarations for the compute layer of these events."""
+        ``plugins`` overrides the declarations for the compute layer of these events;
+        ``private``: seen by this memory's agent only (format 4)."""
         check_strings(summary=summary, source=source, tags=tags, entities=entities)
         fill = self._events_fill(events, plugins)
         return self.write_unit(layer, fill, unit_id=unit_id, summary=summary, tags=list(tags),
-                               entities=list(entities), source=source, meta=dict(meta or {}))
+                               entities=list(entities), source=source, meta=dict(meta or {}),
+                               private=bool(private))
 
     def _events_fill(self, events: Sequence[Event | TextEvent], plugins: Plugins | None):
         """The ``fill`` of ``write_unit`` writing ``events`` (attachments resolved first)."""
@@ -266,7 +269,7 @@ class Writer(Reader):
                     dst = self.store.unit_dir(layer, builder.unit_id)
                 else:
                     dst = self._publish_indexed(builder, layer, written)
-                if layer == "context" and self._filler is None:
+                if layer == self.l1 and self._filler is None:
                     seed_written(self, dst, written)
             if self._filler is not None:   # after publish: off the commit's critical path
                 self._filler.submit(builder.unit_id, [t for _k, t in texts])
@@ -305,7 +308,7 @@ class Writer(Reader):
             now = Timestamp.now()
             # A new unit counts its write as its first access (HomeAgent starts at 1).
             fields = {"created_at": now, "updated_at": now, "access_count": 1,
-                      **manifest_fields}
+                      "agent": self.agent, **manifest_fields}
             manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id,
                                 events=records, embedder=self.embedder.fingerprint, **fields)
             texts = [(k, t) for k, t in texts if t.strip()]
@@ -335,7 +338,7 @@ class Writer(Reader):
         event_id = draft.id or new_unit_id("e")
         draft = with_changes(draft, id=event_id, timestamp=Timestamp.coerce(draft.timestamp))
         check_strings(source=draft.source)
-        self.write_unit("context", self._events_fill([draft], plugins),
+        self.write_unit(self.l1, self._events_fill([draft], plugins),
                         publish_with=publish_with, summary="", tags=[], entities=[],
                         source=draft.source, meta={})
         return event_id
@@ -440,7 +443,7 @@ class Writer(Reader):
         """L1 units whose manifest, blocks or vectors fail verification (the failure path
         of prune only: every block of L1 is read)."""
         with self.store.locked():
-            return frozenset(uid for uid, path in self.store.list_layer("context").items()
+            return frozenset(uid for uid, path in self.store.list_layer(self.l1).items()
                              if damaged(path, uid))
 
 

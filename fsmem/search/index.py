@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from fsmem.format.plugins import Plugins
     from fsmem.search.embed import Embedder
 
-__all__ = ["Index", "Source", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION"]
+__all__ = ["Index", "Source", "IndexEntry", "RANKERS", "DEFAULT_RANKER", "INDEX_VERSION", "Who"]
 
 log = logging.getLogger("fsmem.index")
 
@@ -101,6 +101,26 @@ class Source(Protocol):
     writable: bool
     plugins: "Plugins"
     embedder: "Embedder"
+
+
+@dataclass(frozen=True)
+class Who:
+    """Who searches and for what (format 4): the ``viewer`` agent ("" = the default), the
+    ``scope`` (own: its units; shared: units not private; all: both) and ``agent_filter``
+    (only that agent's units; None: any). Another agent's private unit is never seen."""
+
+    viewer: str = ""
+    scope: str = "all"
+    agent_filter: str | None = None
+
+    def allows(self, agent: str, private: bool) -> bool:
+        if private and agent != self.viewer:
+            return False
+        if self.scope == "own" and agent != self.viewer:
+            return False
+        if self.scope == "shared" and private:
+            return False
+        return self.agent_filter is None or agent == self.agent_filter
 
 
 class Index(IndexFiles):
@@ -141,6 +161,9 @@ class Index(IndexFiles):
         self.row_of: dict[str, int] = {}
         self.inos = np.zeros(0, np.int64)
         self.mkeys = np.zeros(0, np.int64)   # manifest_key of each unit row (0: unknown)
+        self.u_owner = np.zeros(0, np.int32)  # (agent index << 1) | private (index_files)
+        self.agents: list[str] = [""]
+        self.supersedes: dict[str, str] = {}  # unit id -> the older unit it updates
         self.last_sync = {"kept": 0, "reindexed": 0}
         self.alive = np.zeros(0, bool)
         self.dense = np.zeros((0, self.dim), np.float32)
@@ -300,7 +323,8 @@ class Index(IndexFiles):
                                 tfs=np.frombuffer(w.tfs, np.float32), summary=w.summary,
                                 legacy_file=w.legacy_file, created_ns=w.created_ns,
                                 created_off=w.created_off, events=w.events, rows=rows,
-                                mkey=w.mkey))
+                                mkey=w.mkey, agent=w.agent, private=w.private,
+                                supersedes=w.supersedes))
         if delta.feed_pos >= 0:
             self._feed_id, self._feed_pos, self._doc_stamp = \
                 delta.feed, delta.feed_pos, list(delta.stamp)
@@ -523,7 +547,9 @@ class Index(IndexFiles):
                           summary=manifest.summary, created_ns=manifest.created_at.ns,
                           created_off=manifest.created_at.offset, events=len(manifest.events),
                           rows=rows, mkey=written.mkey if written is not None
-                          else read_manifest_key(path))
+                          else read_manifest_key(path), agent=manifest.agent,
+                          private=manifest.private,
+                          supersedes=manifest.meta.get("supersedes", ""))
 
     def _cached_vectors(self, path: str, unit_id: str, manifest, rows: dict) -> None:
         """Rows the unit does not store come from the derived vector cache
@@ -598,6 +624,63 @@ class Index(IndexFiles):
     def __len__(self) -> int:
         return int(self.alive.sum()) + len(self.pending)
 
+    # -- who sees what (format 4) ---------------------------------------------------------
+    def superseded_by(self, unit_id: str) -> str:
+        """The indexed unit that updates ``unit_id`` ("" if none)."""
+        for new, old in self.supersedes.items():
+            if old == unit_id and new in self.row_of and self.alive[self.row_of[new]]:
+                return new
+        return next((e.unit_id for e in self.pending.values() if e.supersedes == unit_id), "")
+
+    def owner_of(self, unit_id: str) -> tuple[str, bool]:
+        """(agent, private) of an indexed unit."""
+        e = self.pending.get(unit_id)
+        if e is not None:
+            return e.agent, e.private
+        row = self.row_of.get(unit_id)
+        if row is None or not len(self.u_owner):
+            return "", False
+        code = int(self.u_owner[row])
+        return self.agents[code >> 1], bool(code & 1)
+
+    def _owner_code(self, agent: str, private: bool) -> int:
+        if agent not in self.agents:
+            self.agents.append(agent)
+        return (self.agents.index(agent) << 1) | int(private)
+
+    def _visible(self, pend: "_PendingRows", who: "Who | None") -> np.ndarray | None:
+        """Units (arrays, then pending) that ``who`` may see and asked for, None when all:
+        another agent's private unit is never seen; ``scope`` own: the viewer's units,
+        shared: units not private; ``agent``: only that agent's; a unit another present
+        unit updates (``supersedes``) is hidden. O(units) of numpy, skipped when nothing in
+        the store is scoped."""
+        who = who or Who()
+        pending = [self.pending[u] for u in pend.unit_ids]
+        row_of, alive = self.row_of, self.alive
+        superseded = {old for new, old in self.supersedes.items()
+                      if (row := row_of.get(new)) is not None and alive[row]} \
+            | {e.supersedes for e in pending if e.supersedes}
+        scoped = len(self.agents) > 1 or bool(np.any(np.asarray(self.u_owner) & 1)) \
+            or any(e.agent or e.private for e in pending)
+        if not scoped and not superseded and who.agent_filter in (None, "") \
+                and (who.scope != "own" or who.viewer == ""):
+            return None   # every unit is the default agent's and shared: all visible
+        allowed = np.array([who.allows(self.agents[i >> 1] if (i >> 1) < len(self.agents)
+                                       else "", bool(i & 1))
+                            for i in range(len(self.agents) * 2)], bool)
+        codes = np.asarray(self.u_owner, np.int64)
+        base = allowed[codes] if len(codes) else np.zeros(0, bool)
+        tail = np.array([who.allows(e.agent, e.private) for e in pending], bool)
+        mask = np.concatenate([base, tail])
+        if superseded:
+            for old in superseded:
+                row = row_of.get(old)
+                if row is not None:
+                    mask[row] = False
+                elif old in self.pending:
+                    mask[len(base) + pend.unit_ids.index(old)] = False
+        return mask
+
     def _compact(self) -> None:
         """Fold pending entries into the arrays and postings; drop removed rows; work out the
         neighbours of every event row (one sort; never per query)."""
@@ -621,6 +704,10 @@ class Index(IndexFiles):
         kept_ids = {self.ids[i] for i in keep}
         self.legacy = {u: f for u, f in self.legacy.items() if u in kept_ids}
         self.legacy.update({e.unit_id: e.legacy_file for e in new if e.legacy_file})
+        self.supersedes = {u: s for u, s in self.supersedes.items() if u in kept_ids}
+        self.supersedes.update({e.unit_id: e.supersedes for e in new if e.supersedes})
+        self.u_owner = np.concatenate([np.asarray(self.u_owner)[keep], np.array(
+            [self._owner_code(e.agent, e.private) for e in new], np.int32)])
         self.ids = [self.ids[i] for i in keep] + [e.unit_id for e in new]
         self.summaries = [self.summaries[i] for i in keep] + [e.summary for e in new]
         self.row_of = {u: i for i, u in enumerate(self.ids)}
@@ -669,14 +756,14 @@ class Index(IndexFiles):
         """The ``top_k`` live units for ``text`` as (unit id, score), best first."""
         return [(u, sc) for u, sc, _ in self.search_events(text, top_k, ranker, weight=weight)]
 
-    def hits(self, text: str, top_k: int, ranker: str) -> list[Hit]:
-        """The best ``top_k`` units for ``text`` under ``ranker``, as ``Hit``s (score, summary,
-        creation time, events and events matched)."""
-        found = self.search_events(text, top_k, ranker)
+    def hits(self, text: str, top_k: int, ranker: str, who: Who | None = None) -> list[Hit]:
+        """The best ``top_k`` units for ``text`` under ``ranker`` that ``who`` sees, as
+        ``Hit``s (score, summary, creation time, events and events matched)."""
+        found = self.search_events(text, top_k, ranker, who=who)
         stale = self._stale({u for u, _s, _m in found})
         if stale:   # edited in place since indexed (an identity the index does not hold)
             self._reexamine(stale)
-            found = self.search_events(text, top_k, ranker)
+            found = self.search_events(text, top_k, ranker, who=who)
             stale = self._stale({u for u, _s, _m in found})
         hits = []
         for unit_id, score, matched in found:
@@ -691,12 +778,13 @@ class Index(IndexFiles):
                 summary, events = e.summary, e.events
                 created = Timestamp(e.created_ns, e.created_off)
             hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
-                            events=events, events_matched=matched))
+                            events=events, events_matched=matched,
+                            agent=self.owner_of(unit_id)[0]))
         return hits
 
     def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
-                      weight: float | None = None, smooth: float | None = None
-                      ) -> list[tuple[str, float, list[str]]]:
+                      weight: float | None = None, smooth: float | None = None,
+                      who: Who | None = None) -> list[tuple[str, float, list[str]]]:
         """The ``top_k`` live units as (unit id, score, ids of the events that matched).
 
         Scores are per event row (BM25 smoothed with the row's conversation neighbours,
@@ -704,12 +792,14 @@ class Index(IndexFiles):
         A damaged postings chunk found while reading rebuilds the index: the search runs
         again on the rebuilt one."""
         try:
-            return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth)
+            return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth,
+                                       who=who)
         except _Damaged:
-            return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth)
+            return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth,
+                                       who=who)
 
     def _search_events(self, text: str, top_k: int, ranker: str, *,
-                       weight: float | None, smooth: float | None
+                       weight: float | None, smooth: float | None, who: Who | None = None
                        ) -> list[tuple[str, float, list[str]]]:
         if ranker not in RANKERS:
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
@@ -719,6 +809,9 @@ class Index(IndexFiles):
         pend = self._pending_rows()
         ids = _Joined(self.ids, pend.unit_ids) if pend.unit_ids else self.ids   # no copy
         alive = np.concatenate([self.alive, np.ones(len(pend.unit_ids), bool)])
+        visible = self._visible(pend, who)
+        if visible is not None:
+            alive &= visible
         ev_alive = np.concatenate([self._event_alive()[0], np.ones(pend.n, bool)])
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         raw = dense = None

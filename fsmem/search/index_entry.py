@@ -45,6 +45,9 @@ class IndexEntry:
     events: int = 0
     rows: "_Rows | None" = None   # the event rows; None: one pseudo row holding every term
     mkey: int = 0                 # manifest_key of the unit indexed (0: none, e.g. legacy)
+    agent: str = ""               # format 4: whose unit ("" = the default agent)
+    private: bool = False         # format 4: seen by its agent only
+    supersedes: str = ""          # the unit this one updates (meta "supersedes"): hidden
 
     def __post_init__(self) -> None:
         if self.rows is None:

@@ -37,11 +37,15 @@ log = logging.getLogger("fsmem.index")
 # 6: the change-feed position in meta.json; delta files beside the arrays; no dense array
 #    when the saver's ranker does not read it
 INDEX_VERSION = 6 * 1000 + ANALYZER_VERSION
-_ARRAYS = ("inos", "mkeys", "dense", "created", "nevents", "u_ptr", "ev_len", "ev_time", "ev_key",
-           "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows", "p_tfs")
+_ARRAYS = ("inos", "mkeys", "u_owner", "dense", "created", "nevents", "u_ptr", "ev_len",
+           "ev_time", "ev_key", "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows",
+           "p_tfs")
 # Added within version 5 (absent from older snapshots, read as zeros: "unknown"): the manifest
 # key of each unit row, so a unit restored by cp -a under a new identity keeps its rows.
-_OPTIONAL = ("mkeys",)
+# Added with format 4 (issue 34): each unit row's owner, (agent index << 1) | private, agent
+# index into meta ``agents``; absent from older snapshots (zeros: the default agent, shared,
+# which every unit of a format-3 store is).
+_OPTIONAL = ("mkeys", "u_owner")
 _POSTINGS = ("p_terms", "p_ptr", "p_rows", "p_tfs")   # checksummed on first use (``post``)
 _TABLES = ("ids", "ev_ids", "summaries")   # StrTables: ``<name>_ptr`` and ``<name>_utf8``
 _TABLE_FILES = tuple(f"{t}_{part}" for t in _TABLES for part in ("ptr", "utf8")) \
@@ -74,6 +78,8 @@ class _Meta(msgspec.Struct):
     stamp: list[int] = []         # documents/'s stamp (fsmem.store.changes.dir_stamp) there
     dense: bool = True            # dense.npy written (not when the saver's ranker is bm25)
     chunks: dict[str, list[str]] = {}   # file -> BLAKE3 of each _CHUNK bytes (_CHUNKED files)
+    agents: list[str] = []        # format 4: the agents of ``u_owner`` ("" = the default first)
+    supersedes: dict[str, str] = {}   # unit id -> the unit it updates (hidden from search)
 
 
 class _EntryWire(msgspec.Struct, array_like=True):
@@ -94,6 +100,9 @@ class _EntryWire(msgspec.Struct, array_like=True):
     row_time: bytes
     row_keys: list[str]
     row_kind: bytes
+    agent: str = ""               # format 4 (older deltas: the default agent, shared)
+    private: bool = False
+    supersedes: str = ""
 
 
 class _Delta(msgspec.Struct):
@@ -483,7 +492,8 @@ class IndexFiles:
             for name in _ARRAYS + _TABLE_FILES:
                 path = os.path.join(gen, f"{name}.npy")
                 if name in _OPTIONAL and not os.path.lexists(path):
-                    arrays[name] = np.zeros(meta.units, np.int64)
+                    arrays[name] = np.zeros(meta.units, np.int64 if name == "mkeys"
+                                            else np.int32)
                     continue
                 if name == "dense" and not meta.dense:
                     arrays[name] = None
@@ -528,8 +538,10 @@ class IndexFiles:
             return False
         self.ids, self.summaries = tables["ids"], tables["summaries"]
         self.legacy = meta.legacy
+        self.agents, self.supersedes = list(meta.agents or [""]), dict(meta.supersedes)
         self.row_of = None   # built on first use
         self.inos, self.mkeys = arrays["inos"], arrays["mkeys"]
+        self.u_owner = arrays["u_owner"]
         self._dense, self.dense_absent = dense, dense is None
         self.created, self.nevents = arrays["created"], arrays["nevents"]
         self.alive = np.ones(n, bool)
@@ -623,7 +635,8 @@ class IndexFiles:
                 np.ascontiguousarray(e.vector, np.float32).tobytes() if self.keep_dense
                 else b"", list(r.ids), np.ascontiguousarray(r.ptr, np.int64).tobytes(),
                 np.ascontiguousarray(r.time, np.int64).tobytes(), list(r.keys),
-                np.ascontiguousarray(r.kind, np.int8).tobytes()))
+                np.ascontiguousarray(r.kind, np.int8).tobytes(), e.agent, e.private,
+                e.supersedes))
         delta = _Delta(INDEX_VERSION, self.fingerprint, self._gen,
                        sorted(self._dirty_removed - set(self._dirty_added)), entries,
                        dict(self._dirty_idents), self._feed_id, self._feed_pos,
@@ -695,7 +708,7 @@ class IndexFiles:
                      units=len(self.ids), rows=len(self.ev_ids), legacy=self.legacy,
                      digests=digests, keys=self.keys, feed=self._feed_id,
                      feed_pos=self._feed_pos, stamp=list(self._doc_stamp), dense=keep_dense,
-                     chunks=chunks)
+                     chunks=chunks, agents=list(self.agents), supersedes=dict(self.supersedes))
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         _write_renamed(os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"),

@@ -21,7 +21,8 @@ else:  # Python 3.10: the same parser from PyPI
 
 import stat
 
-from fsmem.format.errors import FormatError
+from fsmem.format.errors import FormatError, InvalidName
+from fsmem.format.model import check_agent
 
 __all__ = ["DEFAULTS", "ENV", "CONFIG_NAME", "config_path", "load_config", "parse_value",
            "write_config", "effective"]
@@ -33,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "context_protected": 10,
     "durability": "full",
     "lock_timeout": 10.0,
+    "agent": "",          # format 4: the agent a memory opens as ("" or "default": the default)
 }
 #: key -> environment variable that overrides the file.
 ENV: dict[str, str] = {
@@ -40,6 +42,7 @@ ENV: dict[str, str] = {
     "context_protected": "FSMEM_PROTECTED",
     "durability": "FSMEM_DURABILITY",
     "lock_timeout": "FSMEM_LOCK_TIMEOUT",
+    "agent": "FSMEM_AGENT",
 }
 _CHOICES = {"durability": ("full", "off")}
 _MAX_BYTES = 64 * 1024
@@ -65,6 +68,13 @@ def parse_value(key: str, value: Any, where: str = "") -> Any:
         raise FormatError(f"{at}{key} must not be negative, got {value!r}")
     if key in _CHOICES and out not in _CHOICES[key]:
         raise FormatError(f"{at}{key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+    if key == "agent":
+        try:
+            return check_agent(out, "agent")
+        except InvalidName as exc:
+            if not at:
+                raise   # an argument: the caller's own mistake
+            raise FormatError(f"{at}{exc}") from exc
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Iterable
 import msgspec
 
 from fsmem.format import fsops as _fsops
+from fsmem.format.layout import layer_agent
 from fsmem.store.store import Store
 
 __all__ = ["PINS_FILE", "read_pins", "pin_units", "tick_pins"]
@@ -32,14 +33,18 @@ class _Pins(msgspec.Struct, kw_only=True):
 _pins_decoder = msgspec.json.Decoder(_Pins)
 
 
-def _pins_path(store: Store) -> str:
-    return os.path.join(store.meta, PINS_FILE)
+def _pins_path(store: Store, layer: str = "context") -> str:
+    """``pins.json`` of the default agent's L1; ``pins@<agent>.json`` of an agent's
+    (``context@<agent>``): each agent's pins tick with its own writes only."""
+    name = PINS_FILE if layer == "context" else f"pins@{layer_agent(layer)}.json"
+    return os.path.join(store.meta, name)
 
 
-def read_pins(store: Store) -> dict[str, int]:
-    """The pinned L1 unit ids (nothing when the file is absent or unreadable: a pin is a
-    courtesy to the agent, never needed for consistency). Opened safely, read-only."""
-    path = _pins_path(store)
+def read_pins(store: Store, layer: str = "context") -> dict[str, int]:
+    """The pinned unit ids of the L1 ``layer`` (nothing when the file is absent or
+    unreadable: a pin is a courtesy to the agent, never needed for consistency). Opened
+    safely, read-only."""
+    path = _pins_path(store, layer)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -59,12 +64,12 @@ def read_pins(store: Store) -> dict[str, int]:
         return {}
 
 
-def _write_pins(store: Store, pins: dict[str, int]) -> None:
+def _write_pins(store: Store, pins: dict[str, int], layer: str = "context") -> None:
     """Replace the pins file atomically (under the writer lock, the only writer of pins);
     temp files a crashed writer left beside it go first."""
-    path = _pins_path(store)
+    path = _pins_path(store, layer)
     for name in os.listdir(store.meta):
-        if name.startswith(PINS_FILE + ".") and name.endswith(".tmp"):
+        if name.startswith(os.path.basename(path) + ".") and name.endswith(".tmp"):
             _fsops.unlink(os.path.join(store.meta, name))
     if not pins:
         if os.path.lexists(path):
@@ -73,25 +78,26 @@ def _write_pins(store: Store, pins: dict[str, int]) -> None:
     store.write_file_atomic(path, msgspec.json.encode(_Pins(pins=pins)))
 
 
-def pin_units(store: Store, unit_ids: Iterable[str]) -> None:
-    """Pin freshly recalled units through the rest of this turn (call under the lock)."""
+def pin_units(store: Store, unit_ids: Iterable[str], layer: str = "context") -> None:
+    """Pin freshly recalled units of the L1 ``layer`` through the rest of this turn (call
+    under the lock)."""
     ids = list(unit_ids)
     if not ids:
         return
-    pins = read_pins(store)
+    pins = read_pins(store, layer)
     pins.update({uid: 1 for uid in ids})
-    _write_pins(store, pins)
+    _write_pins(store, pins, layer)
 
 
-def tick_pins(store: Store) -> None:
-    """One write call ended: pins that have lived through it are released; pins of units
-    no longer in L1 are dropped."""
-    pins = read_pins(store)
+def tick_pins(store: Store, layer: str = "context") -> None:
+    """One write call of the agent of L1 ``layer`` ended: its pins that have lived through
+    it are released; pins of units no longer in that L1 are dropped."""
+    pins = read_pins(store, layer)
     if not pins:
         return
     with store.locked():
-        pins = read_pins(store)
+        pins = read_pins(store, layer)
         kept = {uid: n - 1 for uid, n in pins.items()
-                if n > 1 and os.path.isdir(store.unit_dir("context", uid))}
+                if n > 1 and os.path.isdir(store.unit_dir(layer, uid))}
         if kept != pins:
-            _write_pins(store, kept)
+            _write_pins(store, kept, layer)

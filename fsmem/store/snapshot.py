@@ -22,7 +22,7 @@ import time
 import msgspec
 
 from fsmem.format.errors import AlreadyExists, FsmemError
-from fsmem.format.layout import LAYERS, META
+from fsmem.format.layout import META
 from fsmem.store.store import Store
 
 __all__ = ["snapshot", "SnapshotReport"]
@@ -52,7 +52,7 @@ def snapshot(root: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Snap
     report = SnapshotReport(dest=dest)
     graph_db = None
     with store.locked():
-        listing = {layer: sorted(store.list_layer(layer)) for layer in LAYERS}
+        listing = {layer: sorted(store.list_layer(layer)) for layer in store.layers()}
         pin = store.pin()
         graph_db = _begin_read(os.path.join(store.root, "graph.db"))
         report.paused_s = time.monotonic() - t0
@@ -90,13 +90,13 @@ class _Copier:
 
     def layout(self) -> None:
         for sub in ("", META, *(f"{META}/{d}" for d in ("staging", "journal", "quarantine",
-                                                      "index", "trash")), "inbox", *LAYERS):
+                                                      "index", "trash")), "inbox", *self.store.layers()):
             os.makedirs(os.path.join(self.dest, sub), exist_ok=True)
         self.copy(self.store.marker_path, os.path.join(self.dest, META, "marker.json"))
 
     def _where(self, layer: str, unit_id: str) -> str | None:
         """Where a listed unit is now: its layer, another layer, or the trash."""
-        for lay in (layer, *LAYERS):
+        for lay in (layer, *self.store.layers()):
             path = os.path.join(self.store.root, lay, unit_id)
             if os.path.isdir(path) and not os.path.islink(path):
                 return path

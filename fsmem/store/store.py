@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Literal
 from fsmem.format import fsops as fsops
 from fsmem.format.blocks import block_filename
 from fsmem.format.errors import AlreadyExists, FormatError, FsmemError, NotFound, StoreLocked
-from fsmem.format.layout import LAYERS, JournalEntry, Layer, Layout, owner_dead
+from fsmem.format.layout import LAYERS, JournalEntry, Layer, Layout, owner_dead, valid_layer
 from fsmem.format.model import FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, encode_pretty
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, read_manifest, verify_unit
@@ -217,10 +217,22 @@ class Store(Layout):
     def _layer_of(self, path: str) -> str:
         """The layer whose directory holds ``path`` directly ("" if none)."""
         parent = os.path.dirname(os.path.abspath(path).rstrip("/"))
-        for layer in LAYERS:
-            if parent == os.path.join(self.root, layer):
-                return layer
+        if os.path.dirname(parent) == self.root and valid_layer(os.path.basename(parent)):
+            return os.path.basename(parent)
         return ""
+
+    def ensure_layer(self, layer: str) -> None:
+        """Create a layer directory that is missing (an agent's L1: ``context@<agent>``),
+        durably: the directory, then the root that names it."""
+        path = self.layer_dir(layer)
+        if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+            raise FormatError(f"{path}: exists and is not a directory")
+        if not os.path.isdir(path):
+            with self.locked():
+                if not os.path.isdir(path):
+                    fsops.mkdir(path)
+                    if self.sync:
+                        fsops.fsync_dir(self.root)
 
     # -- writing ------------------------------------------------------------------------
     def builder(self, unit_id: str | None = None) -> UnitBuilder:
@@ -657,7 +669,7 @@ class Store(Layout):
         """A unit id in two layers (a crash mid-rename on some filesystems): keep the first
         valid copy in layer order context, documents, stablemem; quarantine the others."""
         seen: dict[str, list[str]] = {}
-        for layer in LAYERS:
+        for layer in self.layers():
             for unit_id in self.iter_units(layer):
                 seen.setdefault(unit_id, []).append(layer)
         for unit_id, layers in seen.items():
