@@ -51,29 +51,18 @@ def dsn(pg_server):
         c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def _write(mem: Memory, text: str, *, layer: str = "documents", agent: str = "",
-           private: bool = False, meta: dict | None = None) -> str:
-    """One unit of ``agent`` (with the format-4 fields as stored) into ``layer``. Until the
-    agent API is merged, a named agent's L1 directory is made here, as its writer will."""
-    if layer.startswith("context@"):
-        os.makedirs(os.path.join(mem.root, layer), exist_ok=True)
-    fill = mem._events_fill([Event(source="user", input=text)], None)
-    return mem.write_unit(layer, fill, agent=agent, private=private, meta=dict(meta or {}))
-
-
 def _store(path: Path, tag: str, agent: str) -> dict[str, str]:
     """A store with the default agent and ``agent``: a shared and a private document, an L1
     event each. ``tag`` is a word only this store holds."""
     mem = Memory.open(path, durability="off")
-    out = {
-        "shared": mem.commit(f"the {tag} greenhouse watering schedule is at dawn"),
-        "private": _write(mem, f"{agent} keeps the {tag} vault combination", agent=agent,
-                          private=True),
-        "l1": mem.append(Event(source="user", input=f"{tag} breakfast was porridge")),
-        "agent_l1": _write(mem, f"{agent} is planning the {tag} hiking trip",
-                           layer=f"context@{agent}", agent=agent),
-    }
-    out["l1"] = next(u for u in mem.units("context"))
+    out = {"shared": mem.commit(f"the {tag} greenhouse watering schedule is at dawn")}
+    mem.append(Event(source="user", input=f"{tag} breakfast was porridge"))
+    out["l1"] = mem.units("context")[0]
+    mem.close()
+    mem = Memory.open(path, durability="off", agent=agent)
+    out["private"] = mem.commit(f"{agent} keeps the {tag} vault combination", private=True)
+    mem.append(Event(source="user", input=f"{agent} is planning the {tag} hiking trip"))
+    out["agent_l1"] = mem.units(f"context@{agent}")[0]
     mem.close()
     return out
 
@@ -141,7 +130,7 @@ def test_commit_recall_remove_update_appear_after_the_next_sync(tmp_path, dsn):
         new = mem.commit("the zebra finch eats millet seeds", summary="bird food")
         assert mem.recall("kayak paddles garage", top_k=1) == [moved]
         mem.remove(gone)
-        newer = mem.commit("the gate code is 5678 since May", meta={"supersedes": old})
+        newer = mem.update(old, "the gate code is 5678 since May")
         mem.close()
         s = idx.sync([path]).stores[0]
         assert (s.mode, s.upserted, s.deleted) == ("incremental", 3, 1)
@@ -216,7 +205,7 @@ def test_drop_then_sync_gives_the_same_answers(tmp_path, dsn):
     _zh_en_store(tmp_path / "b")
     mem = Memory.open(tmp_path / "b", durability="off")
     old = mem.commit("the gate code is 1234")
-    mem.commit("the gate code is 9999 now", meta={"supersedes": old})
+    mem.update(old, "the gate code is 9999 now")
     mem.close()
     paths = [tmp_path / "a", tmp_path / "b"]
     with FleetIndex(dsn) as idx:

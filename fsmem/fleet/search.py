@@ -4,8 +4,8 @@ store (id and path) and the unit, so ``fsmem --root PATH show UNIT`` opens the o
 A query matches a unit when any of its words (``english`` configuration: stemmed, stop words
 left out) or any of its CJK bigrams is in the unit's text; units rank by the sum of the two
 ``ts_rank`` scores (ties: the newer first). A unit that a present unit of the same store
-supersedes (``meta["supersedes"]``) is hidden, as fsmem's own search hides it, when the
-searcher may see the newer one. Visibility: with ``agent`` given, what that agent may see
+supersedes (``meta["supersedes"]``) is hidden, as fsmem's own search hides it (whoever
+may see the newer one). Visibility: with ``agent`` given, what that agent may see
 (units not private, and its own private ones); without, the operator's view (everything).
 """
 
@@ -86,11 +86,9 @@ def search(conn: "psycopg.Connection", text: str, *, agent: str | None = None,
         match.append("u.cjk @@ %(cjk)s::tsquery")
         rank.append("ts_rank(u.cjk, %(cjk)s::tsquery)")
     where = ["(" + " OR ".join(match) + ")"]
-    seen_by = ""
     if who is not None:
         params["agent"] = who
         where.append("(NOT u.private OR u.agent = %(agent)s)")
-        seen_by = " AND (NOT n.private OR n.agent = %(agent)s)"
     if store is not None:
         params["store"] = store
         where.append("(u.store_id = %(store)s OR s.path = %(store)s)")
@@ -98,7 +96,7 @@ def search(conn: "psycopg.Connection", text: str, *, agent: str | None = None,
         params["layer"] = layer
         where.append("u.layer = %(layer)s")
     where.append(f"NOT EXISTS (SELECT 1 FROM {UNITS} n WHERE n.store_id = u.store_id "
-                 f"AND n.supersedes = u.unit_id{seen_by})")
+                 "AND n.supersedes = u.unit_id)")
     sql = (f"SELECT u.store_id, s.path, u.unit_id, u.layer, u.agent, u.private, "
            f"{' + '.join(rank)} AS score, u.summary, u.snippet, u.created_at, u.first_at, "
            f"u.last_at FROM {UNITS} u JOIN {STORES} s ON s.store_id = u.store_id "
