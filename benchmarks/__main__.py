@@ -116,8 +116,27 @@ def _document(args: argparse.Namespace, argv: list[str], info: dict, load_end: s
     if scripts:
         head += ["", scripts_markdown(scripts)]
     if args.only != ["year"]:
-        head += _extras_section()
+        head += _fleet_section() + _extras_section()
     return "\n".join(head) + "\n"
+
+
+def _fleet_section() -> list[str]:
+    """The fleet index's table (issue 34): a PostgreSQL server and 100 built stores are more
+    than a quick run sets up, so its own run (benchmarks/bench_fleet.py, also among the
+    scripts of a full run) writes docs/BENCHMARKS-fleet.md and its table is repeated here."""
+    path = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS-fleet.md"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    made = next((x for x in lines if x.startswith("**Generated**")), "").rstrip()
+    start = next((i for i, x in enumerate(lines) if " stores x " in x), None)
+    if start is None:
+        return []
+    return ["", "## The fleet index (from docs/BENCHMARKS-fleet.md)", "",
+            made.rstrip(" ") + " Fleet search (one PostgreSQL query over every store) "
+            "against fsmem's own search of each store in turn, summed; same run, queries "
+            "interleaved.", "", *lines[start:]]
 
 
 def _extras_section() -> list[str]:

@@ -56,6 +56,10 @@ SCRIPTS = (
     Script("bench_legacy.py", ("--docs", "300", "--blobs", "100", "--blob-kb", "200",
                                "--reps", "1"), "HomeAgent drop-in: open and recall"),
     Script("bench_watch.py", ("--files", "2000"), "the watch daemon against the API loop"),
+    Script("bench_fleet.py", ("--stores", "100", "--units", "1000", "--queries", "40"),
+           "the fleet index in PostgreSQL: sync throughput, fleet search against per-store "
+           "search summed over 100 stores (docs/BENCHMARKS-fleet.md; stores cached in /tmp)",
+           timeout=900),
     Script("bench_embed_commit.py", (), "commit cost with the light embedder", timeout=300),
     Script("bench_ingest_rss.py", (), "ingest memory use", timeout=300),
 )
