@@ -127,10 +127,10 @@ def add_cli(subparsers: Any, common_parents: Sequence[argparse.ArgumentParser]) 
     sp.add_argument("--partitions", type=nonneg_int, default=0, metavar="N",
                     help="hash partitions by store when the tables are created")
     sp.set_defaults(fn=cmd_fleet)
-    sp = fsub.add_parser("search", parents=[*parents, dsn], help="search every store")
+    sp = fsub.add_parser("search", parents=[*parents, dsn], help="search every store (with "
+                         "--agent A: what agent A may see, shared units and its own private "
+                         "ones; without: everything, the operator's view)")
     sp.add_argument("text", metavar="TEXT")
-    sp.add_argument("--agent", metavar="A", help="what agent A may see (shared units and its "
-                    "own private ones); default: everything (the operator's view)")
     sp.add_argument("--store", metavar="ID", help="only this store (its id or its path)")
     sp.add_argument("--layer", metavar="L", help="only this layer (context, context@<agent>, "
                     "documents, stablemem)")
