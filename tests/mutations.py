@@ -306,8 +306,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "        if private and agent != self.viewer:\n            return False",
         "        if False:\n            return False", AGENTS),
     "agents: an archive unit mixes the agents of its events": ("fsmem/memory/prune.py",
-        "        parts.setdefault((pair[0].manifest.agent, pair[0].manifest.private), [])"
-        ".append(pair)", "        parts.setdefault(('', False), []).append(pair)", AGENTS),
+        "        parts.setdefault((m.agent, m.private, m.meta.get(\"supersedes\", \"\")), [])"
+        ".append(pair)", "        parts.setdefault(('', False, ''), []).append(pair)", AGENTS),
     "agents: an archive unit is the pruning agent's, not its events'": (
         "fsmem/memory/prune.py", "                            agent=pairs[0][0].manifest.agent,",
         "                            agent=mem.agent,", AGENTS),
@@ -325,6 +325,12 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "agents: the owners of units not saved with the index": ("fsmem/search/index_files.py",
         '        self.u_owner = arrays["u_owner"]',
         '        self.u_owner = np.zeros(len(arrays["u_owner"]), np.int32)', AGENTS),
+    "agents: an update that left documents/ no longer hides the old version": (
+        "fsmem/search/index.py", "        if elsewhere:\n            self.moved_supersedes[unit_id] = old",
+        "        if False:\n            self.moved_supersedes[unit_id] = old", AGENTS),
+    "agents: the archive unit of a pruned update forgets what it updates": (
+        "fsmem/memory/prune.py", '            meta["supersedes"] = pairs[0][0].manifest.meta["supersedes"]',
+        "            pass", AGENTS),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),

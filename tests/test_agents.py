@@ -323,3 +323,26 @@ def test_two_agents_in_two_processes_keep_every_event_once(tmp_path: Path) -> No
                     text = check.document(uid).events[0].input
                     found = {h.unit_id for h in mem.query(text, 5, count=False)}
                     assert (uid in found) == (kind == "shared" or a == agent), (agent, a, uid)
+
+
+def test_an_update_recalled_into_l1_and_pruned_back_still_hides_the_old_version(
+        tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    mem = Memory.open(root, agent="kitchen", context_capacity=4, context_protected=1)
+    old = mem.commit("the spare fuse box key is in the blue tin")
+    new = mem.update(old, "the spare fuse box key moved to the red tin")
+    assert mem.recall("fuse box key red tin", top_k=1) == [new]
+    assert (root / "context@kitchen" / new).is_dir()
+    assert [h.unit_id for h in mem.query("fuse box key tin", 5, count=False)] == []
+    with pytest.raises(FsmemError, match="updated by"):
+        mem.update(old, "again")
+    mem.close()   # saved: a fresh process agrees
+    reader = Memory.open(root, readonly=True, agent="kitchen")
+    assert [h.unit_id for h in reader.query("fuse box key tin", 5, count=False)] == []
+    mem = Memory.open(root, agent="kitchen", context_capacity=4, context_protected=1)
+    for i in range(8):   # the update goes back to L2 in an archive unit of its own
+        mem.append(_say(i, "kitchen", "dishwasher salt"))
+    hits = [mem.document(h.unit_id) for h in mem.query("fuse box key tin", 5, count=False)]
+    assert [[e.input for e in d.events] for d in hits] == [
+        ["the spare fuse box key moved to the red tin"]]
+    assert hits[0].meta["supersedes"] == old and hits[0].meta["is_archived_context"] == "true"

@@ -126,10 +126,12 @@ def group_evictions(pairs: list[Pair], gap_ns: int = SESSION_GAP_NS) -> list[lis
 
 def _by_owner(group: list[Pair]) -> list[list[Pair]]:
     """A group split by whose events they are and whether they are private (a unit never
-    mixes agents: another agent's unit recalled into this L1 goes back as that agent's)."""
-    parts: dict[tuple[str, bool], list[Pair]] = {}
+    mixes agents: another agent's unit recalled into this L1 goes back as that agent's), and
+    an update's events kept apart (its archive unit still names the version it updates)."""
+    parts: dict[tuple[str, bool, str], list[Pair]] = {}
     for pair in group:
-        parts.setdefault((pair[0].manifest.agent, pair[0].manifest.private), []).append(pair)
+        m = pair[0].manifest
+        parts.setdefault((m.agent, m.private, m.meta.get("supersedes", "")), []).append(pair)
     return list(parts.values())
 
 
@@ -383,9 +385,12 @@ def _fill_staged(mem: "Writer", builder, pairs: list[tuple["_Loaded", EventRecor
         sources = sorted({r.source for r in records})
         summary = (f"{len(records)} archived events from {', '.join(sources)}, "
                    f"{records[0].timestamp.isoformat()} .. {records[-1].timestamp.isoformat()}")
+        meta = {"is_archived_context": "true"}
+        if pairs[0][0].manifest.meta.get("supersedes"):   # (_by_owner: one per archive unit)
+            meta["supersedes"] = pairs[0][0].manifest.meta["supersedes"]
         manifest = Manifest(format=FORMAT_VERSION, id=builder.unit_id, created_at=now,
                             updated_at=now, events=records, summary=summary,
-                            source="context_archived", meta={"is_archived_context": "true"},
+                            source="context_archived", meta=meta,
                             embedder=mem.embedder.fingerprint, access_count=1,
                             agent=pairs[0][0].manifest.agent,
                             private=pairs[0][0].manifest.private)

@@ -164,6 +164,7 @@ class Index(IndexFiles):
         self.u_owner = np.zeros(0, np.int32)  # (agent index << 1) | private (index_files)
         self.agents: list[str] = [""]
         self.supersedes: dict[str, str] = {}  # unit id -> the older unit it updates
+        self.moved_supersedes: dict[str, str] = {}   # the same, of updates now in L1 or L3
         self.last_sync = {"kept": 0, "reindexed": 0}
         self.alive = np.zeros(0, bool)
         self.dense = np.zeros((0, self.dim), np.float32)
@@ -325,6 +326,7 @@ class Index(IndexFiles):
                                 created_off=w.created_off, events=w.events, rows=rows,
                                 mkey=w.mkey, agent=w.agent, private=w.private,
                                 supersedes=w.supersedes))
+        self.moved_supersedes = dict(delta.moved)
         if delta.feed_pos >= 0:
             self._feed_id, self._feed_pos, self._doc_stamp = \
                 delta.feed, delta.feed_pos, list(delta.stamp)
@@ -599,7 +601,7 @@ class Index(IndexFiles):
 
     def add(self, entry: IndexEntry) -> None:
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""
-        self.remove(entry.unit_id)
+        self._drop(entry.unit_id)
         self.pending[entry.unit_id] = entry
         self._dirty_added[entry.unit_id] = entry
         self._dirty_removed.discard(entry.unit_id)
@@ -611,6 +613,20 @@ class Index(IndexFiles):
             self._compact()
 
     def remove(self, unit_id: str) -> None:
+        """A unit left documents/. An update that moved on (recalled into L1, distilled into
+        L3) still hides the version it updates: its link is kept (``moved_supersedes``)
+        while the unit is in some layer (checked again when the arrays are folded)."""
+        e = self.pending.get(unit_id)
+        old = e.supersedes if e is not None else self.supersedes.get(unit_id, "")
+        if old and (row := self.row_of.get(unit_id)) is not None and not self.alive[row]:
+            old = ""   # (already removed)
+        elsewhere = bool(old) and self.layout.view(only=unit_id).locate(unit_id) is not None
+        self._drop(unit_id)
+        if elsewhere:
+            self.moved_supersedes[unit_id] = old
+
+    def _drop(self, unit_id: str) -> None:
+        self.moved_supersedes.pop(unit_id, None)
         self._dirty_added.pop(unit_id, None)
         self._dirty_removed.add(unit_id)
         if self.pending.pop(unit_id, None) is not None:
@@ -627,8 +643,9 @@ class Index(IndexFiles):
     # -- who sees what (format 4) ---------------------------------------------------------
     def superseded_by(self, unit_id: str) -> str:
         """The indexed unit that updates ``unit_id`` ("" if none)."""
-        for new, old in self.supersedes.items():
-            if old == unit_id and new in self.row_of and self.alive[self.row_of[new]]:
+        for new, old in [*self.supersedes.items(), *self.moved_supersedes.items()]:
+            if old == unit_id and (new in self.moved_supersedes or (
+                    new in self.row_of and self.alive[self.row_of[new]])):
                 return new
         return next((e.unit_id for e in self.pending.values() if e.supersedes == unit_id), "")
 
@@ -659,7 +676,8 @@ class Index(IndexFiles):
         row_of, alive = self.row_of, self.alive
         superseded = {old for new, old in self.supersedes.items()
                       if (row := row_of.get(new)) is not None and alive[row]} \
-            | {e.supersedes for e in pending if e.supersedes}
+            | {e.supersedes for e in pending if e.supersedes} \
+            | set(self.moved_supersedes.values())
         scoped = len(self.agents) > 1 or bool(np.any(np.asarray(self.u_owner) & 1)) \
             or any(e.agent or e.private for e in pending)
         if not scoped and not superseded and who.agent_filter in (None, "") \
@@ -706,6 +724,8 @@ class Index(IndexFiles):
         self.legacy.update({e.unit_id: e.legacy_file for e in new if e.legacy_file})
         self.supersedes = {u: s for u, s in self.supersedes.items() if u in kept_ids}
         self.supersedes.update({e.unit_id: e.supersedes for e in new if e.supersedes})
+        self.moved_supersedes = {u: s for u, s in self.moved_supersedes.items()
+                                 if self.layout.view(only=u).locate(u) is not None}
         self.u_owner = np.concatenate([np.asarray(self.u_owner)[keep], np.array(
             [self._owner_code(e.agent, e.private) for e in new], np.int32)])
         self.ids = [self.ids[i] for i in keep] + [e.unit_id for e in new]

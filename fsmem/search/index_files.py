@@ -80,6 +80,7 @@ class _Meta(msgspec.Struct):
     chunks: dict[str, list[str]] = {}   # file -> BLAKE3 of each _CHUNK bytes (_CHUNKED files)
     agents: list[str] = []        # format 4: the agents of ``u_owner`` ("" = the default first)
     supersedes: dict[str, str] = {}   # unit id -> the unit it updates (hidden from search)
+    moved_supersedes: dict[str, str] = {}   # the same, of updates now in L1 or L3
 
 
 class _EntryWire(msgspec.Struct, array_like=True):
@@ -118,6 +119,7 @@ class _Delta(msgspec.Struct):
     feed: str = ""
     feed_pos: int = -1
     stamp: list[int] = []
+    moved: dict[str, str] = {}    # format 4: moved_supersedes after it (whole: a few entries)
 
 
 class StrTable(Sequence[str]):
@@ -539,6 +541,7 @@ class IndexFiles:
         self.ids, self.summaries = tables["ids"], tables["summaries"]
         self.legacy = meta.legacy
         self.agents, self.supersedes = list(meta.agents or [""]), dict(meta.supersedes)
+        self.moved_supersedes = dict(meta.moved_supersedes)
         self.row_of = None   # built on first use
         self.inos, self.mkeys = arrays["inos"], arrays["mkeys"]
         self.u_owner = arrays["u_owner"]
@@ -640,7 +643,7 @@ class IndexFiles:
         delta = _Delta(INDEX_VERSION, self.fingerprint, self._gen,
                        sorted(self._dirty_removed - set(self._dirty_added)), entries,
                        dict(self._dirty_idents), self._feed_id, self._feed_pos,
-                       list(self._doc_stamp))
+                       list(self._doc_stamp), dict(self.moved_supersedes))
         payload = msgspec.msgpack.encode(delta)
         data = blake3.blake3(payload).digest() + payload
         gen = os.path.join(self.dir, self._gen)
@@ -708,7 +711,8 @@ class IndexFiles:
                      units=len(self.ids), rows=len(self.ev_ids), legacy=self.legacy,
                      digests=digests, keys=self.keys, feed=self._feed_id,
                      feed_pos=self._feed_pos, stamp=list(self._doc_stamp), dense=keep_dense,
-                     chunks=chunks, agents=list(self.agents), supersedes=dict(self.supersedes))
+                     chunks=chunks, agents=list(self.agents), supersedes=dict(self.supersedes),
+                     moved_supersedes=dict(self.moved_supersedes))
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         _write_renamed(os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"),
