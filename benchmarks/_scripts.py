@@ -56,6 +56,8 @@ SCRIPTS = (
     Script("bench_legacy.py", ("--docs", "300", "--blobs", "100", "--blob-kb", "200",
                                "--reps", "1"), "HomeAgent drop-in: open and recall"),
     Script("bench_watch.py", ("--files", "2000"), "the watch daemon against the API loop"),
+    Script("bench_agents.py", ("--units", "5000", "--rounds", "40"), "a query and an append "
+           "in a store of several agents against one agent's store (issue 34)"),
     Script("bench_fleet.py", ("--stores", "100", "--units", "1000", "--queries", "40"),
            "the fleet index in PostgreSQL: sync throughput, fleet search against per-store "
            "search summed over 100 stores (docs/BENCHMARKS-fleet.md; stores cached in /tmp)",

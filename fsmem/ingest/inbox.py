@@ -449,8 +449,9 @@ class Ingestor:
             self.published.append(("documents", uid))
         l1 = [ev for ev, layer in events if layer == "context" and ev.id not in stored]
         for ev in l1:  # like Memory.append: one L1 unit per event
-            uid = self.mem.commit_events([ev], source=ev.source, meta=meta, layer="context")
-            self.published.append(("context", uid))
+            # "context": the watching agent's L1 (``--agent``; the default agent's context/)
+            uid = self.mem.commit_events([ev], source=ev.source, meta=meta, layer=self.mem.l1)
+            self.published.append((self.mem.l1, uid))
         if l1 and self.mem.auto_prune:
             self.mem.prune(query=" ".join(t for t in (l1[-1].input, l1[-1].response) if t))
         if not self.published:

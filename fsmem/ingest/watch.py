@@ -627,7 +627,7 @@ class Watcher:
         store = self.mem.store
         if since is not None:
             with store.locked():
-                for layer in ("documents", "context"):
+                for layer in ("documents", self.mem.l1):
                     for uid, path in store.list_layer(layer).items():
                         try:
                             if os.lstat(path).st_ctime_ns < since:

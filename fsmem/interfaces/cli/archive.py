@@ -14,7 +14,7 @@ __all__ = ["add_cli"]
 
 
 def _cmd_export(args: Any) -> int:
-    mem = Memory.open(args.root, create=False)
+    mem = Memory.open(args.root, create=False, agent=getattr(args, "agent", None))
     rep = export_archive(mem.store, args.out, layers=[args.layer] if args.layer else None,
                          since=args.since)
     if args.json:
@@ -25,7 +25,7 @@ def _cmd_export(args: Any) -> int:
 
 
 def _cmd_import(args: Any) -> int:
-    mem = Memory.open(args.root)
+    mem = Memory.open(args.root, agent=getattr(args, "agent", None))
     if args.from_format == "chatgpt":
         rep = import_chatgpt(mem, args.src)
     else:

@@ -35,7 +35,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
     distiller: Distiller = RuleDistiller() if args.distiller == "rules" else LLMDistiller(
         base_url=args.llm_base_url or "", model=args.llm_model or "", timeout=args.llm_timeout)
     with progress("distill", enabled=not args.json) as tick:
-        report = Memory.open(args.root, create=False).distill(
+        report = Memory.open(args.root, create=False,
+                             agent=getattr(args, "agent", None)).distill(
             max_age_s=args.max_age * 3600, max_access=args.max_access, distiller=distiller,
             dry_run=args.dry_run, progress=tick)
     done = len(report.units) - len(report.no_facts) if report.dry_run else len(report.distilled)

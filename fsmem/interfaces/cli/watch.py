@@ -102,7 +102,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         else:
             print(f"watching {mem.root}/inbox (Ctrl-C to stop)", flush=True)
 
-    mem = Memory.open(args.root, create=False)
+    mem = Memory.open(args.root, create=False, agent=getattr(args, "agent", None))
     watcher = Watcher(mem, size_cap=args.size_cap, rescan_s=args.rescan, report=report,
                       on_reconcile=reconciled, on_start=started, on_told=told)
     try:
