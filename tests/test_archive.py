@@ -93,7 +93,8 @@ def test_round_trip_reproduces_everything(full, tmp_path):
             a, b = full.document(uid), dst.document(uid)
             assert b.layer == a.layer and b.events == a.events
             assert b.created_at == a.created_at and b.created_at.offset == a.created_at.offset
-    assert dst.fsck() == []
+    # the fixture names a media blob its media store lacks: kept as a record (issue 32)
+    assert [(f.kind, f.unit) for f in dst.fsck()] == [("media-missing", "doc_1791423012345678912")]
     assert dst.query("光伏板")[0].unit_id in full.units("documents") + full.units("stablemem")
 
 
@@ -218,7 +219,8 @@ def test_cli_export_import(full, tmp_path):
     assert r.returncode == 1 and "junk.tar" in r.stderr
     r = run("import", "--root", str(dst), "--from", "chatgpt", "--json", str(CHATGPT))
     assert r.returncode == 0 and len(json.loads(r.stdout)["imported"]) == 2
-    assert Memory.open(dst).fsck() == []
+    # the fixture names a media blob its media store lacks: kept as a record (issue 32)
+    assert [(f.kind, f.unit) for f in Memory.open(dst).fsck()] == [("media-missing", "doc_1791423012345678912")]
 
 
 # -- ChatGPT ---------------------------------------------------------------------------------

@@ -142,9 +142,14 @@ def test_item4_v3_block_fields_are_kept_and_resolve(ha, caplog):
     assert mem.read_block(gen.V3_IMAGE_BLOCK) == gen.PNG.data     # before recall: media store
     with caplog.at_level(logging.WARNING, logger="fsmem.legacy"):
         assert mem.recall("签证", top_k=1) == [gen.DOC["v3"]]
-    assert any(gen.V3_EMPTY_BLOCK in r.getMessage() for r in caplog.records)   # loss logged
     ev = mem.document(gen.DOC["v3"]).events[0]
     by_id = {b.legacy_id: b for b in ev.blocks if b.legacy_id}
+    # issue 32: a block with neither payload nor text is kept (nothing dropped on recall)
+    empty = by_id[gen.V3_EMPTY_BLOCK]
+    assert (empty.size, empty.created_at, empty.updated_at) == (
+        0, Timestamp.parse(gen.T3), Timestamp.parse(gen.T3))
+    assert not any(gen.V3_EMPTY_BLOCK in r.getMessage() and "not kept" in r.getMessage()
+                   for r in caplog.records)
     img, txt = by_id[gen.V3_IMAGE_BLOCK], by_id[gen.V3_TEXT_BLOCK]
     assert img.vector == [round(0.1 * i, 3) for i in range(8)]
     assert img.fingerprint == "chineseclip:d8" and img.tool == "camera"

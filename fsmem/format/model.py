@@ -83,6 +83,10 @@ class BlockRef(msgspec.Struct, kw_only=True, omit_defaults=True):
     vector: list[float] = []      # the legacy dense vector, in the space named by fingerprint
     fingerprint: str = ""
     updated_at: Timestamp | None = None
+    # Format 4: the block's bytes were missing when it was adopted (HomeAgent named a media
+    # file that is gone): only its record is kept, no block file; ``digest`` is then the only
+    # digest known, HomeAgent's sha256 (also in ``sha256``). fsck reports it (media-missing).
+    absent: bool = False
 
 
 class ToolResult(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -117,7 +117,10 @@ class UnitBuilder:
                         width=dims[0] if dims else None, height=dims[1] if dims else None)
 
     def add_existing(self, src_unit_dir: str, ref: BlockRef) -> BlockRef:
-        """Link a block of another unit into this one: same inode, no bytes copied."""
+        """Link a block of another unit into this one: same inode, no bytes copied (a block
+        kept as a record only, ``absent``, has no file: its record goes along)."""
+        if ref.absent:
+            return ref
         link_block(block_path(src_unit_dir, ref), self.path, ref.digest, ref.mime, sync=self.sync)
         self._files.add(block_filename(ref.digest, ref.mime))
         return ref
@@ -272,6 +275,8 @@ def verify_unit(unit_dir: str, *, read_data: bool = True, expect_id: str | None 
     expected = {MANIFEST}
     for ev in manifest.events:
         for ref in ev.blocks:
+            if ref.absent:   # a record only (format 4): no file; fsck says media-missing
+                continue
             name = block_filename(ref.digest, ref.mime)
             expected.add(name)
             path = os.path.join(unit_dir, name)

@@ -29,6 +29,7 @@ from fsmem.homeagent.documents import (
     _read_json,
     _strs,
     _ts,
+    keeps_files,
     legacy_counts,
     unread_files,
 )
@@ -135,7 +136,7 @@ def _events(raw: Any, path: str, dropped: list[str]) -> list[dict]:
 def _store_event_ids(mem: Source) -> set[str]:
     from fsmem.format.unit import read_manifest  # lazy: start-up, loaded only when used (+blake3)
     ids: set[str] = set()
-    for layer in ("context", "documents", "stablemem"):
+    for layer in mem.layout.layers():
         for unit_id in mem.layout.iter_units(layer):
             try:
                 ids.update(ev.id for ev in read_manifest(mem.layout.unit_dir(layer, unit_id)).events)
@@ -156,7 +157,7 @@ def plan(mem: Source) -> tuple[AdoptionPlan, list[dict], bytes]:
     p.path, p.rename_to = path, _free_name(mem.root)
     p.unit_id = "u-context-json-" + hashlib.sha256(raw).hexdigest()[:12]
     p.already_adopted = any(os.path.isdir(mem.layout.unit_dir(layer, p.unit_id))
-                            for layer in ("context", "documents", "stablemem"))
+                            for layer in mem.layout.layers())
     events = _events(data, path, p.dropped)
     have = _store_event_ids(mem)
     fresh = [e for e in events if e["id"] not in have]
@@ -182,9 +183,12 @@ def adopt(mem: Sink, *, dry_run: bool = False) -> AdoptionPlan:
             log.warning("%s changed while it was adopted; left in place for the next "
                         "fsmem adopt", p.path)
             return p
-        fsops.rename(p.path, p.rename_to)
-        if mem.store.sync:
-            fsops.fsync_dir(mem.root)
+        if keeps_files(mem):   # HomeAgent's file stays: its events are known by their ids
+            p.rename_to = p.path
+        else:
+            fsops.rename(p.path, p.rename_to)
+            if mem.store.sync:
+                fsops.fsync_dir(mem.root)
     for d in p.dropped:
         log.warning("%s: %s not kept", p.path, d)
     log.warning("adopted %d of %d events of %s into context/%s; the file is now %s",

@@ -22,7 +22,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from fsmem.format.errors import FormatError, NotFound
+from fsmem.format.errors import FormatError, FsmemError, NotFound
 from fsmem.format.media import modality_of, sniff_mime
 from fsmem.format.model import NAME_RE, BlockRef, Event, EventRecord
 from fsmem.format.timestamps import Timestamp
@@ -97,6 +97,8 @@ class LegacyMedia:
     scene: str = ""
     semantic_type: str = ""
     updated_at: Timestamp | None = None
+    payload: bool = True        # False: a v3 block with neither payload_digest nor text (its
+                                # vector and fields are all it has: kept as an empty block)
 
 
 @dataclass
@@ -145,13 +147,22 @@ def legacy_doc_files(root: str) -> list[tuple[str, int]]:
 
 
 def legacy_file_of(root: str, unit_id: str) -> str | None:
-    """The ``documents/*.json`` file a legacy id names (its own name first), or None."""
+    """The ``documents/*.json`` file a legacy id names (its own name first; a version id
+    ``<id>-h<12 hex>``: the file whose bytes hash to it), or None."""
     if NAME_RE.match(unit_id) and os.path.isfile(os.path.join(root, "documents",
                                                               unit_id + ".json")):
         return unit_id + ".json"
+    head, sep, tail = unit_id.rpartition("-h")
     for name, _ in legacy_doc_files(root):
         if legacy_id(name) == unit_id:
             return name
+        if sep and len(tail) == 12 and legacy_id(name)[:110] == head:
+            try:
+                if version_id(name, file_digest(os.path.join(root, "documents", name))) \
+                        == unit_id:
+                    return name
+            except (FormatError, OSError):
+                continue
     return None
 
 
@@ -178,8 +189,8 @@ def _floats(value: Any, where: str) -> list[float]:
 
 
 def _media_of_block(b: Any, where: str, dropped: list[str]) -> LegacyMedia | None:
-    """A v3 MemoryBlock, every field kept; None (named in ``dropped``) for a block with
-    neither a payload digest nor text: there is nothing of it to keep but its metadata."""
+    """A v3 MemoryBlock, every field kept (a block with neither a payload digest nor text,
+    a vector-only block, is kept too: ``payload`` False)."""
     if not isinstance(b, dict):
         raise FormatError(f"{where}: a block must be an object")
     digest = str(b.get("payload_digest") or "").lower()
@@ -187,20 +198,32 @@ def _media_of_block(b: Any, where: str, dropped: list[str]) -> LegacyMedia | Non
     bid = str(b.get("id") or "")
     for key in sorted(set(b) - _BLOCK_KEYS):
         dropped.append(f"{where}.{key} (unknown field)")
-    if not digest and not text:
-        dropped.append(f"block {bid or where} (neither payload_digest nor text)")
-        return None
+    payload = bool(digest or text)
+
+    def field_of(read: Callable[[Any, str], Any], key: str, empty: Any) -> Any:
+        """A block without payload never made a document unreadable (fsmem skipped it
+        before reading its fields, and still indexes nothing of it): a field of it that
+        does not decode is left out, by name, and the block kept."""
+        if b.get(key) in (None, ""):
+            return empty if key != "created_at" else read(None, f"{where}.{key}")
+        try:
+            return read(b.get(key), f"{where}.{key}")
+        except FormatError as exc:
+            if payload:
+                raise
+            dropped.append(f"block {bid or where}: {key} ({exc}): left out")
+            return empty
     return LegacyMedia(
+        payload=payload,
         sha256=digest, mime=str(b.get("mime") or ""), size=int(b.get("size") or 0),
         width=b.get("width") or None, height=b.get("height") or None,
-        created_at=_ts(b.get("created_at"), f"{where}.created_at"),
+        created_at=field_of(_ts, "created_at", None),
         text=text if not digest else "", legacy_id=bid, modality=str(b.get("modality") or ""),
-        vector=_floats(b.get("vector"), f"{where}.vector"),
+        vector=field_of(_floats, "vector", []),
         fingerprint=str(b.get("fingerprint") or ""), source=str(b.get("source") or ""),
         tool=str(b.get("tool") or ""), scene=str(b.get("scene") or ""),
         semantic_type=str(b.get("semantic_type") or ""),
-        updated_at=_ts(b.get("updated_at"), f"{where}.updated_at") if b.get("updated_at")
-        else None)
+        updated_at=field_of(_ts, "updated_at", None))
 
 
 def read_bytes(path: str) -> bytes:
@@ -490,21 +513,41 @@ def _add_media(mem: Sink, builder, media: list[LegacyMedia], ts: Timestamp,
     refs = []
     for m in media:
         created = m.created_at if m.created_at and m.created_at.ns > ZERO_NS else ts
+        if not m.payload:   # a vector-only block: an empty block file, every field kept
+            ref = builder.add_bytes(b"", m.mime or "application/octet-stream",
+                                    role="attachment", created_at=created)
+            refs.append(block_ref(ref, m, mem.root))
+            continue
         if m.text:
             ref = builder.add_bytes(m.text.encode("utf-8"), "text/plain; charset=utf-8",
                                     role="attachment", created_at=created)
             refs.append(block_ref(ref, m, mem.root))
             continue
         got = read_blob(mem.root, m) if _HEX64.match(m.sha256) else None
-        if got is None:
-            log.warning("%s: media blob %s%s is missing from the media store; recalled without"
-                        " it", owner, m.sha256, f" (block {m.legacy_id})" if m.legacy_id else "")
+        if got is None:   # kept as a record (format 4 ``absent``): fsck says media-missing
+            log.warning("%s: media blob %s%s is missing from the media store; kept as a "
+                        "record only (fsck reports it)", owner, m.sha256,
+                        f" (block {m.legacy_id})" if m.legacy_id else "")
+            refs.append(block_ref(_absent_ref(m, mem.root, created), m, mem.root))
             continue
         data, mime = got
         ref = builder.add_bytes(data, mime, role="attachment", created_at=created,
                                 sha256=m.sha256)
         refs.append(block_ref(ref, m, mem.root))
     return refs
+
+
+def _absent_ref(m: LegacyMedia, root: str, created: Timestamp) -> BlockRef:
+    """The record of a block whose media file is missing: HomeAgent's digest, MIME and size
+    (from the block, else media.db), no file (``absent``)."""
+    import hashlib  # lazy: start-up, loaded only when used (+hashlib)
+    row = media_info(root).get(m.sha256) or {}
+    mime = m.mime or str(row.get("mime") or "") or "application/octet-stream"
+    digest = m.sha256 if _HEX64.match(m.sha256) else hashlib.sha256(
+        m.sha256.encode("utf-8", "surrogateescape")).hexdigest()
+    return BlockRef(digest=digest, modality=modality_of(mime), mime=mime,
+                    size=m.size or int(row.get("size") or 0), created_at=created,
+                    role="attachment", sha256=m.sha256, absent=True)
 
 
 def find_legacy_block(root: str, block_id: str) -> LegacyMedia | None:
@@ -538,11 +581,15 @@ def recall_legacy(mem: Sink, filename: str, layer: str = "context") -> str | Non
     path = os.path.join(mem.root, "documents", filename)
     if not os.path.isfile(path):
         return None
-    doc = read_legacy(path)
-    unit_id = legacy_id(filename)
-    if _unit_exists(mem, unit_id):
+    st = standing(mem.store, filename)
+    if st.state == "same":   # a unit holds these bytes already (an interrupted recall)
         cleanup_recalled(mem, filename)
         return None
+    raw = read_bytes(path)
+    doc = read_legacy(path, raw)
+    unit_id = st.unit_id
+    import blake3  # lazy: start-up, loaded only when used
+    digest = blake3.blake3(raw).hexdigest()
     ts = doc.created_at
     event_id = "e-" + hashlib.sha256(f"{unit_id}:legacy".encode()).hexdigest()[:24]
 
@@ -561,7 +608,9 @@ def recall_legacy(mem: Sink, filename: str, layer: str = "context") -> str | Non
         return [EventRecord(id=event_id, timestamp=ts, source="cold_storage", blocks=blocks)], \
             [(k, t) for k, t in texts if t]
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,
-                             "legacy_file": filename}
+                             "legacy_file": filename, "legacy_blake3": digest}
+    if st.state == "rewritten":   # HomeAgent wrote it again: an update of what fsmem made
+        meta["supersedes"] = st.prev
     mem.write_unit(layer, fill, unit_id=unit_id, created_at=doc.created_at,
                    updated_at=doc.updated_at, summary=doc.summary, tags=doc.tags,
                    entities=doc.entities, source=doc.source, meta=meta,
@@ -600,7 +649,7 @@ def convert_cold_legacy(mem: Sink, max_age_s: float, max_access: int) -> list[st
 
 def _unit_exists(mem: Sink, unit_id: str) -> bool:
     return any(os.path.isdir(mem.store.unit_dir(layer, unit_id))
-               for layer in ("context", "documents", "stablemem"))
+               for layer in mem.store.layers())
 
 
 def _move_aside(mem: Sink, filename: str, where: str) -> str:
@@ -624,10 +673,14 @@ def _move_aside(mem: Sink, filename: str, where: str) -> str:
 
 
 def cleanup_recalled(mem: Sink, filename: str) -> None:
-    """Move a legacy JSON whose unit is durable (it exists in some layer) aside into
-    ``.fsmem/legacy-recalled/``: HomeAgent no longer loads it, and it is a way back."""
+    """Move a legacy JSON whose bytes a durable unit holds aside into
+    ``.fsmem/legacy-recalled/``: HomeAgent no longer loads it, and it is a way back. A file
+    HomeAgent rewrote since (bytes no unit holds) stays, and so does every file of a store
+    that keeps HomeAgent's files in place (``keeps_files``)."""
     path = os.path.join(mem.root, "documents", filename)
-    if os.path.isfile(path) and _unit_exists(mem, legacy_id(filename)):
+    if keeps_files(mem):
+        return
+    if os.path.isfile(path) and standing(mem.store, filename).state == "same":
         dst = _move_aside(mem, filename, "legacy-recalled")
         log.info("legacy document %s recalled; the JSON is kept at %s", filename, dst)
 
@@ -635,6 +688,10 @@ def cleanup_recalled(mem: Sink, filename: str) -> None:
 def remove_legacy(mem: Sink, unit_id: str) -> str:
     """Remove a legacy document on explicit request: its JSON leaves documents/ for
     ``.fsmem/legacy-removed/`` (said in a WARNING), as a unit leaves in one rename."""
+    if keeps_files(mem):
+        raise FsmemError(f"{mem.root}: this store keeps HomeAgent's files in place "
+                         "(homeagent_files = keep): remove the document in HomeAgent, or set "
+                         "homeagent_files = move")
     with mem.store.locked():
         name = legacy_file_of(mem.root, unit_id)
         if name is None:
@@ -660,7 +717,11 @@ def legacy_document(root: str, unit_id: str) -> "Document":
     blocks, texts = [], {}
     for m in doc.media:
         created = m.created_at if m.created_at and m.created_at.ns > ZERO_NS else doc.created_at
-        if m.text:
+        if not m.payload:   # a vector-only block (as recall keeps it: no bytes)
+            mime = m.mime or "application/octet-stream"
+            ref = BlockRef(digest=hashlib.sha256(b"").hexdigest(), modality=modality_of(mime),
+                           mime=mime, size=0, created_at=created, role="attachment")
+        elif m.text:
             digest = hashlib.sha256(m.text.encode()).hexdigest()
             texts[digest] = m.text
             ref = BlockRef(digest=digest, modality="text", mime="text/plain; charset=utf-8",
@@ -681,6 +742,133 @@ def legacy_document(root: str, unit_id: str) -> "Document":
                     created_at=doc.created_at, updated_at=doc.updated_at,
                     access_count=doc.access_count, last_access=doc.last_access,
                     embedder="", events=[ev])
+
+
+# -- running side by side: versions of a document -------------------------------------------
+#
+# HomeAgent keeps running on the directory: it may write documents/<id>.json again after fsmem
+# made a unit of it (a recall, a conversion for distillation). The unit records the BLAKE3 of
+# the bytes it was made from (meta "legacy_blake3"); a file whose bytes no unit holds is a new
+# version: indexed, shown and recalled as ``<id>-h<12 hex of its BLAKE3>``, an update
+# (meta "supersedes") of the newest unit made of that file before. Nothing is lost or hidden:
+# each version is a unit (or the file) of its own, and fsck names both (legacy-rewritten).
+
+def file_digest(path: str) -> str:
+    """BLAKE3 (hex) of a HomeAgent file's bytes (read safely: no symlink, no FIFO)."""
+    import blake3  # lazy: start-up, loaded only when used
+    return blake3.blake3(read_bytes(path)).hexdigest()
+
+
+def version_id(filename: str, digest: str) -> str:
+    """The unit id of the version of ``documents/<filename>`` whose bytes hash to ``digest``
+    (its first version keeps ``legacy_id(filename)``)."""
+    return f"{legacy_id(filename)[:110]}-h{digest[:12]}"
+
+
+@dataclass
+class Standing:
+    """How a ``documents/*.json`` file stands against the units made of it: ``plain`` (no
+    unit: read in place as ``unit_id``), ``same`` (a unit holds exactly these bytes:
+    ``unit_id``), ``rewritten`` (HomeAgent wrote it again after fsmem made ``prev`` of it:
+    its bytes are the version ``unit_id``)."""
+
+    state: str
+    unit_id: str
+    prev: str = ""
+    digest: str = ""
+
+
+def standing(layout: Any, filename: str, names: dict[str, set[str] | None] | None = None
+             ) -> Standing:
+    """``Standing`` of ``documents/<filename>``. ``names``: each layer's unit names, when the
+    caller listed them (else looked up: a stat per layer). Reads no manifest and hashes no
+    file unless a unit of that document exists (side by side with HomeAgent: rare)."""
+    from fsmem.format.unit import read_manifest  # lazy: start-up (+blake3)
+    base = legacy_id(filename)
+    layers = layout.layers()
+    if names is None:
+        names = {}
+    found: dict[str, str] = {}   # unit id -> layer, of every version of this document
+
+    def where(uid: str) -> str | None:
+        for layer in layers:
+            known = names.get(layer)
+            if (uid in known) if known is not None else os.path.isdir(
+                    os.path.join(layout.root, layer, uid)):
+                return layer
+        return None
+    if (layer := where(base)) is None:
+        return Standing("plain", base)
+    found[base] = layer
+    digest = file_digest(os.path.join(layout.root, "documents", filename))
+    vid = version_id(filename, digest)
+    if where(vid) is not None:
+        return Standing("same", vid, digest=digest)
+    prefix = f"{base[:110]}-h"
+    for layer in layers:
+        known = names.get(layer)
+        if known is None:
+            try:
+                known = set(os.listdir(os.path.join(layout.root, layer)))
+            except OSError:
+                known = set()
+        for uid in known:
+            if uid.startswith(prefix) and len(uid) == len(prefix) + 12:
+                found.setdefault(uid, layer)
+    metas = {}
+    for uid, layer in found.items():
+        try:
+            metas[uid] = read_manifest(os.path.join(layout.root, layer, uid)).meta
+        except (FormatError, OSError, ValueError):
+            metas[uid] = {}
+    if any(m.get("legacy_blake3") == digest for m in metas.values()):
+        return Standing("same", next(u for u, m in metas.items()
+                                     if m.get("legacy_blake3") == digest), digest=digest)
+    if not metas[base].get("legacy_blake3") and len(found) == 1:
+        # made before fsmem recorded digests: the copy it moved aside says what it read
+        aside = _aside_digests(layout, filename)
+        if not aside or digest in aside:
+            return Standing("same", base, digest=digest)
+    superseded = {m.get("supersedes", "") for m in metas.values()}
+    newest = sorted(u for u in found if u not in superseded) or sorted(found)
+    return Standing("rewritten", vid, prev=newest[-1], digest=digest)
+
+
+def _aside_digests(layout: Any, filename: str) -> set[str]:
+    """BLAKE3 of each copy of ``filename`` fsmem moved into ``.fsmem/legacy-recalled/``."""
+    base = os.path.join(layout.meta, "legacy-recalled")
+    try:
+        names = [n for n in os.listdir(base) if n == filename or n.startswith(filename + ".")]
+    except OSError:
+        return set()
+    out = set()
+    for n in names:
+        try:
+            out.add(file_digest(os.path.join(base, n)))
+        except (FormatError, OSError):
+            continue
+    return out
+
+
+def rewritten_documents(layout: Any) -> list[tuple[str, Standing]]:
+    """(file name, standing) of every ``documents/*.json`` HomeAgent rewrote after fsmem made
+    a unit of it (fsck's ``legacy-rewritten``)."""
+    out = []
+    for name, _ in legacy_doc_files(layout.root):
+        try:
+            st = standing(layout, name)
+        except (FormatError, OSError):
+            continue
+        if st.state == "rewritten":
+            out.append((name, st))
+    return out
+
+
+def keeps_files(mem: Any) -> bool:
+    """Whether this memory leaves HomeAgent's files where they are (config
+    ``homeagent_files = "keep"``): never moved, renamed or deleted; converted documents are
+    told apart by the digest their unit records."""
+    return getattr(mem, "homeagent_files", "move") == "keep"
 
 
 # -- counts and problems -------------------------------------------------------------------

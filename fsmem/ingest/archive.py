@@ -182,7 +182,8 @@ def _unit_files(manifest: Manifest) -> list[tuple[str, int, str | None]]:
     files: dict[str, tuple[int, str | None]] = {}
     for ev in manifest.events:
         for ref in ev.blocks:
-            files[block_filename(ref.digest, ref.mime)] = (ref.size, ref.digest)
+            if not ref.absent:   # a record only: no file
+                files[block_filename(ref.digest, ref.mime)] = (ref.size, ref.digest)
     out = [(name, size, digest) for name, (size, digest) in sorted(files.items())]
     if manifest.vectors is not None:
         out.append((VECTORS, -1, None))
@@ -366,6 +367,8 @@ def _verify_unit_files(path: str, uid: str, src: str) -> None:
     expected = {MANIFEST}
     for ev in manifest.events:
         for ref in ev.blocks:
+            if ref.absent:   # a record only (format 4): no file to carry
+                continue
             name = block_filename(ref.digest, ref.mime)
             expected.add(name)
             problem = verify_block(os.path.join(path, name), ref.digest, ref.size)

@@ -123,6 +123,11 @@ class Memory(Writer):
         into its L1, each by one rename (fsmem.memory.recall); returns the moved unit ids."""
         return recall.recall(self, text, top_k, prune=self.prune, scope=scope, agent=agent)
 
+    def recall_id(self, unit_id: str) -> str:
+        """Move one L2 unit or HomeAgent document, named by its id (an empty document
+        included), into L1 (fsmem.memory.recall.recall_id); returns its unit id."""
+        return recall.recall_id(self, unit_id, prune=self.prune)
+
     # -- L3 ---------------------------------------------------------------------------------
     def distill(self, *, max_age_s: float = 72 * 3600, max_access: int = 2, distiller=None,
                 dry_run: bool = False, progress=None) -> "DistillReport":

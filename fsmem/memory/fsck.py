@@ -89,6 +89,14 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
             if manifest is None:
                 continue
             for ev in manifest.events:
+                for ref in ev.blocks:
+                    if ref.absent:
+                        findings.append(Finding(
+                            kind="media-missing", path=path, unit=unit_id, layer=layer,
+                            detail=f"block {ref.legacy_id or ref.digest[:16]} ({ref.mime}, "
+                            f"{ref.size} bytes, sha256 {ref.sha256}) is a record only: its "
+                            "media file was missing from HomeAgent's media store when it was "
+                            "adopted; put the file back there and recall again to keep it"))
                 if ev.id in event_home:
                     other = event_home[ev.id]
                     findings.append(Finding(kind="duplicate-event", path=path, unit=unit_id,
@@ -110,7 +118,26 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
     from fsmem.homeagent.documents import legacy_problems  # lazy: start-up, loaded only when used
     for path, problem in legacy_problems(layout.root):
         findings.append(Finding(kind="legacy", path=path, detail=problem, layer="documents"))
+    findings.extend(_check_rewritten(layout))
     return findings
+
+
+def _check_rewritten(layout: Layout) -> list[Finding]:
+    """HomeAgent documents written again after fsmem made a unit of them (side by side):
+    both copies kept and named (docs/FORMAT.md §9, "Running side by side")."""
+    # lazy: start-up, loaded only when used
+    from fsmem.homeagent.documents import rewritten_documents
+    out = []
+    for name, st in rewritten_documents(layout):
+        path = os.path.join(layout.root, "documents", name)
+        out.append(Finding(
+            kind="legacy-rewritten", path=path, unit=st.prev, layer="documents",
+            detail=f"HomeAgent wrote this document again after fsmem made unit {st.prev} of "
+            f"it; both are kept: search finds the new text as {st.unit_id} (`fsmem show "
+            f"{st.unit_id}` prints this file, `fsmem show {st.prev}` fsmem's unit); a "
+            f"recall makes it unit {st.unit_id}, an update of {st.prev}, which stays as "
+            "history"))
+    return out
 
 
 def _odd_entries(layout: Layout, layer: str) -> list[Finding]:

@@ -136,6 +136,9 @@ def read_block(src: Lookup, digest: str) -> bytes:
         if got is None:
             raise NotFound(f"media blob {ref.sha256} missing from the media store")
         return got[0]
+    if ref.absent:
+        raise NotFound(f"block {digest}: its media was missing when it was adopted (only its "
+                       "record is kept: fsck reports media-missing)")
     return blockfiles.read_block(block_path(path, ref), ref.digest)
 
 

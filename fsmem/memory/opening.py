@@ -56,6 +56,7 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
               auto_prune=auto_prune, ranker=ranker or default_ranker(embedder),
               context_tokens=context_tokens, agent=cfg["agent"])
     mem.vectors_mode = vectors
+    mem.homeagent_files = cfg["homeagent_files"]   # "keep": HomeAgent's files never moved
     if filler_embedder is not None:
         from fsmem.search.vector_cache import (  # lazy: threads, only for a real embedder
             VectorCache,

@@ -11,9 +11,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from fsmem.format import fsops
-from fsmem.format.errors import FsmemError
+from fsmem.format.errors import FsmemError, NotFound
 from fsmem.format.timestamps import Timestamp
-from fsmem.homeagent.documents import recall_legacy
+from fsmem.format.model import check_name
+from fsmem.format.unit import read_manifest
+from fsmem.homeagent.documents import legacy_file_of, legacy_id, recall_legacy
 from fsmem.memory.maintenance import after_write
 from fsmem.memory.prune import prune as prune_l1
 from fsmem.store.pins import pin_units
@@ -21,7 +23,7 @@ from fsmem.store.pins import pin_units
 if TYPE_CHECKING:
     from fsmem.memory.writer import Writer
 
-__all__ = ["recall"]
+__all__ = ["recall", "recall_id"]
 
 log = logging.getLogger("fsmem.flows")
 
@@ -58,13 +60,49 @@ def recall(mem: "Writer", text: str, top_k: int = 3, *,
     return moved
 
 
+def recall_id(mem: "Writer", unit_id: str, *,
+              prune: Callable[[str], object] | None = None) -> str:
+    """Move the L2 unit or HomeAgent document ``unit_id`` into this agent's L1 (one rename;
+    a HomeAgent document, empty or not, becomes a unit on the way), pinned through the turn;
+    returns its unit id. NotFound when no such unit is in documents/ (or it is another
+    agent's private unit); a unit already in this L1 is returned as it is."""
+    check_name(unit_id)
+    if os.path.isdir(mem.store.unit_dir(mem.l1, unit_id)):
+        return unit_id
+    with mem.store.locked():
+        src = mem.store.unit_dir("documents", unit_id)
+        if os.path.isdir(src):
+            manifest = read_manifest(src, expect_id=unit_id)
+            if manifest.private and manifest.agent != mem.agent:
+                raise NotFound(f"unit {unit_id!r} not found in {mem.root}/documents")
+            fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
+            if mem.store.sync:
+                fsops.fsync_dir(src)
+            mem.store.move(unit_id, "documents", mem.l1)
+            uid: str | None = unit_id
+        else:
+            name = legacy_file_of(mem.root, unit_id)
+            if name is None:
+                raise NotFound(f"unit {unit_id!r} not found in {mem.root}/documents (neither a "
+                               "unit nor a HomeAgent document)")
+            uid = recall_legacy(mem, name, mem.l1)
+            if uid is None:
+                raise NotFound(f"HomeAgent document {name} is already a unit: "
+                               f"{legacy_id(name)}")
+        mem._indexed(unit_id, "documents", added=False)
+    prune = prune or partial(prune_l1, mem)
+    after_write(mem.store, lambda: _pin(mem, [uid]),
+                lambda: prune(query="") if mem.auto_prune else None)
+    return uid
+
+
 def _recall_hit(mem: "Writer", unit_id: str) -> str | None:
     """Move one L2 unit (or legacy document) into L1; its id, or None when another
     process took it first."""
     legacy_file = mem._index.legacy_file(unit_id)
     with mem.store.locked():
         if legacy_file:
-            uid = recall_legacy(mem, legacy_file)
+            uid = recall_legacy(mem, legacy_file, mem.l1)
             mem._indexed(unit_id, "documents", added=False)
             return uid or None
         src = mem.store.unit_dir("documents", unit_id)

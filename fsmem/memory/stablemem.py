@@ -94,8 +94,8 @@ def unit_blocks(mem: "Writer", doc: Document) -> list[BlockRow]:
 
 def _sha256_of(unit_dir: str, ref) -> str:
     """HomeAgent's payload_digest of a media block (sha256 of its bytes); '' for text."""
-    if ref.modality == "text":
-        return ""
+    if ref.modality == "text" or ref.absent:
+        return ref.sha256 if ref.absent else ""
     return hashlib.sha256(read_block(block_path(unit_dir, ref), ref.digest)).hexdigest()
 
 

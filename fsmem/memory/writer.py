@@ -53,6 +53,7 @@ class Writer(Reader):
     writable = True
     _filler = None   # fsmem.search.vector_cache.VectorFiller when vectors are deferred
     vectors_mode = "auto"   # Memory.open's ``vectors`` (fsmem.search.lazy_vectors.stores_vectors)
+    homeagent_files = "move"   # config ``homeagent_files`` (fsmem.homeagent.documents.keeps_files)
 
     def __init__(self, store: Store, *, context_capacity: int, context_protected: int,
                  plugins: Plugins, embedder: Embedder, auto_prune: bool,

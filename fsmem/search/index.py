@@ -20,6 +20,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -172,6 +173,13 @@ class Index(IndexFiles):
         self.nevents = np.zeros(0, np.int32)
         self.summaries: list[str] = []
         self.legacy: dict[str, str] = {}
+        # a HomeAgent file rewritten after fsmem made a unit of it: its version id -> that
+        # unit (``_listing`` finds them, ``add_legacy`` indexes them as its updates)
+        self._legacy_prev: dict[str, str] = {}
+        # every documents/*.json seen (file name -> identity), indexed or held by a unit:
+        # watched for HomeAgent's in-place rewrites (``_legacy_rewritten``)
+        self.legacy_idents: dict[str, int] = {}
+        self._legacy_checked = 0.0
         self.post = _Postings()
         self.pending: dict[str, IndexEntry] = {}   # added since the arrays were built
         # Event rows (contiguous per unit: unit i owns rows u_ptr[i]:u_ptr[i+1]).
@@ -215,7 +223,8 @@ class Index(IndexFiles):
         docs = self.layout.layer_dir("documents")
         now = dir_stamp(docs)
         fstamp = feed_stamp(self.layout.meta, self._feed_hint)
-        if not force and now == self._doc_stamp and fstamp == self._feed_seen:
+        rewritten = self._legacy_rewritten()
+        if not force and not rewritten and now == self._doc_stamp and fstamp == self._feed_seen:
             return {"added": 0, "removed": 0}
         fr = None
         if self._feed_pos >= 0:
@@ -229,7 +238,7 @@ class Index(IndexFiles):
             fr = read_recent(self.layout.meta)
             since, stamp = (fr.records[0].seq - 1 if fr.records else fr.last), []
         settled = settle(fr.records, since, stamp, now, "documents")
-        added, removed = self._reexamine(settled.units)
+        added, removed = self._reexamine(settled.units | rewritten)
         kept = 0
         if force or not settled.complete:
             a, r, kept = self._reconcile_listing()
@@ -250,6 +259,31 @@ class Index(IndexFiles):
             self._unsaved_pos = True   # only the position moved: saved at the next save
         return {"added": added, "removed": removed}
 
+    _LEGACY_CHECK_S = 0.5
+
+    def _legacy_rewritten(self) -> set[str]:
+        """HomeAgent files of documents/ written again in place since they were seen (Go's
+        os.WriteFile truncates and rewrites: the directory's stamp does not move, the feed
+        knows nothing of it): one stat per HomeAgent file, at most every half second, only
+        in a directory that has some."""
+        if not self.legacy_idents:
+            return set()
+        clock = time.monotonic()
+        if clock - self._legacy_checked < self._LEGACY_CHECK_S:
+            return set()
+        self._legacy_checked = clock
+        docs = self.layout.layer_dir("documents")
+        changed = set()
+        for name, ident in self.legacy_idents.items():
+            try:
+                st = os.stat(os.path.join(docs, name), follow_symlinks=False)
+                now = _ident(st) if stat.S_ISREG(st.st_mode) else None
+            except OSError:
+                now = None
+            if now != ident:
+                changed.add(name)
+        return changed
+
     def _indexed_ident(self, unit_id: str) -> int | None:
         e = self.pending.get(unit_id)
         if e is not None:
@@ -265,21 +299,29 @@ class Index(IndexFiles):
         for name in sorted(names):
             if name.endswith(".json"):   # a HomeAgent document (documents/<name>)
                 # lazy: start-up, loaded only when used
-                from fsmem.homeagent.documents import legacy_id
-                uid = legacy_id(name)
+                from fsmem.homeagent.documents import standing
                 try:
                     st = os.stat(os.path.join(docs, name), follow_symlinks=False)
                     ident = _ident(st) if stat.S_ISREG(st.st_mode) else None
-                except OSError:
-                    ident = None
-                if ident is None or any(os.path.isdir(self.layout.unit_dir(layer, uid))
-                                        for layer in ("context", "documents", "stablemem")):
-                    if self._indexed_ident(uid) is not None and not os.path.isdir(
-                            self.layout.unit_dir("documents", uid)):
-                        self.remove(uid)
+                    now = standing(self.layout, name) if ident is not None else None
+                except (OSError, FsmemError):
+                    ident = now = None
+                uid = now.unit_id if now is not None and now.state != "same" else ""
+                if ident is None:
+                    self.legacy_idents.pop(name, None)
+                else:
+                    self.legacy_idents[name] = ident
+                for old in [u for u, f in [*self.legacy.items(),
+                                           *((u, e.legacy_file) for u, e in
+                                             self.pending.items())]
+                            if f == name and u != uid]:   # its other versions' entries
+                    if self._indexed_ident(old) is not None and not os.path.isdir(
+                            self.layout.unit_dir("documents", old)):
+                        self.remove(old)
                         removed += 1
-                elif ident != self._indexed_ident(uid):
-                    added += self.add_legacy(name, ident)
+                if uid and ident != self._indexed_ident(uid):
+                    added += self.add_legacy(name, ident, unit_id=uid,
+                                             supersedes=now.prev if now else "")
                 continue
             if not _valid_name(name):
                 continue
@@ -327,6 +369,7 @@ class Index(IndexFiles):
                                 mkey=w.mkey, agent=w.agent, private=w.private,
                                 supersedes=w.supersedes))
         self.moved_supersedes = dict(delta.moved)
+        self.legacy_idents = dict(delta.legacy_idents)
         if delta.feed_pos >= 0:
             self._feed_id, self._feed_pos, self._doc_stamp = \
                 delta.feed, delta.feed_pos, list(delta.stamp)
@@ -426,30 +469,38 @@ class Index(IndexFiles):
                 elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
                     json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
         legacy_files = {}
+        self.legacy_idents = dict(json_files)
+        self._legacy_checked = time.monotonic()
         if json_files:   # (fsmem.homeagent.documents is not loaded for a store without any)
             # lazy: start-up, loaded only when used
-            from fsmem.homeagent.documents import legacy_id
+            from fsmem.homeagent.documents import standing
             # the names in the other layers, listed once (not two stats per legacy file)
-            others = {layer: dir_names(self.layout.layer_dir(layer))
-                      for layer in ("context", "stablemem")}
+            names = {layer: dir_names(self.layout.layer_dir(layer))
+                     for layer in self.layout.layers() if layer != "documents"}
+            names["documents"] = set(listing)
         for fname, ino in sorted(json_files):
-            uid = legacy_id(fname)
-            if uid in listing or any((names is None or uid in names)
-                                     and os.path.isdir(self.layout.unit_dir(layer, uid))
-                                     for layer, names in others.items()):
+            try:
+                st = standing(self.layout, fname, names)
+            except (FsmemError, OSError):
+                continue   # unreadable now: fsck reports it
+            if st.state == "same":   # a unit holds these bytes (kept in place, or left over)
                 continue
-            listing[uid] = ino
-            legacy_files[uid] = fname
+            listing[st.unit_id] = ino
+            legacy_files[st.unit_id] = fname
+            if st.prev:   # HomeAgent rewrote it after fsmem made ``prev`` of it
+                self._legacy_prev[st.unit_id] = st.prev
         return listing, legacy_files
 
     # -- entries ------------------------------------------------------------------------
     def _add_listed(self, name: str, ino: int, legacy_files: dict[str, str]) -> bool:
         """Index one entry of a ``_listing``: a legacy JSON file or a unit directory."""
         if name in legacy_files:
-            return self.add_legacy(legacy_files[name], ino)
+            return self.add_legacy(legacy_files[name], ino, unit_id=name,
+                                   supersedes=self._legacy_prev.get(name, ""))
         return self.add_unit(name, ino)
 
-    def add_legacy(self, filename: str, ino: int) -> bool:
+    def add_legacy(self, filename: str, ino: int, *, unit_id: str = "",
+                   supersedes: str = "") -> bool:
         """Index a HomeAgent JSON document (BM25 over its text; its own dense vector belongs
         to another space and is never compared)."""
         # lazy: start-up, loaded only when used
@@ -464,11 +515,11 @@ class Index(IndexFiles):
             return False
         texts = [self.mem.plugins.source_text(doc.source, t) for t in doc.texts]
         terms, tfs = term_counts(texts + [date_text(doc.created_at.ns, doc.created_at.offset)])
-        self.add(IndexEntry(unit_id=legacy_id(filename), ino=ino,
+        self.add(IndexEntry(unit_id=unit_id or legacy_id(filename), ino=ino,
                             vector=np.zeros(self.dim, np.float32), terms=terms, tfs=tfs,
                             summary=doc.summary, legacy_file=filename,
                             created_ns=doc.created_at.ns, created_off=doc.created_at.offset,
-                            events=1))
+                            events=1, supersedes=supersedes))
         return True
 
     def created_at(self, row: int) -> Timestamp:

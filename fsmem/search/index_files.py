@@ -81,6 +81,7 @@ class _Meta(msgspec.Struct):
     agents: list[str] = []        # format 4: the agents of ``u_owner`` ("" = the default first)
     supersedes: dict[str, str] = {}   # unit id -> the unit it updates (hidden from search)
     moved_supersedes: dict[str, str] = {}   # the same, of updates now in L1 or L3
+    legacy_idents: dict[str, int] = {}   # HomeAgent files of documents/ -> identity seen
 
 
 class _EntryWire(msgspec.Struct, array_like=True):
@@ -120,6 +121,7 @@ class _Delta(msgspec.Struct):
     feed_pos: int = -1
     stamp: list[int] = []
     moved: dict[str, str] = {}    # format 4: moved_supersedes after it (whole: a few entries)
+    legacy_idents: dict[str, int] = {}   # HomeAgent files -> identity after it (whole)
 
 
 class StrTable(Sequence[str]):
@@ -542,6 +544,7 @@ class IndexFiles:
         self.legacy = meta.legacy
         self.agents, self.supersedes = list(meta.agents or [""]), dict(meta.supersedes)
         self.moved_supersedes = dict(meta.moved_supersedes)
+        self.legacy_idents = dict(meta.legacy_idents)
         self.row_of = None   # built on first use
         self.inos, self.mkeys = arrays["inos"], arrays["mkeys"]
         self.u_owner = arrays["u_owner"]
@@ -643,7 +646,8 @@ class IndexFiles:
         delta = _Delta(INDEX_VERSION, self.fingerprint, self._gen,
                        sorted(self._dirty_removed - set(self._dirty_added)), entries,
                        dict(self._dirty_idents), self._feed_id, self._feed_pos,
-                       list(self._doc_stamp), dict(self.moved_supersedes))
+                       list(self._doc_stamp), dict(self.moved_supersedes),
+                       dict(self.legacy_idents))
         payload = msgspec.msgpack.encode(delta)
         data = blake3.blake3(payload).digest() + payload
         gen = os.path.join(self.dir, self._gen)
@@ -712,7 +716,8 @@ class IndexFiles:
                      digests=digests, keys=self.keys, feed=self._feed_id,
                      feed_pos=self._feed_pos, stamp=list(self._doc_stamp), dense=keep_dense,
                      chunks=chunks, agents=list(self.agents), supersedes=dict(self.supersedes),
-                     moved_supersedes=dict(self.moved_supersedes))
+                     moved_supersedes=dict(self.moved_supersedes),
+                     legacy_idents=dict(self.legacy_idents))
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
         _write_renamed(os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"),

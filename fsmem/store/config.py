@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "durability": "full",
     "lock_timeout": 10.0,
     "agent": "",          # format 4: the agent a memory opens as ("" or "default": the default)
+    "homeagent_files": "move",   # "keep": never move or rename a HomeAgent file (side by side)
 }
 #: key -> environment variable that overrides the file.
 ENV: dict[str, str] = {
@@ -43,8 +44,9 @@ ENV: dict[str, str] = {
     "durability": "FSMEM_DURABILITY",
     "lock_timeout": "FSMEM_LOCK_TIMEOUT",
     "agent": "FSMEM_AGENT",
+    "homeagent_files": "FSMEM_HOMEAGENT_FILES",
 }
-_CHOICES = {"durability": ("full", "off")}
+_CHOICES = {"durability": ("full", "off"), "homeagent_files": ("move", "keep")}
 _MAX_BYTES = 64 * 1024
 
 

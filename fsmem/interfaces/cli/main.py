@@ -215,8 +215,21 @@ def _legacy_rows(root: str) -> list[dict]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from fsmem.interfaces.cli.show import transcript  # lazy: start-up, loaded only when used
-    doc = _read(args).document(args.unit)
-    _emit(args, doc, transcript(doc))
+    reader = _read(args)
+    doc = reader.document(args.unit)
+    text = transcript(doc)
+    name = doc.meta.get("legacy_file", "")
+    if name and doc.layer != "legacy" and os.path.isfile(os.path.join(reader.root, "documents",
+                                                                       name)):
+        # the rule (README "Running HomeAgent and fsmem together"): show prints what the id
+        # names, fsmem's unit here, and names HomeAgent's newer copy of the file if there is one
+        from fsmem.homeagent.documents import standing  # lazy: start-up, only when used
+        st = standing(reader.layout, name)
+        if st.state == "rewritten" and st.prev == doc.id:
+            text = (f"note: HomeAgent wrote documents/{name} again after this unit was made "
+                    f"from it; that version is {st.unit_id} (`fsmem show {st.unit_id}`)\n"
+                    + text)
+    _emit(args, doc, text)
     return 0
 
 
@@ -309,6 +322,14 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def cmd_recall(args: argparse.Namespace) -> int:
     mem = _open(args)
+    if args.id:
+        if args.text:
+            raise UsageError("give TEXT or --id, not both")
+        moved = [mem.recall_id(uid) for uid in args.id]
+        _emit(args, {"recalled": moved}, "\n".join(moved))
+        return 0
+    if not args.text:
+        raise UsageError("argument TEXT: what to recall (or --id UNIT)")
     moved = mem.recall(args.text, top_k=args.top_k, scope=args.scope, agent=args.owner)
     _emit(args, {"recalled": moved}, "\n".join(moved) or "nothing recalled")
     return 0
@@ -518,8 +539,12 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp.add_argument("text", metavar="TEXT")
     sp.add_argument("--top-k", type=positive_int, default=3)
     add_scope(sp)
-    sp = verb("recall", cmd_recall, "move the best L2 matches into L1", [capacity])
-    sp.add_argument("text", metavar="TEXT")
+    sp = verb("recall", cmd_recall, "move the best L2 matches into L1 (or, with --id, the "
+              "units or HomeAgent documents named)", [capacity])
+    sp.add_argument("text", metavar="TEXT", nargs="?")
+    sp.add_argument("--id", action="append", metavar="UNIT",
+                    help="recall this unit or HomeAgent document by id (repeatable; an empty "
+                    "document too)")
     sp.add_argument("--top-k", type=positive_int, default=3)
     add_scope(sp)
     sp = verb("prune", cmd_prune, "move the least relevant L1 events into one L2 unit",
