@@ -98,6 +98,7 @@ FLOW_CRASH = ["tests/test_flow_crash.py"]
 HARDENING = ["tests/test_hardening.py"]
 CHANGES = ["tests/test_changes.py"]
 AGENTS = ["tests/test_agents.py"]
+HA_EXPORT = ["tests/test_homeagent_export.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
@@ -331,6 +332,12 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "agents: the archive unit of a pruned update forgets what it updates": (
         "fsmem/memory/prune.py", '            meta["supersedes"] = pairs[0][0].manifest.meta["supersedes"]',
         "            pass", AGENTS),
+    "homeagent export: context.json events in arrival order, not timestamp order": (
+        "fsmem/ingest/homeagent_export.py", "        events.sort(key=lambda e: e[:3])",
+        "        events.sort(key=lambda e: (e[1], e[2]))", HA_EXPORT),
+    "homeagent export: an adopted block loses its HomeAgent id": (
+        "fsmem/ingest/homeagent_export.py", "    if ref.legacy_id:\n        return ref.legacy_id",
+        "    if False:\n        return ref.legacy_id", HA_EXPORT),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),
