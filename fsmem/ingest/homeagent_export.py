@@ -287,10 +287,15 @@ class _Export:
             while chunk := os.read(fd, CHUNK):
                 sha.update(chunk)
                 b3.update(chunk)
-                os.write(out, chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
             os.fsync(out)
-        finally:
+        except BaseException:
             os.close(out)
+            os.unlink(part)
+            raise
+        os.close(out)
         digest = sha.hexdigest()
         if (want_blake3 and b3.hexdigest() != want_blake3) or (want_sha and digest != want_sha):
             os.unlink(part)
@@ -399,6 +404,7 @@ class _Export:
         rep = self.report
         rep.private, rep.superseded, rep.media_missing = [], [], []
         rep.other_agents, rep.skipped_files, rep.legacy_over_units = {}, [], []
+        rep.legacy_json = 0
         self.stats = self.reader.access.stats()
         loaded = {layer: [self._read(uid, path) for uid, path in view.layer(layer)]
                   for layer in view.units}
@@ -411,7 +417,7 @@ class _Export:
             for path, m in units:
                 evs = self._hydrate(path, m)
                 if layer == self.reader.l1:
-                    arrival = os.stat(path).st_mtime_ns
+                    arrival = self._arrival(path)
                     events += [(ev.timestamp.ns, arrival, ev.id, self.event(path, rec, ev))
                                for rec, ev in zip(m.events, evs)]
                     continue
@@ -458,6 +464,12 @@ class _Export:
                 self.report.legacy_over_units.append(owners.pop(name))
             docs[name] = raw
             self.report.legacy_json += 1
+
+    def _arrival(self, path: str) -> int:
+        try:
+            return os.stat(path).st_mtime_ns
+        except FileNotFoundError as exc:
+            raise Vanished(path) from exc
 
     def _read(self, uid: str, path: str) -> tuple[str, Manifest]:
         try:
