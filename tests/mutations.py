@@ -98,6 +98,7 @@ FLOW_CRASH = ["tests/test_flow_crash.py"]
 HARDENING = ["tests/test_hardening.py"]
 CHANGES = ["tests/test_changes.py"]
 AGENTS = ["tests/test_agents.py"]
+HA_EXPORT = ["tests/test_homeagent_export.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
@@ -331,30 +332,12 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "agents: the archive unit of a pruned update forgets what it updates": (
         "fsmem/memory/prune.py", '            meta["supersedes"] = pairs[0][0].manifest.meta["supersedes"]',
         "            pass", AGENTS),
-    # issue 32: HomeAgent side by side
-    "homeagent: a rewritten document is left out of the index": (
-        "fsmem/search/index.py",
-        '            if st.state == "same":   # a unit holds these bytes',
-        '            if st.state != "plain":   # a unit holds these bytes',
-        ["tests/test_homeagent_corunning.py"]),
-    "homeagent: HomeAgent's in-place rewrites not looked for": (
-        "fsmem/search/index.py", "        if not self.legacy_idents:\n            return set()",
-        "        if True:\n            return set()", ["tests/test_homeagent_corunning.py"]),
-    "homeagent: a block whose media is gone dropped on recall": (
-        "fsmem/homeagent/documents.py",
-        "            refs.append(block_ref(_absent_ref(m, mem.root, created), m, mem.root))",
-        "            pass", ["tests/test_homeagent_corunning.py"]),
-    "homeagent: a vector-only block dropped on recall": (
-        "fsmem/homeagent/documents.py",
-        '        if not m.payload:   # a vector-only block: an empty block file, every field kept\n'
-        '            ref = builder.add_bytes(b"", m.mime or "application/octet-stream",\n'
-        '                                    role="attachment", created_at=created)\n'
-        '            refs.append(block_ref(ref, m, mem.root))\n            continue',
-        "        if not m.payload:\n            continue", ["tests/test_homeagent_corunning.py"]),
-    "homeagent: homeagent_files = keep ignored": (
-        "fsmem/homeagent/documents.py",
-        '    return getattr(mem, "homeagent_files", "move") == "keep"', "    return False",
-        ["tests/test_homeagent_corunning.py"]),
+    "homeagent export: context.json events in arrival order, not timestamp order": (
+        "fsmem/ingest/homeagent_export.py", "        events.sort(key=lambda e: e[:3])",
+        "        events.sort(key=lambda e: (e[1], e[2]))", HA_EXPORT),
+    "homeagent export: an adopted block loses its HomeAgent id": (
+        "fsmem/ingest/homeagent_export.py", "    if ref.legacy_id:\n        return ref.legacy_id",
+        "    if False:\n        return ref.legacy_id", HA_EXPORT),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from fsmem.format.model import encode
+from fsmem.interfaces.cli.args import UsageError
 from fsmem.ingest.archive import export_archive, import_archive
+from fsmem.ingest.homeagent_export import export_homeagent
 from fsmem.ingest.importers import import_chatgpt
 from fsmem.memory.facade import Memory
 from fsmem.store.store import LAYERS
@@ -14,6 +16,10 @@ __all__ = ["add_cli"]
 
 
 def _cmd_export(args: Any) -> int:
+    if args.homeagent:
+        return _cmd_export_homeagent(args)
+    if not args.out:
+        raise UsageError("give the archive file OUT to create, or --homeagent DIR")
     mem = Memory.open(args.root, create=False, agent=getattr(args, "agent", None))
     rep = export_archive(mem.store, args.out, layers=[args.layer] if args.layer else None,
                          since=args.since)
@@ -21,6 +27,20 @@ def _cmd_export(args: Any) -> int:
         print(encode(rep).decode())
     else:
         print(f"exported {rep.units} units ({rep.bytes} bytes) to {rep.path}")
+    return 0
+
+
+def _cmd_export_homeagent(args: Any) -> int:
+    if args.layer or args.since:
+        raise UsageError("--layer and --since select units of a tar archive; --homeagent "
+                         "exports the whole memory")
+    reader = Memory.open(args.root, readonly=True, agent=getattr(args, "agent", None))
+    with reader:
+        rep = export_homeagent(reader, args.homeagent)
+    if args.json:
+        print(encode(rep).decode())
+    else:
+        print("\n".join(rep.lines()))
     return 0
 
 
@@ -40,8 +60,13 @@ def _cmd_import(args: Any) -> int:
 def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
     """Register ``fsmem export`` and ``fsmem import``."""
     sp = subparsers.add_parser("export", parents=list(parents),
-                               help="write units into a self-contained archive (tar)")
-    sp.add_argument("out", help="the archive file to create")
+                               help="write units into a self-contained archive (tar), or "
+                               "the memory as a HomeAgent directory (--homeagent)")
+    where = sp.add_mutually_exclusive_group()
+    where.add_argument("out", nargs="?", help="the archive file to create")
+    where.add_argument("--homeagent", metavar="DIR",
+                       help="write a HomeAgent memory directory DIR (new or empty): v3 "
+                       "documents, context.json, media, graph.db (docs/FORMAT.md §10a)")
     sp.add_argument("--layer", choices=list(LAYERS))
     sp.add_argument("--since", help="only units created at or after this RFC 3339 time")
     sp.set_defaults(fn=_cmd_export)

@@ -1,0 +1,3 @@
+module fsmem.test/hacheck
+
+go 1.19
