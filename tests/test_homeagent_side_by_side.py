@@ -56,6 +56,7 @@ def damaged(tmp_path) -> Path:
 # -- item 2: fsck leaves HomeAgent's files alone ------------------------------------------------
 
 def test_fsck_fix_moves_nothing_of_homeagents(damaged):
+    assert _cli("init", root=damaged).returncode == 0      # --fix is a writer
     before = _tree(damaged)
     r = _cli("fsck", "--fix", "--json", root=damaged)
     assert _tree(damaged) == before, "fsck --fix moved, renamed or changed a HomeAgent file"
@@ -78,6 +79,7 @@ def test_fsck_exits_0_on_a_healthy_homeagent_directory(healthy):
     r = _cli("fsck", root=healthy)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == "clean"
+    assert _cli("init", root=healthy).returncode == 0
     r = _cli("fsck", "--fix", root=healthy)
     assert r.returncode == 0, r.stdout + r.stderr
     assert _tree(healthy) == before
@@ -192,6 +194,7 @@ def test_verify_legacy_after_adopt(damaged):
 
 
 def test_stats_legacy_save_then_verify(healthy):
+    assert _cli("init", root=healthy).returncode == 0      # --save is a writer
     r = _cli("stats", "--legacy", "--save", root=healthy)
     assert r.returncode == 0, r.stderr
     saved = json.loads((healthy / ".fsmem" / "legacy-report.json").read_bytes())
