@@ -97,6 +97,7 @@ POWERLOSS = ["tests/test_powerloss.py"]
 FLOW_CRASH = ["tests/test_flow_crash.py"]
 HARDENING = ["tests/test_hardening.py"]
 CHANGES = ["tests/test_changes.py"]
+SIDE_BY_SIDE = ["tests/test_homeagent_side_by_side.py"]
 AGENTS = ["tests/test_agents.py"]
 
 # name: (file, old, new, tests)
@@ -331,6 +332,20 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "agents: the archive unit of a pruned update forgets what it updates": (
         "fsmem/memory/prune.py", '            meta["supersedes"] = pairs[0][0].manifest.meta["supersedes"]',
         "            pass", AGENTS),
+    # issue 32: HomeAgent side by side (fsck, warnings, the report)
+    "homeagent side by side: fsck --fix quarantines a damaged HomeAgent document": (
+        "fsmem/memory/fsck.py",
+        """    "legacy-unreadable": "HomeAgent's file: fsck never moves, renames or deletes it",\n""",
+        "", SIDE_BY_SIDE),
+    "homeagent side by side: fsck --fix exits 0 with a finding left": (
+        "fsmem/interfaces/cli/main.py", "        return 0 if all(f.fixed for f in findings) else 1",
+        "        return 0", SIDE_BY_SIDE),
+    "homeagent side by side: a warning per legacy document on every command": (
+        "fsmem/homeagent/documents.py", '    log.info("%s", message)',
+        '    log.warning("%s", message)', SIDE_BY_SIDE),
+    "homeagent side by side: verify-legacy trusts a changed file": (
+        "fsmem/homeagent/report.py", '        elif now[rel]["blake3"] == digest:',
+        "        elif True:", SIDE_BY_SIDE),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),

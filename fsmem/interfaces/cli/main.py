@@ -410,6 +410,7 @@ def cmd_adopt(args: argparse.Namespace) -> int:
 
     # lazy: start-up, loaded only when used (+msgspec, ctypes, hashlib)
     from fsmem.homeagent.context import plan as adoption_plan
+
     # lazy: start-up, loaded only when used (+msgspec, blake3)
     from fsmem.homeagent.report import legacy_report, save_report
     if args.dry_run:
