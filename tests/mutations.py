@@ -334,9 +334,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "            pass", AGENTS),
     # issue 32: HomeAgent side by side (fsck, warnings, the report)
     "homeagent side by side: fsck --fix quarantines a damaged HomeAgent document": (
-        "fsmem/memory/fsck.py",
-        """    "legacy-unreadable": "HomeAgent's file: fsck never moves, renames or deletes it",\n""",
-        "", SIDE_BY_SIDE),
+        "fsmem/memory/fsck.py", "    if left is not None:\n        finding.left = left",
+        "    if False:\n        finding.left = left", SIDE_BY_SIDE),
     "homeagent side by side: fsck --fix exits 0 with a finding left": (
         "fsmem/interfaces/cli/main.py", "        return 0 if all(f.fixed for f in findings) else 1",
         "        return 0", SIDE_BY_SIDE),
