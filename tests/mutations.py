@@ -97,6 +97,7 @@ POWERLOSS = ["tests/test_powerloss.py"]
 FLOW_CRASH = ["tests/test_flow_crash.py"]
 HARDENING = ["tests/test_hardening.py"]
 CHANGES = ["tests/test_changes.py"]
+SIDE_BY_SIDE = ["tests/test_homeagent_side_by_side.py"]
 AGENTS = ["tests/test_agents.py"]
 HA_EXPORT = ["tests/test_homeagent_export.py"]
 
@@ -338,6 +339,43 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "homeagent export: an adopted block loses its HomeAgent id": (
         "fsmem/ingest/homeagent_export.py", "    if ref.legacy_id:\n        return ref.legacy_id",
         "    if False:\n        return ref.legacy_id", HA_EXPORT),
+    # issue 32: HomeAgent side by side (fsck, warnings, the report)
+    "homeagent side by side: fsck --fix quarantines a damaged HomeAgent document": (
+        "fsmem/memory/fsck.py", "    if left is not None:\n        finding.left = left",
+        "    if False:\n        finding.left = left", SIDE_BY_SIDE),
+    "homeagent side by side: fsck --fix exits 0 with a finding left": (
+        "fsmem/interfaces/cli/main.py", "        return 0 if all(f.fixed for f in findings) else 1",
+        "        return 0", SIDE_BY_SIDE),
+    "homeagent side by side: a warning per legacy document on every command": (
+        "fsmem/homeagent/documents.py", '    log.info("%s", message)',
+        '    log.warning("%s", message)', SIDE_BY_SIDE),
+    "homeagent side by side: verify-legacy trusts a changed file": (
+        "fsmem/homeagent/report.py", '        elif now[rel]["blake3"] == digest:',
+        "        elif True:", SIDE_BY_SIDE),
+    # issue 32: HomeAgent side by side
+    "homeagent: a rewritten document is left out of the index": (
+        "fsmem/search/index.py",
+        '            if st.state == "same":   # a unit holds these bytes',
+        '            if st.state != "plain":   # a unit holds these bytes',
+        ["tests/test_homeagent_corunning.py"]),
+    "homeagent: HomeAgent's in-place rewrites not looked for": (
+        "fsmem/search/index.py", "        if not self.legacy_idents:\n            return set()",
+        "        if True:\n            return set()", ["tests/test_homeagent_corunning.py"]),
+    "homeagent: a block whose media is gone dropped on recall": (
+        "fsmem/homeagent/documents.py",
+        "            refs.append(block_ref(_absent_ref(m, mem.root, created), m, mem.root))",
+        "            pass", ["tests/test_homeagent_corunning.py"]),
+    "homeagent: a vector-only block dropped on recall": (
+        "fsmem/homeagent/documents.py",
+        '        if not m.payload:   # a vector-only block: an empty block file, every field kept\n'
+        '            ref = builder.add_bytes(b"", m.mime or "application/octet-stream",\n'
+        '                                    role="attachment", created_at=created)\n'
+        '            refs.append(block_ref(ref, m, mem.root))\n            continue',
+        "        if not m.payload:\n            continue", ["tests/test_homeagent_corunning.py"]),
+    "homeagent: homeagent_files = keep ignored": (
+        "fsmem/homeagent/documents.py",
+        '    return getattr(mem, "homeagent_files", "move") == "keep"', "    return False",
+        ["tests/test_homeagent_corunning.py"]),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),

@@ -5,9 +5,10 @@ v3 ``blocks`` with ``payload_digest``), the media store (``media/blobs/ab/cdefâ€
 ``media.db``) are read here; ``context.json`` adoption is fsmem.homeagent.context.
 
 Every field is either kept or its loss logged by name (docs/FORMAT.md, "HomeAgent fields").
-A legacy document served through the fallback is reported once per document per store: the
-first time, a WARNING names it and (in a writer) a line is appended to
-``.fsmem/legacy-reported``; later commands only print one summary line (``summary_line``).
+A legacy document served through the fallback is counted, named once per process at INFO
+(``fsmem -v``) and (where a writer made the file) recorded once per store in
+``.fsmem/legacy-reported``; a command prints one summary line (``summary_line``), never a
+warning per document (the list: ``fsmem stats --legacy``, fsmem.homeagent.report).
 Nothing legacy is changed by a read: a recalled or removed legacy document is moved aside into
 ``.fsmem/legacy-recalled/`` or ``.fsmem/legacy-removed/``, never deleted. The index reads a
 document through ``fsmem.homeagent.index_view`` (its text, without decoding its vectors; this
@@ -37,9 +38,10 @@ if TYPE_CHECKING:   # hashlib, json and sqlite3 load where legacy content is rea
     from fsmem.store.store import Store
 
 __all__ = ["LegacyDoc", "LegacyMedia", "legacy_doc_files", "read_legacy", "legacy_id",
-           "blob_path", "recall_legacy", "find_legacy_blob", "legacy_problems", "legacy_texts",
+           "blob_path", "recall_legacy", "find_legacy_blob", "legacy_texts",
            "cleanup_recalled", "convert_cold_legacy", "legacy_document", "legacy_file_of",
            "remove_legacy", "media_info", "allow_record", "summary_line", "legacy_counts",
+           "NO_ID", "decode_json", "HEX64",
            "find_legacy_block", "block_ref", "read_blob", "unread_files", "ZERO_NS",
            "sqlite_readonly", "report_unreadable", "report_served", "read_bytes",
            "searched_texts", "Sink"]
@@ -65,7 +67,10 @@ class Sink(Protocol):
 _logged: set[tuple[str, str]] = set()          # (store root, file) reported by this process
 _served: dict[str, set[str]] = {}              # store root -> files served this process
 _recorded: dict[str, set[str]] = {}            # store root -> files named in legacy-reported
-_HEX64 = __import__("re").compile(r"^[0-9a-f]{64}$")
+_unreadable: dict[str, set[str]] = {}          # store root -> JSON files found unreadable
+_not_documents: dict[str, set[str]] = {}       # store root -> JSON files without an 'id'
+NO_ID = "not a HomeAgent document (no 'id')"
+_HEX64 = HEX64 = __import__("re").compile(r"^[0-9a-f]{64}$")
 _ZERO = "0001-01-01T00:00:00Z"
 ZERO_NS = -62135596800_000000000               # Go's zero time
 RECORD = "legacy-reported"
@@ -243,6 +248,11 @@ def read_bytes(path: str) -> bytes:
         os.close(fd)
 
 
+def decode_json(path: str, raw: bytes) -> Any:
+    """``raw`` as JSON; FormatError naming ``path`` and the decoder's error."""
+    return _decode_json(path, raw)
+
+
 def _decode_json(path: str, raw: bytes) -> Any:
     import json  # lazy: start-up, loaded only when used (+json)
     try:
@@ -260,7 +270,7 @@ def read_legacy(path: str, raw: bytes | None = None) -> LegacyDoc:
     ``raw``: the file's bytes, when the caller has read them already."""
     data = _decode_json(path, read_bytes(path) if raw is None else raw)
     if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
-        raise FormatError(f"{path}: not a HomeAgent document (no 'id')")
+        raise FormatError(f"{path}: {NO_ID}")
     version = ("v3" if "blocks" in data or "dense_fp" in data else
                "v2" if "media" in data or "vector" in data or "dense_vec" in data else "v1")
     media: list[LegacyMedia] = []
@@ -353,19 +363,23 @@ def report_served(path: str, doc_id: str, version: str) -> None:
 
 
 def report_unreadable(path: str, message: str) -> None:
-    """Warn about a JSON file in documents/ that is not a readable HomeAgent document, once
-    per store (fsck lists it every time)."""
+    """Count a JSON file in documents/ that is not a readable HomeAgent document (named at
+    INFO once per process; fsck lists a damaged one every time)."""
     root, name = _store_of(path)
+    (_not_documents if NO_ID in message else _unreadable).setdefault(root, set()).add(name)
     _once(root, name, "unreadable", message)
 
 
 def _once(root: str, name: str, record: str, message: str) -> None:
-    """Log ``message`` unless this file was already reported in this store (the record in
-    ``.fsmem/``) or by this process; a writer appends it to the record."""
-    if (root, name) in _logged or name in _recorded_names(root):
+    """Name this file at INFO once per process (``fsmem -v`` lists each one; a command
+    prints one summary line, never a warning per document), and append it to the store's
+    record unless it is there already."""
+    if (root, name) in _logged:
         return
     _logged.add((root, name))
-    log.warning("%s", message)
+    log.info("%s", message)
+    if name in _recorded_names(root):
+        return
     try:   # never created here (a reader creates nothing); appended where it exists
         fd = os.open(os.path.join(root, ".fsmem", RECORD), os.O_WRONLY | os.O_APPEND
                      | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -379,16 +393,18 @@ def _once(root: str, name: str, record: str, message: str) -> None:
 
 
 def summary_line(root: str) -> str | None:
-    """One line for the end of a command: how many legacy documents this process served."""
+    """The one line a command prints about HomeAgent's documents (None when documents/ has
+    none and none was read): the JSON files there, and what this process made of them."""
     root = os.path.realpath(root)
     served = _served.get(root, set())
     left = len(legacy_doc_files(root)) if os.path.isdir(os.path.join(root, "documents")) else 0
     if not served and not left:
         return None
-    new = sum(1 for r, _ in _logged if r == root)
-    return (f"{left} legacy JSON files in documents/ (legacy documents served through the "
-            f"fallback path: {len(served)} read by this command, {new} files reported for the "
-            "first time; fsmem adopt --dry-run tells more)")
+    bad, other = _unreadable.get(root, set()), _not_documents.get(root, set())
+    seen = [f"{len(served)} read"] + ([f"{len(bad)} unreadable"] if bad else []) + (
+        [f"{len(other)} not a document"] if other else [])
+    return (f"{left} JSON files in documents/ are HomeAgent's, read in place (this command: "
+            f"{', '.join(seen)}); fsmem stats --legacy lists them")
 
 
 # -- the media store ------------------------------------------------------------------------
@@ -877,10 +893,12 @@ def legacy_counts(root: str) -> tuple[int, int]:
     """(HomeAgent documents readable, other or unreadable JSON files) in documents/."""
     ok = bad = 0
     for name, _ in legacy_doc_files(root):
+        path = os.path.join(root, "documents", name)
         try:
-            read_legacy(os.path.join(root, "documents", name))
+            read_legacy(path)
             ok += 1
-        except (FormatError, OSError, ValueError):
+        except (FormatError, OSError, ValueError) as exc:
+            report_unreadable(path, str(exc))
             bad += 1
     return ok, bad
 
@@ -893,22 +911,3 @@ def unread_files(root: str) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [os.path.join(base, n) for n in names if n.endswith(".jsonl")]
-
-
-def legacy_problems(root: str) -> list[tuple[str, str]]:
-    """(path, problem) for each legacy document that cannot be read or misses a media blob,
-    and each HomeAgent file fsmem does not read."""
-    out = []
-    for name, _ in legacy_doc_files(root):
-        path = os.path.join(root, "documents", name)
-        try:
-            doc = read_legacy(path)
-        except (FormatError, OSError, ValueError) as exc:
-            out.append((path, str(exc)))
-            continue
-        for m in doc.media:
-            if m.sha256 and (not _HEX64.match(m.sha256) or not os.path.isfile(blob_path(root, m.sha256))):
-                out.append((path, f"media blob {m.sha256} missing from the media store"))
-    for path in unread_files(root):
-        out.append((path, "HomeAgent text log not read by fsmem (kept as it is)"))
-    return out

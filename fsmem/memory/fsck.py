@@ -20,15 +20,16 @@ __all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
 
 FindingKind = Literal[
     "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
-    "pending-journal", "legacy", "quarantined-foreign", "graph-damaged", "graph-dangling",
-    "bad-marker", "derived-vector",
+    "pending-journal", "legacy", "legacy-unreadable", "quarantined-foreign", "graph-damaged",
+    "graph-dangling", "bad-marker", "derived-vector",
 ]
 # Files a HomeAgent memory directory keeps inside documents/ (read by the legacy reader).
 _LEGACY_SUFFIXES = (".json",)
 
 
 class Finding(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One problem: what kind, where (a path), and why."""
+    """One problem: what kind, where (a path), and why; after ``fsck --fix``, what was done
+    (``fixed``) or why it was left as it is (``left``)."""
 
     kind: str
     path: str
@@ -36,9 +37,10 @@ class Finding(msgspec.Struct, kw_only=True, omit_defaults=True):
     unit: str = ""
     layer: str = ""
     fixed: str = ""
+    left: str = ""
 
     def __str__(self) -> str:
-        extra = f" [{self.fixed}]" if self.fixed else ""
+        extra = f" [{self.fixed}]" if self.fixed else f" [left: {self.left}]" if self.left else ""
         return f"{self.kind}: {self.path}: {self.detail}{extra}"
 
 
@@ -115,9 +117,9 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
     # lazy: start-up, loaded only when used (+fcntl)
     from fsmem.memory.fsck_checks import check_graph
     findings.extend(Finding(kind=k, path=p, detail=d) for k, p, d in check_graph(layout.root))
-    from fsmem.homeagent.documents import legacy_problems  # lazy: start-up, loaded only when used
-    for path, problem in legacy_problems(layout.root):
-        findings.append(Finding(kind="legacy", path=path, detail=problem, layer="documents"))
+    from fsmem.homeagent.report import legacy_findings  # lazy: start-up, loaded only when used
+    for kind, path, problem in legacy_findings(layout.root):
+        findings.append(Finding(kind=kind, path=path, detail=problem, layer="documents"))
     findings.extend(_check_rewritten(layout))
     return findings
 
@@ -230,17 +232,28 @@ def _repair(store: Store, finding: Finding) -> None:
         if os.path.lexists(inner):
             finding.fixed = "moved to " + store.quarantine(inner, f"{finding.unit}-{name}")
         return
-    if finding.kind in ("pending-journal", "duplicate-event", "quarantined-foreign",
-                        "graph-damaged", "graph-dangling"):
-        # kept for the user: foreign files are theirs; graph.db is never rewritten by fsck
-        return  # a readable unit is never quarantined for a finding about one event in it
-    if finding.kind == "legacy":
-        if "missing from the media store" in finding.detail or "not read by" in finding.detail:
-            return  # nothing fsmem can restore or needs to move; the file stays as it is
-        finding.fixed = "moved to " + store.quarantine(path, "legacy-" + os.path.basename(path))
+    left = _LEFT.get(finding.kind)
+    if left is None and finding.layer == "documents" and not finding.unit \
+            and not os.path.isdir(path):
+        left = _LEFT["legacy"]   # a file in HomeAgent's documents/: fsmem wrote none there
+    if left is not None:
+        finding.left = left
         return
     label = finding.unit or os.path.basename(path)
     finding.fixed = "moved to " + store.quarantine(path, f"{finding.layer}-{label}")
+
+
+# What --fix leaves, and why: HomeAgent's files (and any file in its documents/: fsmem writes
+# only unit directories there) are never moved; the user's, and graph.db, neither.
+_LEFT = {
+    "legacy": "HomeAgent's file: fsck never moves, renames or deletes it",
+    "legacy-unreadable": "HomeAgent's file: fsck never moves, renames or deletes it",
+    "pending-journal": "recovery did not settle it; the next writer retries",
+    "duplicate-event": "both units are readable: a unit is never quarantined for one event",
+    "quarantined-foreign": "the files are the user's: move out what is yours, then delete it",
+    "graph-damaged": "fsck never rewrites graph.db: restore it from a snapshot",
+    "graph-dangling": "fsck never rewrites graph.db",
+}
 
 
 def _check_foreign(layout: Layout) -> list[Finding]:

@@ -2,7 +2,9 @@
 """The ``fsmem`` command: a thin dispatcher from verbs to library calls.
 
 Exit codes: 0 ok, 1 findings or a failed operation, 2 usage error (the message names the
-argument). ``--json`` prints one JSON document on stdout; messages and progress go to stderr.
+argument). ``fsck``: 0 clean, 1 findings; ``fsck --fix``: 0 when every finding was fixed, 1
+when one is left (printed ``[left: why]``). ``verify-legacy``: 0 when every HomeAgent file
+matches the report (or was moved by fsmem itself), 1 otherwise. ``--json`` prints one JSON document on stdout; messages and progress go to stderr.
 Global flags (``--root``, ``--json``, ``-v``) go before or after the verb. Imports of the
 library are lazy so ``fsmem --version`` and ``--help`` start fast.
 """
@@ -271,10 +273,8 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     else:
         findings = _read(args).fsck(read_data=not args.quick)
     _emit(args, findings, "\n".join(str(f) for f in findings) or "clean")
-    if args.fix:
-        return 0 if all(f.fixed for f in findings if f.kind not in
-                        ("pending-journal", "legacy", "duplicate-event")
-                        or "undecodable" in f.detail) else 1
+    if args.fix:   # a finding --fix leaves (HomeAgent's, the user's) is still a finding
+        return 0 if all(f.fixed for f in findings) else 1
     return 1 if findings else 0
 
 
@@ -359,6 +359,17 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if args.legacy:
+        # lazy: start-up, loaded only when used (+msgspec, blake3)
+        from fsmem.homeagent.report import legacy_report, save_report
+        report = legacy_report(os.path.realpath(args.root))
+        lines = report.lines()
+        if args.save:
+            lines.append(f"hashes of every HomeAgent file written to {save_report(_open(args))}")
+        _emit(args, report, "\n".join(lines))
+        return 0
+    if args.save:
+        raise UsageError("argument --save: only with --legacy")
     stats = _read(args).stats()
     _emit(args, stats, "\n".join(f"{k}: {v}" for k, v in stats.items()))
     return 0
@@ -420,10 +431,32 @@ def cmd_adopt(args: argparse.Namespace) -> int:
 
     # lazy: start-up, loaded only when used (+msgspec, ctypes, hashlib)
     from fsmem.homeagent.context import plan as adoption_plan
-    plan = adoption_plan(_read(args))[0] if args.dry_run else adopt(_open(args))
-    lines = (["dry run: nothing changed"] if args.dry_run else []) + plan.lines()
-    _emit(args, plan, "\n".join(lines))
+
+    # lazy: start-up, loaded only when used (+msgspec, blake3)
+    from fsmem.homeagent.report import legacy_report, save_report
+    if args.dry_run:
+        plan = adoption_plan(_read(args))[0]
+        report = legacy_report(os.path.realpath(args.root))
+        lines = ["dry run: nothing changed", *plan.lines(), *report.lines()]
+        _emit(args, {"plan": plan, "documents": report.documents, "unread": report.unread},
+              "\n".join(lines))
+        return 0
+    mem = _open(args)
+    with mem.store.locked():   # the files as found, then the adoption (one lock)
+        saved = save_report(mem)
+        plan = adopt(mem)
+    _emit(args, plan, "\n".join(plan.lines() + [f"hashes of every HomeAgent file (before "
+                                                 f"adoption) written to {saved}"]))
     return 0
+
+
+def cmd_verify_legacy(args: argparse.Namespace) -> int:
+    """Hash every HomeAgent file again against .fsmem/legacy-report.json (a reader)."""
+    # lazy: start-up, loaded only when used (+msgspec, blake3)
+    from fsmem.homeagent.report import verify_report
+    result = verify_report(os.path.realpath(args.root))
+    _emit(args, result, "\n".join(result.lines()))
+    return 0 if result.ok else 1
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -553,7 +586,14 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     verb("timeline", cmd_timeline, "the L1 events in original-timestamp order")
     sp = verb("render", cmd_render, "the model's view of L1 under a token budget")
     sp.add_argument("--budget", type=positive_int, required=True)
-    verb("stats", cmd_stats, "counts per layer")
+    sp = verb("stats", cmd_stats, "counts per layer; --legacy: the migration report of "
+              "HomeAgent's documents")
+    sp.add_argument("--legacy", action="store_true", help="per HomeAgent document: what fsmem "
+                    "reads, what it cannot read and why, what a recall keeps")
+    sp.add_argument("--save", action="store_true", help="with --legacy: write the hashes of "
+                    "every HomeAgent file to .fsmem/legacy-report.json (takes the writer lock)")
+    verb("verify-legacy", cmd_verify_legacy, "check every HomeAgent file against "
+         ".fsmem/legacy-report.json: which changed, vanished or appeared (a reader)")
     verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
     sp = verb("changes", cmd_changes, "the change feed: every unit published, moved, removed "
               "or quarantined, in order (docs/FORMAT.md, section 3b)")
@@ -585,7 +625,8 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
 
 _CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
                          "append", "query", "recall", "prune", "timeline", "render", "stats",
-                         "reindex", "changes", "snapshot", "adopt", "demo", "update"})
+                         "reindex", "changes", "snapshot", "adopt", "demo", "update",
+                         "verify-legacy"})
 
 
 _PLAIN_GLOBALS = frozenset({"--json", "-v", "--verbose"})
@@ -610,9 +651,8 @@ def _verb_at(argv: Sequence[str]) -> tuple[int | None, bool]:
 
 
 def _legacy_summary(args: argparse.Namespace) -> None:
-    """One line per command about legacy documents served (per-document warnings come once
-    per store: fsmem.homeagent.documents)."""
-    import logging  # lazy: start-up, loaded only when used (+threading, textwrap)
+    """The one line a command prints about HomeAgent's documents (each one is named at INFO,
+    ``-v``; the list: ``fsmem stats --legacy``)."""
     root = getattr(args, "root", None)
     if not root or ("fsmem.homeagent.documents" not in sys.modules and _no_legacy(root)):
         return   # none served (the module never loaded), none left
@@ -620,7 +660,7 @@ def _legacy_summary(args: argparse.Namespace) -> None:
     from fsmem.homeagent.documents import summary_line
     line = summary_line(root) if os.path.isdir(root) else None
     if line:
-        logging.getLogger("fsmem.legacy").warning(line)
+        print(f"fsmem: {line}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
