@@ -275,7 +275,7 @@ _AGENT_CHILD = textwrap.dedent("""
 def test_two_agents_in_two_processes_keep_every_event_once(tmp_path: Path) -> None:
     root = tmp_path / "mem"
     Memory.open(root).close()
-    rounds = 120 if STRESS else 30
+    rounds = 600 if STRESS else 40
     env = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
     procs = {agent: subprocess.Popen([sys.executable, "-c", _AGENT_CHILD, str(root), agent,
                                       str(rounds), str(seed)], cwd=str(REPO), env=env,
