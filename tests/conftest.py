@@ -223,7 +223,8 @@ def assert_feed_agrees(root: Path, label: str = "") -> None:
     before, after = placed(last_end), placed(1 << 62)
     tail = {r.unit for r in recs if r.seq > last_end and r.kind in UNIT_KINDS}
     present: dict[str, list[str]] = {}
-    for layer in ("context", "documents", "stablemem"):
+    from fsmem.format.layout import Layout
+    for layer in Layout(root).layers():   # every agent's L1 too (format 4)
         for e in os.scandir(Path(root) / layer):
             if e.is_dir(follow_symlinks=False):
                 present.setdefault(e.name, []).append(layer)

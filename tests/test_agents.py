@@ -346,3 +346,58 @@ def test_an_update_recalled_into_l1_and_pruned_back_still_hides_the_old_version(
     assert [[e.input for e in d.events] for d in hits] == [
         ["the spare fuse box key moved to the red tin"]]
     assert hits[0].meta["supersedes"] == old and hits[0].meta["is_archived_context"] == "true"
+
+
+# -- crashes: an agent's prune, recall and commit at every fs call -------------------------------
+
+_CRASH_CHILD = """
+import sys
+from fsmem import Memory
+mem = Memory.open(sys.argv[1], agent="kitchen", context_capacity=4, context_protected=1,
+                  auto_prune=False)
+print("pruned", mem.prune(query="kettle"), flush=True)
+print("recalled", mem.recall("spare key garage", top_k=1), flush=True)
+print("committed", mem.commit("the kitchen alarm code", private=True), flush=True)
+print("pruned", mem.prune(query="spare"), flush=True)
+"""
+
+
+def _events_by_layer(root: Path) -> Counter:
+    mem = Memory.open(root, readonly=True)
+    seen: Counter = Counter()
+    for layer in mem.layout.layers():
+        for uid in mem.units(layer):
+            doc = mem.document(uid)
+            for ev in doc.events:
+                seen[(ev.id, ev.input, doc.agent)] += 1
+    return seen
+
+
+def test_crash_point_sweep_of_an_agents_prune_recall_and_commit(tmp_path: Path) -> None:
+    from conftest import assert_feed_agrees, crash_sweep
+    template = tmp_path / "template"
+    garage = Memory.open(template, agent="garage", context_capacity=50, auto_prune=False)
+    garage.commit("the spare key hangs behind the garage door")
+    for i in range(3):
+        garage.append(_say(i, "garage", "the drill battery"))
+    garage.close()
+    kitchen = Memory.open(template, agent="kitchen", context_capacity=50, auto_prune=False)
+    for i in range(7):
+        kitchen.append(_say(i, "kitchen", "kettle descaling" if i % 2 else "bread timer"))
+    kitchen.close()
+    expected = _events_by_layer(template)
+    garage_l1 = sorted(u for u in os.listdir(template / "context@garage"))
+
+    def check(root: Path, label: str) -> None:
+        Memory.open(root).close()   # a writer's open runs recovery
+        got = _events_by_layer(root)
+        new = {k: c for k, c in got.items() if k not in expected}
+        assert {k: c for k, c in got.items() if k in expected} == expected, label
+        assert all(c == 1 and k[2] == "kitchen" and k[1] == "the kitchen alarm code"
+                   for k, c in new.items()), (label, new)
+        assert sorted(os.listdir(root / "context@garage")) == garage_l1, label  # untouched
+        assert Memory.open(root).fsck() == [], label
+        assert os.listdir(root / ".fsmem" / "journal") == [], label
+        assert_feed_agrees(root, label)
+    n, proc = crash_sweep(tmp_path, template, _CRASH_CHILD, check)
+    assert n > 20 and "recalled ['u-" in proc.stdout
