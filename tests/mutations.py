@@ -22,7 +22,10 @@ _ARCHIVE_LOOP = '''        for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
         records.append(rec)'''
 
-_RECALL_MOVE = '''        mem.store.move(unit_id, "documents", mem.l1)'''
+# the move of a recall hit (Reader's _recall_hit), with the line after it: unique in the file
+_RECALL_MOVE = '''        mem.store.move(unit_id, "documents", mem.l1)
+        mem._indexed(unit_id, "documents", added=False)
+        return unit_id'''
 
 
 def _after_recall(body: str) -> str:
@@ -33,7 +36,8 @@ def _after_recall(body: str) -> str:
              "_p = mem.store.unit_dir(mem.l1, unit_id)", "_m = _rm(_p)",
              *body.strip().splitlines(),
              "open(_p + '/manifest.json', 'wb').write(_ep(_m))"]
-    return _RECALL_MOVE + "\n" + "\n".join(pad + line for line in lines)
+    move, rest = _RECALL_MOVE.split("\n", 1)
+    return move + "\n" + "\n".join(pad + line for line in lines) + "\n" + rest
 
 
 MUTATIONS: dict[str, tuple[str, str, str]] = {
@@ -314,8 +318,7 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/memory/prune.py", "                            agent=pairs[0][0].manifest.agent,",
         "                            agent=mem.agent,", AGENTS),
     "agents: a recall moves into the default agent's L1": ("fsmem/memory/recall.py",
-        '        mem.store.move(unit_id, "documents", mem.l1)',
-        '        mem.store.move(unit_id, "documents", "context")', AGENTS),
+        _RECALL_MOVE, _RECALL_MOVE.replace("mem.l1", '"context"', 1), AGENTS),
     "agents: any agent's write ticks every pin": ("fsmem/store/pins.py",
         '    name = PINS_FILE if layer == "context" else f"pins@{layer_agent(layer)}.json"',
         "    name = PINS_FILE", AGENTS),
