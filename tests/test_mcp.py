@@ -215,3 +215,34 @@ def test_streamable_http_on_loopback(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert Memory.open(tmp_path / "m").fsck() == []
+
+
+def test_a_server_per_agent_shares_l2_and_keeps_private_units_and_l1_apart(tmp_path):
+    """issue 34: ``fsmem mcp --agent NAME``: the tools act as that agent."""
+    root = tmp_path / "m"
+
+    async def main() -> None:
+        async with session(root, "--init", "--agent", "kitchen") as (r, w), \
+                ClientSession(r, w) as s:
+            await s.initialize()
+            shared = (await _call(s, "coldcontext_commit",
+                                  {"content": "the wifi password is on the fridge"}))["unit_id"]
+            secret = (await _call(s, "coldcontext_commit",
+                                  {"content": "the wifi router admin code is 4711",
+                                   "private": True}))["unit_id"]
+            await _call(s, "memory_append", {"input": "kitchen timer for the bread"})
+            own = await _call(s, "coldcontext_query", {"query": "wifi", "top_k": 5,
+                                                       "scope": "own"})
+            assert {h["unit_id"] for h in own["hits"]} == {shared, secret}
+        async with session(root, "--agent", "garage") as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            hits = await _call(s, "coldcontext_query", {"query": "wifi router code", "top_k": 5})
+            assert [(h["unit_id"], h["agent"]) for h in hits["hits"]] == [(shared, "kitchen")]
+            assert "not found" in await _error(s, "memory_show", {"unit_id": secret})
+            listed = await _call(s, "memory_list", {})
+            assert secret not in {u["unit_id"] for u in listed["units"]}
+            assert not [u for u in listed["units"] if u["layer"] == "context"]   # kitchen's L1
+            resources = {str(x.uri) for x in (await s.list_resources()).resources}
+            assert f"fsmem://unit/{shared}" in resources
+            assert f"fsmem://unit/{secret}" not in resources
+    anyio.run(main)

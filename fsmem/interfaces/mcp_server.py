@@ -89,8 +89,11 @@ class MemoryService:
         with self._lock:
             mem = self.memory()
             out = []
-            for layer in ("context", "documents", "stablemem"):
-                for u in mem._load_layer(layer, with_vectors=False):
+            for layer in ("context", "documents", "stablemem"):   # this agent's view
+                for u in mem._load_layer(mem.l1 if layer == "context" else layer,
+                                         with_vectors=False):
+                    if u.manifest.private and u.manifest.agent != mem.agent:
+                        continue   # another agent's private unit is no resource
                     out.append((u.unit_id, layer, u.manifest.summary))
             return out
 
