@@ -34,7 +34,7 @@ def tool_call(target, name: str, args: dict) -> dict:
 
 def test_definitions_generated_from_one_source():
     names = [t.name for t in TOOLS]
-    assert len(set(names)) == len(names) == 11 and names == tool_names()
+    assert len(set(names)) == len(names) == 12 and names == tool_names()
     oa = definitions("openai")
     assert [d["function"]["name"] for d in oa] == names
     an = definitions("anthropic")
@@ -224,3 +224,19 @@ def test_readme_agent_section_runs(tmp_path):
         os.chdir(cwd)
     assert ns["result"]["hits"][0]["summary"] == "solar"
     assert ns["definitions"] == definitions("openai")
+
+
+def test_memory_update_replaces_the_text_in_search_and_keeps_the_old_version(tmp_path):
+    mem = Memory.open(tmp_path / "m")
+    old = call(mem, "coldcontext_commit", {"content": "the bin goes out on tuesday",
+                                           "summary": "bin day"})["unit_id"]
+    got = call(mem, "memory_update", {"unit_id": old, "content": "the bin goes out on friday"})
+    assert got["supersedes"] == old and got["summary"] == "bin day"
+    hits = call(mem, "coldcontext_query", {"query": "bin goes out", "top_k": 5})["hits"]
+    assert [h["unit_id"] for h in hits] == [got["unit_id"]] and "friday" in hits[0]["text"]
+    shown = call(mem, "memory_show", {"unit_id": old})
+    assert "tuesday" in json.dumps(shown, ensure_ascii=False)
+    with pytest.raises(FsmemError, match="updated by"):
+        call(mem, "memory_update", {"unit_id": old, "content": "again"})
+    with pytest.raises(BadArgument, match="content"):
+        call(mem, "memory_update", {"unit_id": old})

@@ -219,6 +219,14 @@ def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     return {"total": len(rows), "units": rows[a["offset"]:a["offset"] + a["limit"]]}
 
 
+def _q_update(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    old = _visible(mem, mem.document(a["unit_id"]))
+    uid = mem.update(old.id, a["content"], summary=a["summary"] or None)
+    doc = mem.document(uid)
+    return {"unit_id": uid, "supersedes": old.id, "layer": doc.layer, "summary": doc.summary,
+            "created_at": doc.created_at.isoformat()}
+
+
 def _q_remove(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     layer, _ = mem.store.locate(a["unit_id"])
     mem.remove(a["unit_id"], layer)
@@ -321,6 +329,13 @@ TOOLS: tuple[ToolSpec, ...] = (
              "token budget. Read-only.",
              {"budget_tokens": _i("the token budget", 4000, 1, 10_000_000)},
              (), read_only=True, idempotent=True, run=_q_render),
+    ToolSpec("memory_update", "Update a document",
+             "Write a new version of a document in long-term memory (L2): the new text "
+             "replaces the old one in every search, and the old version is kept whole as "
+             "history. Returns the new unit id.",
+             {"unit_id": _UNIT_ID, "content": _s("the document's new full text", minLength=1),
+              "summary": _s("a one-line label (default: the old version's)", default="")},
+             ("unit_id", "content"), run=_q_update),
     ToolSpec("memory_show", "Show a unit",
              "One memory unit whole: its summary, every event with its full text and "
              "timestamps, and its media. Read-only.",
