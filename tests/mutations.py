@@ -104,6 +104,7 @@ CHANGES = ["tests/test_changes.py"]
 SIDE_BY_SIDE = ["tests/test_homeagent_side_by_side.py"]
 AGENTS = ["tests/test_agents.py"]
 HA_EXPORT = ["tests/test_homeagent_export.py"]
+CLI_EDGES = ["tests/test_cli_edges.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
@@ -382,6 +383,16 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),
+    "cli edges: config KEY VALUE rewrites the whole file (the user's comments dropped)": (
+        "fsmem/store/config.py", "    return _write_text(path, text)\n",
+        "    return write_config(root, want)\n", CLI_EDGES),
+    "cli edges: distill --max-age takes a negative age": (
+        "fsmem/interfaces/cli/graph.py", "type=nonneg_float, default=72.0",
+        "type=float, default=72.0", CLI_EDGES),
+    "cli edges: the plain progress bar redraws on every unit": (
+        "fsmem/interfaces/cli/progress.py",
+        "        if filled == self.drawn and done < total and now - self.at < 1.0:",
+        "        if False:", CLI_EDGES),
 }
 
 

@@ -233,8 +233,36 @@ def serve_http(service: MemoryService, port: int) -> None:
         service.close()
 
 
+def _port_arg(text: str) -> int:
+    """``--port``: a TCP port, 1..65535, checked when the arguments are parsed (exit 2)."""
+    import argparse  # lazy: start-up, the CLI has it loaded already
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535, got {port}")
+    return port
+
+
+def _port_free(port: int) -> None:
+    """OSError naming the port when 127.0.0.1:``port`` cannot be bound (in use, or not
+    allowed), so ``fsmem mcp --http`` says so in one line instead of uvicorn's traceback.
+    The socket is closed at once: the server binds it again (SO_REUSEADDR, as uvicorn)."""
+    import socket  # lazy: start-up, loaded only when used
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise OSError(exc.errno, f"--port {port}: cannot listen on 127.0.0.1:{port}: "
+                          f"{exc.strerror}") from None
+
+
 def _cmd_mcp(args: Any) -> int:
     _sdk()   # the install hint before anything else
+    if args.http:
+        _port_free(args.port)
     service = MemoryService(args.root, create=args.init, agent=getattr(args, "agent", None))
     if args.http:
         serve_http(service, args.port)
@@ -250,14 +278,16 @@ def _cmd_tools(args: Any) -> int:
 
 def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
     """Register ``fsmem mcp`` and ``fsmem tools``."""
-    sp = subparsers.add_parser("mcp", parents=list(parents),
-                               help="serve the store to agents over MCP (stdio by default)")
+    text = "serve the store to agents over MCP (stdio by default)"
+    sp = subparsers.add_parser("mcp", parents=list(parents), help=text, description=text)
     sp.add_argument("--http", action="store_true",
                     help="streamable HTTP on 127.0.0.1 instead of stdio")
-    sp.add_argument("--port", type=int, default=8765)
+    sp.add_argument("--port", type=_port_arg, default=8765,
+                    help="with --http: the port on 127.0.0.1, 1 to 65535 (default 8765)")
     sp.add_argument("--init", action="store_true", help="create the store if it is missing")
     sp.set_defaults(fn=_cmd_mcp)
-    sp = subparsers.add_parser("tools", parents=list(parents),
-                               help="print the agent tool definitions as JSON")
-    sp.add_argument("--format", choices=["openai", "anthropic", "mcp"], default="openai")
+    text = "print the agent tool definitions as JSON"
+    sp = subparsers.add_parser("tools", parents=list(parents), help=text, description=text)
+    sp.add_argument("--format", choices=["openai", "anthropic", "mcp"], default="openai",
+                    help="whose function-calling schema (default: openai)")
     sp.set_defaults(fn=_cmd_tools)

@@ -11,6 +11,7 @@ immutable; only a writer (under the writer lock) changes it, atomically (temp fi
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any, Mapping
 
@@ -25,7 +26,7 @@ from fsmem.format.errors import FormatError, InvalidName
 from fsmem.format.model import check_agent
 
 __all__ = ["DEFAULTS", "ENV", "CONFIG_NAME", "config_path", "load_config", "parse_value",
-           "write_config", "effective"]
+           "write_config", "set_config", "effective"]
 
 CONFIG_NAME = "config.toml"
 #: key -> default; the type of each default is the key's type.
@@ -48,6 +49,8 @@ ENV: dict[str, str] = {
 }
 _CHOICES = {"durability": ("full", "off"), "homeagent_files": ("move", "keep")}
 _MAX_BYTES = 64 * 1024
+#: a top-level ``key = ...`` line: the key bare or in double quotes
+_KEY_LINE = re.compile(r'\s*("?)([A-Za-z0-9_-]+)\1\s*=')
 
 
 def config_path(root: str | os.PathLike[str]) -> str:
@@ -123,18 +126,61 @@ def _toml_value(value: Any) -> str:
 
 
 def write_config(root: str | os.PathLike[str], settings: Mapping[str, Any]) -> str:
-    """Write ``settings`` (checked) atomically: temp file, fsync, rename, fsync of .fsmem/.
-    The caller holds the writer lock."""
+    """Write ``settings`` (checked) atomically as a new file (``init``). The caller holds
+    the writer lock."""
     lines = ["# fsmem store settings (docs/FORMAT.md); FSMEM_* variables and flags override"]
     lines += [f"{k} = {_toml_value(parse_value(k, v))}" for k, v in settings.items()]
+    return _write_text(config_path(root), "\n".join(lines) + "\n")
+
+
+def _key_line(line: str) -> str | None:
+    """The key a top-level ``key = value`` line sets (bare or quoted), else None."""
+    m = _KEY_LINE.match(line)
+    return m.group(2) if m else None
+
+
+def set_config(root: str | os.PathLike[str], key: str, value: Any) -> str:
+    """Set one key in the file and keep every other line as the user wrote it (comments,
+    blank lines, order): the key's line is replaced, or appended when the file has none.
+    A file fsmem could not edit line by line (a table, a value over several lines) is a
+    FormatError, and is left as it is. Atomic; the caller holds the writer lock."""
     path = config_path(root)
+    new_line = f"{key} = {_toml_value(parse_value(key, value))}"
+    want = {**load_config(root), key: parse_value(key, value)}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = fh.read()
+    except FileNotFoundError:
+        return write_config(root, {key: value})
+    lines = old.splitlines()
+    at = [i for i, line in enumerate(lines) if _key_line(line) == key]
+    if at:
+        lines[at[0]] = new_line
+    else:
+        lines.append(new_line)
+    text = "\n".join(lines) + "\n"
+    try:
+        ok = {k: parse_value(k, v) for k, v in tomllib.loads(text).items()} == want
+    except (tomllib.TOMLDecodeError, FormatError):
+        ok = False
+    if not ok:
+        raise FormatError(f"{path}: cannot set {key} line by line (a table or a value over "
+                          f"several lines?); edit the file by hand")
+    return _write_text(path, text)
+
+
+def _write_text(path: str, text: str) -> str:
+    """One config file, atomically: temp file, fsync, rename, fsync of .fsmem/."""
     tmp = f"{path}.tmp.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        os.write(fd, ("\n".join(lines) + "\n").encode())
+        os.write(fd, text.encode())
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     dfd = os.open(os.path.dirname(path), os.O_RDONLY)
     try:

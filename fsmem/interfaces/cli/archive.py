@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from fsmem.format.model import encode
-from fsmem.interfaces.cli.args import UsageError
+from fsmem.interfaces.cli.args import UsageError, timestamp_arg
 from fsmem.ingest.archive import export_archive, import_archive
 from fsmem.ingest.homeagent_export import export_homeagent
 from fsmem.ingest.importers import import_chatgpt
@@ -59,20 +59,21 @@ def _cmd_import(args: Any) -> int:
 
 def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
     """Register ``fsmem export`` and ``fsmem import``."""
-    sp = subparsers.add_parser("export", parents=list(parents),
-                               help="write units into a self-contained archive (tar), or "
-                               "the memory as a HomeAgent directory (--homeagent)")
+    text = ("write units into a self-contained archive (tar), or the memory as a HomeAgent "
+            "directory (--homeagent)")
+    sp = subparsers.add_parser("export", parents=list(parents), help=text, description=text)
     where = sp.add_mutually_exclusive_group()
     where.add_argument("out", nargs="?", help="the archive file to create")
     where.add_argument("--homeagent", metavar="DIR",
                        help="write a HomeAgent memory directory DIR (new or empty): v3 "
                        "documents, context.json, media, graph.db (docs/FORMAT.md §10a)")
-    sp.add_argument("--layer", choices=list(LAYERS))
-    sp.add_argument("--since", help="only units created at or after this RFC 3339 time")
+    sp.add_argument("--layer", choices=list(LAYERS), help="only this layer (default: all)")
+    sp.add_argument("--since", type=timestamp_arg, metavar="TIME",
+                    help="only units created at or after this RFC 3339 time, with its zone "
+                    "(e.g. 2026-05-01T00:00:00Z)")
     sp.set_defaults(fn=_cmd_export)
-    sp = subparsers.add_parser("import", parents=list(parents),
-                               help="read an archive (or a foreign export) into the store, "
-                               "exactly once")
+    text = "read an archive (or a foreign export) into the store, exactly once"
+    sp = subparsers.add_parser("import", parents=list(parents), help=text, description=text)
     sp.add_argument("src", help="the archive ('-' for stdin) or foreign export file")
     sp.add_argument("--from", dest="from_format", choices=["fsmem", "chatgpt"], default="fsmem",
                     help="fsmem archive (default) or ChatGPT conversations.json")

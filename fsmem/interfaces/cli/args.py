@@ -11,8 +11,7 @@ from typing import Any
 from fsmem._version import __version__
 
 __all__ = ["UsageError", "Parser", "HelpFormatter", "add_globals", "add_scope", "positive_int",
-           "nonneg_int",
-           "timestamp_arg", "tool_result_arg", "stdin_text", "version_string"]
+           "nonneg_int", "positive_float", "nonneg_float", "timestamp_arg", "tool_result_arg", "stdin_text", "version_string"]
 
 
 class UsageError(Exception):
@@ -105,6 +104,27 @@ def nonneg_int(text: str) -> int:
     return _int_arg(text, 0, "must not be negative")
 
 
+def _float_arg(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 if positive else value >= 0):   # NaN fails both
+        raise argparse.ArgumentTypeError(
+            f"must be {'more than 0' if positive else 'at least 0'}, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A number > 0 (seconds between looks, a timeout)."""
+    return _float_arg(text, True)
+
+
+def nonneg_float(text: str) -> float:
+    """A number >= 0 (an age in hours)."""
+    return _float_arg(text, False)
+
+
 def timestamp_arg(text: str) -> Any:
     """An RFC 3339 timestamp with its zone offset (``2026-05-01T09:30:00+08:00``)."""
     from fsmem.format.errors import FsmemError  # lazy: start-up, loaded only when used
@@ -112,7 +132,7 @@ def timestamp_arg(text: str) -> Any:
     # lazy: start-up, loaded only when used (+datetime)
     from fsmem.format.timestamps import Timestamp
     try:
-        return Timestamp.parse(text, field="--timestamp")
+        return Timestamp.parse(text, field="time")
     except (FsmemError, ValueError) as exc:
         raise argparse.ArgumentTypeError(
             f"{exc} (want RFC 3339 with a zone offset, e.g. 2026-05-01T09:30:00+08:00)"
@@ -129,12 +149,13 @@ def tool_result_arg(text: str) -> Any:
     return ToolOutput(name=name, output=output)
 
 
-def stdin_text(verb: str, argument: str) -> str:
+def stdin_text(verb: str, argument: str, examples: str = "") -> str:
     """The text piped on stdin, strictly UTF-8. At a terminal it is a usage error (rather
-    than a silent wait): say how to pass the text."""
+    than a silent wait): say how to pass the text, with ``examples`` (commands in backquotes
+    that work as printed; default: ``echo hello | fsmem VERB``)."""
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError(f"no {argument} given: pass it as an argument, or pipe it on stdin "
-                         f"(e.g. `echo hello | fsmem {verb}`)")
+                         f"(e.g. {examples or f'`echo hello | fsmem {verb}`'})")
     data = sys.stdin.buffer.read()
     try:
         return data.decode("utf-8")

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from fsmem.fleet import FleetIndex, SyncReport
 from fsmem.fleet.schema import FleetError
 from fsmem.format.model import encode
-from fsmem.interfaces.cli.args import nonneg_int, positive_int
+from fsmem.interfaces.cli.args import nonneg_int, positive_float, positive_int
 
 __all__ = ["add_cli", "cmd_fleet"]
 
@@ -97,16 +97,6 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         return 0
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
 def add_cli(subparsers: Any, common_parents: Sequence[argparse.ArgumentParser]) -> None:
     """Register ``fleet sync|search|status|drop`` on the ``fsmem`` command."""
     parents = list(common_parents)
@@ -118,26 +108,30 @@ def add_cli(subparsers: Any, common_parents: Sequence[argparse.ArgumentParser]) 
                                "(a PostgreSQL index fed from their change feeds)",
                                description="the fleet index (docs/FLEET.md)")
     fsub = fp.add_subparsers(dest="fleet_verb", required=True, metavar="VERB")
-    sp = fsub.add_parser("sync", parents=[*parents, dsn], help="bring the index in step "
+
+    def verb(name: str, text: str) -> argparse.ArgumentParser:
+        return fsub.add_parser(name, parents=[*parents, dsn], help=text, description=text)
+    sp = verb("sync", "bring the index in step "
                          "with each store (read as a reader: nothing written there)")
     sp.add_argument("stores", nargs="+", metavar="STORE", help="store directories")
     sp.add_argument("--follow", action="store_true", help="keep syncing every --interval")
-    sp.add_argument("--interval", type=_positive_float, default=5.0, metavar="S",
+    sp.add_argument("--interval", type=positive_float, default=5.0, metavar="S",
                     help="with --follow: seconds between rounds (default 5)")
     sp.add_argument("--partitions", type=nonneg_int, default=0, metavar="N",
                     help="hash partitions by store when the tables are created")
     sp.set_defaults(fn=cmd_fleet)
-    sp = fsub.add_parser("search", parents=[*parents, dsn], help="search every store (with "
+    sp = verb("search", "search every store (with "
                          "--agent A: what agent A may see, shared units and its own private "
                          "ones; without: everything, the operator's view)")
-    sp.add_argument("text", metavar="TEXT")
+    sp.add_argument("text", metavar="TEXT", help="what to search for")
     sp.add_argument("--store", metavar="ID", help="only this store (its id or its path)")
     sp.add_argument("--layer", metavar="L", help="only this layer (context, context@<agent>, "
                     "documents, stablemem)")
-    sp.add_argument("--limit", type=positive_int, default=10, metavar="N")
+    sp.add_argument("--limit", type=positive_int, default=10, metavar="N",
+                    help="at most N hits (default 10)")
     sp.set_defaults(fn=cmd_fleet)
-    sp = fsub.add_parser("status", parents=[*parents, dsn], help="the stores the index holds")
+    sp = verb("status", "the stores the index holds")
     sp.set_defaults(fn=cmd_fleet)
-    sp = fsub.add_parser("drop", parents=[*parents, dsn], help="drop the fleet tables "
+    sp = verb("drop", "drop the fleet tables "
                          "(derived: a sync builds them again)")
     sp.set_defaults(fn=cmd_fleet)

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from fsmem.format.model import encode
 from fsmem.graph.distill import Distiller, LLMDistiller, RuleDistiller
 from fsmem.graph.graph import Graph, Recall
+from fsmem.interfaces.cli.args import nonneg_float, nonneg_int, positive_float, positive_int
 from fsmem.interfaces.cli.progress import progress
 from fsmem.memory.facade import Memory
 from fsmem.memory.reader import Reader
@@ -72,23 +73,30 @@ def add_cli(subparsers: Any, common_parents: Sequence[argparse.ArgumentParser]) 
     sp = subparsers.add_parser("distill", parents=parents, help="distil cold L2 units into L3",
                                description="distil cold L2 units into graph.db and move them, "
                                "whole, into stablemem/")
-    sp.add_argument("--max-age", type=float, default=72.0, metavar="HOURS",
+    sp.add_argument("--max-age", type=nonneg_float, default=72.0, metavar="HOURS",
                     help="cold when the last access (else creation) is this old (default 72)")
-    sp.add_argument("--max-access", type=int, default=2,
+    sp.add_argument("--max-access", type=nonneg_int, default=2, metavar="N",
                     help="cold when accessed at most this many times (default 2)")
     sp.add_argument("--dry-run", action="store_true", help="show the triples; change nothing")
-    sp.add_argument("--distiller", choices=["rules", "llm"], default="rules")
+    sp.add_argument("--distiller", choices=["rules", "llm"], default="rules",
+                    help="rules: offline patterns (default); llm: an OpenAI-compatible model")
     sp.add_argument("--llm-base-url", help="OpenAI-compatible base URL (or FSMEM_LLM_BASE_URL)")
     sp.add_argument("--llm-model", help="model (or FSMEM_LLM_MODEL); key from FSMEM_LLM_API_KEY")
-    sp.add_argument("--llm-timeout", type=float, default=60.0, metavar="SECONDS")
+    sp.add_argument("--llm-timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                    help="per request to the model (default 60)")
     sp.set_defaults(fn=cmd_distill)
-    gp = subparsers.add_parser("graph", parents=parents, help="query the L3 graph (graph.db)")
-    gsub = gp.add_subparsers(dest="graph_verb", required=True)
-    np_ = gsub.add_parser("neighbors", parents=parents, help="relations around an entity")
-    np_.add_argument("name")
-    np_.add_argument("--depth", type=int, default=2)
+    text = "query the L3 graph (graph.db): relations around an entity, or a text search"
+    gp = subparsers.add_parser("graph", parents=parents, help=text, description=text)
+    gsub = gp.add_subparsers(dest="graph_verb", required=True, metavar="VERB")
+    text = "the relations around an entity, up to --depth hops away"
+    np_ = gsub.add_parser("neighbors", parents=parents, help=text, description=text)
+    np_.add_argument("name", metavar="NAME", help="the entity's name")
+    np_.add_argument("--depth", type=positive_int, default=2, metavar="N",
+                     help="hops to follow (default 2)")
     np_.set_defaults(fn=cmd_graph)
-    sp2 = gsub.add_parser("search", parents=parents, help="entities and relations by text")
-    sp2.add_argument("text")
-    sp2.add_argument("--limit", type=int, default=20)
+    text = "entities and relations whose names match a text"
+    sp2 = gsub.add_parser("search", parents=parents, help=text, description=text)
+    sp2.add_argument("text", metavar="TEXT", help="what to search for")
+    sp2.add_argument("--limit", type=positive_int, default=20, metavar="N",
+                     help="at most N entities (default 20)")
     sp2.set_defaults(fn=cmd_graph)

@@ -22,6 +22,7 @@ from fsmem.interfaces.cli.args import (
     add_globals,
     add_scope,
     nonneg_int,
+    positive_float,
     positive_int,
     stdin_text,
     timestamp_arg,
@@ -121,7 +122,8 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    text = args.text if args.text is not None else stdin_text("update", "TEXT")
+    text = args.text if args.text is not None else stdin_text(
+        "update", "TEXT", f"`echo hello | fsmem update {args.unit}`")
     if not text.strip():
         raise UsageError("argument TEXT: empty text; nothing stored")
     mem = _open(args)
@@ -296,7 +298,9 @@ def cmd_append(args: argparse.Namespace) -> int:
     if args.input is None and args.response is None:
         # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
         from fsmem.format.event_json import events_from_jsonl
-        events = events_from_jsonl(stdin_text("append", "--input/--response"), "<stdin>")
+        events = events_from_jsonl(stdin_text(
+            "append", "--input/--response", "`fsmem append --input hello` or, one JSON "
+            "object a line, `echo '{\"input\": \"hello\"}' | fsmem append`"), "<stdin>")
         if not events:
             raise UsageError("stdin: no events (JSON lines); nothing stored")
         mem = _open(args)
@@ -313,11 +317,31 @@ def cmd_query(args: argparse.Namespace) -> int:
     from fsmem.interfaces.cli.progress import progress  # lazy: start-up, loaded only when used
     reader = _read(args)
     with progress("index", enabled=not args.json) as tick:   # a catch-up after a bulk load
-        reader.progress = tick
+        reader.progress = _index_hint(tick)
         hits = reader.query(args.text, top_k=args.top_k, scope=args.scope, agent=args.owner)
     _emit(args, hits, "\n".join(f"{h.score:.3f}  {h.unit_id}  {h.summary[:70]}" for h in hits)
           or "no match")
     return 0
+
+
+class _index_hint:
+    """The reader's progress callback: passes each tick on to the bar, and when the reader
+    had to read a large index into memory, says so in the bar's closing line. A reader never
+    saves the index (it would be a write), so a store whose writer did not save it (a Python
+    ``Memory`` never closed) is indexed again by every CLI read; the line names the fix. The
+    index reports progress only for a large catch-up (fsmem.search.index,
+    ``_PROGRESS_FROM`` units), so a few units a writer added since do not raise it. With
+    ``--json`` (no bar) stderr stays quiet."""
+
+    def __init__(self, tick: Callable[[int, int], None] | None) -> None:
+        self.tick = tick
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.tick is None:
+            return
+        self.tick(done, total)
+        setattr(self.tick, "final", f"; the search index is missing or stale ({total} units "
+                "read): run fsmem reindex, or close the Memory when writing from Python")
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
@@ -523,18 +547,24 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp.add_argument("dir", nargs="?", metavar="DIR", help="the store's directory (as --root)")
     sp = verb("commit", cmd_commit, "write one L2 document (text from an argument or stdin)",
               [init])
-    sp.add_argument("text", nargs="?", metavar="TEXT")
-    sp.add_argument("--summary", default="")
-    sp.add_argument("--tag", action="append")
-    sp.add_argument("--source", default="manual")
-    sp.add_argument("--attach", action="append", metavar="FILE", help="repeatable")
-    sp.add_argument("--durability", choices=["full", "off"], default=None)
+    sp.add_argument("text", nargs="?", metavar="TEXT",
+                    help="the document's text (default: read from stdin)")
+    sp.add_argument("--summary", default="", help="a one-line summary shown by ls and query")
+    sp.add_argument("--tag", action="append", help="a tag (repeatable)")
+    sp.add_argument("--source", default="manual", help="where the text came from "
+                    "(default: manual)")
+    sp.add_argument("--attach", action="append", metavar="FILE",
+                    help="a file stored with it as a media block (repeatable)")
+    sp.add_argument("--durability", choices=["full", "off"], default=None,
+                    help="full: fsync before returning; off: leave it to the OS "
+                    "(default: the store's config)")
     sp.add_argument("--private", action="store_true",
                     help="only this agent (--agent) sees it; never distilled into the graph")
     sp = verb("update", cmd_update, "a new version of an L2 document; the old one stays as "
               "history, hidden from search (text from an argument or stdin)")
-    sp.add_argument("unit", metavar="UNIT")
-    sp.add_argument("text", nargs="?", metavar="TEXT")
+    sp.add_argument("unit", metavar="UNIT", help="the id of the document to update")
+    sp.add_argument("text", nargs="?", metavar="TEXT",
+                    help="the new version's text (default: read from stdin)")
     sp.add_argument("--summary", default=None, help="default: the old version's")
     sp.add_argument("--tag", action="append", help="default: the old version's tags")
     sp.add_argument("--private", action="store_true", default=None,
@@ -546,46 +576,56 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
                     help="only the N newest units (by id: creation time); HomeAgent "
                     "documents are left out")
     sp = verb("show", cmd_show, "show one unit as a transcript (events in order, whole)")
-    sp.add_argument("unit", metavar="UNIT")
+    sp.add_argument("unit", metavar="UNIT", help="a unit id (or a HomeAgent document's)")
     sp = verb("rm", cmd_rm, "remove one unit (asks at a terminal; --yes otherwise)")
-    sp.add_argument("unit", metavar="UNIT")
+    sp.add_argument("unit", metavar="UNIT", help="the id of the unit to remove")
     sp.add_argument("-y", "--yes", action="store_true", help="do not ask")
     sp = verb("config", cmd_config, "show or set the store's settings (.fsmem/config.toml)")
-    sp.add_argument("key", nargs="?", metavar="KEY")
-    sp.add_argument("value", nargs="?", metavar="VALUE")
+    sp.add_argument("key", nargs="?", metavar="KEY", help="one setting (default: all, "
+                    "with where each value comes from)")
+    sp.add_argument("value", nargs="?", metavar="VALUE", help="set KEY to this in "
+                    "config.toml (the file's other lines are kept)")
     verb("doctor", cmd_doctor, "what is installed, what works offline, the store's format "
          "and health")
     sp = verb("fsck", cmd_fsck, "check the store; --fix quarantines what is damaged")
-    sp.add_argument("--fix", action="store_true")
+    sp.add_argument("--fix", action="store_true", help="quarantine what is damaged and "
+                    "repair what can be (exit 1 if a finding is left)")
     sp.add_argument("--quick", action="store_true", help="skip re-hashing block bytes")
     sp = verb("append", cmd_append, "add an event to L1 (flags, or JSON lines on stdin)",
               [capacity, init])
-    sp.add_argument("--input")
-    sp.add_argument("--response")
-    sp.add_argument("--source", default="cli")
-    sp.add_argument("--role", default="")
+    sp.add_argument("--input", help="what the user said (without --input/--response: JSON "
+                    "lines on stdin, one event an object)")
+    sp.add_argument("--response", help="what the agent answered")
+    sp.add_argument("--source", default="cli", help="where the event came from (default: cli)")
+    sp.add_argument("--role", default="", help="the speaker's role (user, assistant, ...)")
     sp.add_argument("--timestamp", type=timestamp_arg, help="RFC 3339 with a zone offset")
     sp.add_argument("--tool", action="append", help="a tool used (repeatable)")
-    sp.add_argument("--tool-result", action="append", metavar="NAME=OUTPUT", type=tool_result_arg)
-    sp.add_argument("--attach", action="append", metavar="FILE")
+    sp.add_argument("--tool-result", action="append", metavar="NAME=OUTPUT", type=tool_result_arg,
+                    help="a tool's output (repeatable)")
+    sp.add_argument("--attach", action="append", metavar="FILE",
+                    help="a file stored with the event as a media block (repeatable)")
     sp = verb("query", cmd_query, "read-only search of L2 documents")
-    sp.add_argument("text", metavar="TEXT")
-    sp.add_argument("--top-k", type=positive_int, default=3)
+    sp.add_argument("text", metavar="TEXT", help="what to search for")
+    sp.add_argument("--top-k", type=positive_int, default=3, metavar="N",
+                    help="at most N hits (default 3)")
     add_scope(sp)
     sp = verb("recall", cmd_recall, "move the best L2 matches into L1 (or, with --id, the "
               "units or HomeAgent documents named)", [capacity])
-    sp.add_argument("text", metavar="TEXT", nargs="?")
+    sp.add_argument("text", metavar="TEXT", nargs="?", help="what to recall (or --id)")
     sp.add_argument("--id", action="append", metavar="UNIT",
                     help="recall this unit or HomeAgent document by id (repeatable; an empty "
                     "document too)")
-    sp.add_argument("--top-k", type=positive_int, default=3)
+    sp.add_argument("--top-k", type=positive_int, default=3, metavar="N",
+                    help="at most N units (default 3)")
     add_scope(sp)
     sp = verb("prune", cmd_prune, "move the least relevant L1 events into one L2 unit",
               [capacity])
-    sp.add_argument("--query", default="")
+    sp.add_argument("--query", default="", help="rank the L1 events against this text: "
+                    "the least relevant move (default: no text)")
     verb("timeline", cmd_timeline, "the L1 events in original-timestamp order")
     sp = verb("render", cmd_render, "the model's view of L1 under a token budget")
-    sp.add_argument("--budget", type=positive_int, required=True)
+    sp.add_argument("--budget", type=positive_int, required=True, metavar="TOKENS",
+                    help="the most tokens the view may take")
     sp = verb("stats", cmd_stats, "counts per layer; --legacy: the migration report of "
               "HomeAgent's documents")
     sp.add_argument("--legacy", action="store_true", help="per HomeAgent document: what fsmem "
@@ -597,10 +637,10 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     verb("reindex", cmd_reindex, "rebuild the derived search index from the directories")
     sp = verb("changes", cmd_changes, "the change feed: every unit published, moved, removed "
               "or quarantined, in order (docs/FORMAT.md, section 3b)")
-    sp.add_argument("--since", type=int, default=0, metavar="SEQ",
+    sp.add_argument("--since", type=nonneg_int, default=0, metavar="SEQ",
                     help="only records after this sequence number")
     sp.add_argument("--follow", action="store_true", help="then wait for new records")
-    sp.add_argument("--interval", type=float, default=0.5, metavar="S",
+    sp.add_argument("--interval", type=positive_float, default=0.5, metavar="S",
                     help="with --follow: seconds between looks (default 0.5)")
     sp.add_argument("--all", action="store_true",
                     help="also the writer sessions' begin/end marks")
@@ -611,7 +651,8 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
     sp = verb("demo", cmd_demo, "build a memory from shipped fixtures, step by step "
               "(DIR, else --root, else ./fsmem-demo)")
-    sp.add_argument("dir", nargs="?", default=None, metavar="DIR")
+    sp.add_argument("dir", nargs="?", default=None, metavar="DIR",
+                    help="where to build it (new or empty)")
     if not core_only:   # their modules are heavy to import: only when they may be wanted
         # lazy: start-up, loaded only when used (+numpy, msgspec, blake3)
         from fsmem.interfaces import mcp_server

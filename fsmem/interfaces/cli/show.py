@@ -83,7 +83,7 @@ def config_verb(args: argparse.Namespace, read: Callable, open_writer: Callable,
     from fsmem.format.errors import FormatError  # lazy: start-up, loaded only when used
 
     # lazy: start-up, loaded only when used (+tomllib, datetime)
-    from fsmem.store.config import DEFAULTS, ENV, effective, load_config, parse_value, write_config
+    from fsmem.store.config import DEFAULTS, ENV, effective, load_config, parse_value, set_config
     read(args)                                   # NotAStore unless there is a store
     if args.key is not None and args.key not in DEFAULTS:
         raise UsageError(f"argument KEY: unknown setting {args.key!r} "
@@ -104,9 +104,7 @@ def config_verb(args: argparse.Namespace, read: Callable, open_writer: Callable,
         raise UsageError(f"argument VALUE: {exc}") from None
     mem = open_writer(args)
     with mem.store.locked():
-        settings = load_config(mem.root)
-        settings[args.key] = value
-        write_config(mem.root, settings)
+        set_config(mem.root, args.key, value)   # the file's other lines stay as written
     emit(args, {args.key: value}, f"{args.key} = {value!r}")
     return 0
 

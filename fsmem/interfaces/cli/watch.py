@@ -14,6 +14,7 @@ import msgspec
 
 from fsmem.format.errors import FsmemError
 from fsmem.ingest.inbox import Outcome, _Interrupted
+from fsmem.interfaces.cli.args import positive_float
 from fsmem.ingest.inbox_dirs import _display
 from fsmem.ingest.watch import DEFAULT_RESCAN_S, DEFAULT_SIZE_CAP, Watcher
 from fsmem.memory.facade import Memory
@@ -36,7 +37,7 @@ def _add_args(sp: argparse.ArgumentParser) -> None:
                     help="handle what is waiting in the inbox, then exit (cron, tests)")
     sp.add_argument("--size-cap", type=_bytes_arg, default=DEFAULT_SIZE_CAP, metavar="BYTES",
                     help="largest file taken (default 1 GiB; suffixes k, M, G)")
-    sp.add_argument("--rescan", type=float, default=DEFAULT_RESCAN_S, metavar="SECONDS",
+    sp.add_argument("--rescan", type=positive_float, default=DEFAULT_RESCAN_S, metavar="SECONDS",
                     help=f"full inbox scan and reconcile period (default {DEFAULT_RESCAN_S:g})")
     sp.set_defaults(fn=cmd_watch)
 
