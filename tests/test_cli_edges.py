@@ -261,9 +261,6 @@ def test_memory_close_saves_the_index_it_used_so_the_cli_reads_it(tmp_path):
     assert b"fsmem: index" not in r.stderr   # no catch-up bar either
 
 
-@pytest.mark.xfail(strict=True, reason="Memory.close() saves the index only if the session "
-                   "loaded it; a commit-only session leaves it to every reader "
-                   "(fsmem/memory/writer.py, outside the CLI)")
 def test_memory_close_after_commits_alone_saves_the_index(tmp_path):
     root = str(tmp_path / "m")
     _written_and_closed(root, 250, query_first=False)

@@ -822,7 +822,9 @@ def test_once_lists_documents_at_start_only_when_its_mtime_moved(tmp_path, monke
     mem.close()
     old = time.time() - 60
     os.utime(root / "documents", (old, old))   # well before any listing: SEEN can prove it
-    Memory.open(root).reconcile()   # a listing, saved with its SEEN record
+    m = Memory.open(root)
+    m.reconcile()   # a listing; saved with documents/'s stamp when it closes
+    m.close()
     listings = []
     real = Index._listing
 

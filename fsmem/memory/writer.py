@@ -70,15 +70,18 @@ class Writer(Reader):
 
     # -- closing ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Save the search index if it has unsaved changes (it is derived: optional), fold
-        the access log if it has grown, and close graph.db (deferred vectors are filled
-        first)."""
+        """Save the search index if it has unsaved changes (it is derived: optional), or
+        build and save it when the store has none yet (a session that only wrote: else
+        every reader, a CLI query, builds it again in memory), fold the access log if it
+        has grown, and close graph.db (deferred vectors are filled first)."""
         if self._filler is not None:
             self._refresh_vectors()   # queues what the index still lacks (an import, say)
             self._filler.close()
             self._refresh_vectors()
         try:
             with self.store.locked():
+                if self._index is None and self._no_saved_index():
+                    self._load_index()   # builds it from the units, and saves it
                 if self._index is not None and (self._index._unsaved
                                                 or self._index._unsaved_pos):
                     self._index.save()
@@ -88,6 +91,17 @@ class Writer(Reader):
         except (OSError, FsmemError) as exc:   # derived state (a busy lock too): never fails
             log.warning("%s: derived state not saved: %s", self.root, exc)
         super().close()
+
+    def _no_saved_index(self) -> bool:
+        """No index generation is saved while documents/ holds units (readers would rebuild
+        it in memory on every open; once one is saved they follow the change feed)."""
+        if os.path.isfile(os.path.join(self.layout.index_dir, "CURRENT")):
+            return False
+        try:
+            with os.scandir(self.store.layer_dir("documents")) as it:
+                return any(e.is_dir(follow_symlinks=False) for e in it)
+        except OSError:
+            return False
 
     # -- deferred vectors (fsmem.search.vector_cache) ---------------------------------------
     def flush_vectors(self) -> None:

@@ -246,7 +246,8 @@ class Index(IndexFiles):
             pos, stamp = settled.safe_pos, settled.safe_stamp
         else:
             pos, stamp = settled.pos, settled.stamp
-        moved = pos != self._feed_pos
+        # a position or a documents/ stamp proven anew (a listing that found nothing to do)
+        moved = pos != self._feed_pos or list(stamp) != list(self._doc_stamp)
         self._feed_id, self._feed_pos, self._doc_stamp = fr.feed, pos, list(stamp)
         caught_up = pos == fr.last
         self._feed_hint = fr.hint if caught_up else ("", 0)
