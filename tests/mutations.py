@@ -380,6 +380,17 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/homeagent/documents.py",
         '    return getattr(mem, "homeagent_files", "move") == "keep"', "    return False",
         ["tests/test_homeagent_corunning.py"]),
+    # issue 34: the fleet index (tests against a real PostgreSQL)
+    "fleet: another agent's private unit is a hit": (
+        "fsmem/fleet/search.py", '        where.append("(NOT u.private OR u.agent = %(agent)s)")',
+        "        pass", ["tests/test_fleet.py"]),
+    "fleet: an updated unit stays a hit": (
+        "fsmem/fleet/search.py", "    where.append(f\"NOT EXISTS (SELECT 1 FROM {UNITS} n WHERE n.store_id = u.store_id \"",
+        "    where.append(f\"NOT EXISTS (SELECT 1 FROM {UNITS} n WHERE FALSE AND n.store_id = u.store_id \"",
+        ["tests/test_fleet.py"]),
+    "fleet: a listing keeps the rows of units that are gone": (
+        "fsmem/fleet/sync.py", "    out.deleted = w.delete(u for u in known if u not in present)",
+        "    out.deleted = 0", ["tests/test_fleet.py"]),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
         ["tests/test_analyze.py", "tests/test_search_threads.py"]),
