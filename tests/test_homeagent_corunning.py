@@ -169,3 +169,26 @@ def test_recall_by_id_brings_any_document_even_an_empty_one(tmp_path):
     r = _cli("recall", "--id", "doc_nothing", root=root)
     assert r.returncode == 1 and "doc_nothing" in r.stderr
     assert _cli("recall", root=root).returncode == 2
+
+
+def test_fsck_fix_leaves_a_rewritten_document_and_a_unit_with_missing_media(tmp_path):
+    root = tmp_path / "memory"
+    _write(root, DOC_ID, _note("车库门遥控器的电池 garage remote battery CR2032"))
+    gone = hashlib.sha256(b"a photo HomeAgent lost").hexdigest()
+    _write(root, "doc_photo", gen.doc("doc_photo", summary="相册", content="photoalbum",
+                                      created_at=T, blocks=[gen.block(
+                                          "blk_gone", "image", digest=gone, mime="image/jpeg",
+                                          size=12, created_at=T)]))
+    mem = Memory.open(root)
+    assert mem.recall("garage remote battery", top_k=1) == [DOC_ID]
+    assert mem.recall("photoalbum", top_k=1) == ["doc_photo"]
+    _write(root, DOC_ID, _note("garage remote battery CR2450", updated=T2))
+    before = _files(root)
+    fixed = mem.fsck(fix=True)
+    kinds = {f.kind: f for f in fixed}
+    assert "legacy-rewritten" in kinds and "media-missing" in kinds
+    assert kinds["legacy-rewritten"].left and kinds["media-missing"].left
+    assert not kinds["media-missing"].fixed and not kinds["legacy-rewritten"].fixed
+    assert _files(root) == before                       # nothing moved or changed
+    assert (root / "context" / "doc_photo").is_dir()
+    assert not list((root / ".fsmem" / "quarantine").iterdir())

@@ -20,8 +20,8 @@ __all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
 
 FindingKind = Literal[
     "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
-    "pending-journal", "legacy", "legacy-unreadable", "quarantined-foreign", "graph-damaged",
-    "graph-dangling", "bad-marker", "derived-vector",
+    "pending-journal", "legacy", "legacy-unreadable", "legacy-rewritten", "media-missing",
+    "quarantined-foreign", "graph-damaged", "graph-dangling", "bad-marker", "derived-vector",
 ]
 # Files a HomeAgent memory directory keeps inside documents/ (read by the legacy reader).
 _LEGACY_SUFFIXES = (".json",)
@@ -248,6 +248,8 @@ def _repair(store: Store, finding: Finding) -> None:
 _LEFT = {
     "legacy": "HomeAgent's file: fsck never moves, renames or deletes it",
     "legacy-unreadable": "HomeAgent's file: fsck never moves, renames or deletes it",
+    "legacy-rewritten": "HomeAgent's file, and fsmem's unit of its older version: both kept",
+    "media-missing": "the unit is whole: its record of the block is all there is to keep",
     "pending-journal": "recovery did not settle it; the next writer retries",
     "duplicate-event": "both units are readable: a unit is never quarantined for one event",
     "quarantined-foreign": "the files are the user's: move out what is yours, then delete it",
