@@ -83,13 +83,13 @@ def parse_value(key: str, value: Any, where: str = "") -> Any:
     return out
 
 
-def load_config(root: str | os.PathLike[str]) -> dict[str, Any]:
-    """The settings in the file (only the keys it sets); {} when there is none. Read only."""
-    path = config_path(root)
+def _read_text(path: str) -> str | None:
+    """The config file's text, opened safely (no symlink, no FIFO, a size cap); None when
+    there is none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return {}
+        return None
     except OSError as exc:
         raise FormatError(f"{path}: cannot open: {exc.strerror}") from exc
     try:
@@ -100,8 +100,20 @@ def load_config(root: str | os.PathLike[str]) -> dict[str, Any]:
     finally:
         os.close(fd)
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: not valid UTF-8 TOML: {exc}") from exc
+
+
+def load_config(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings in the file (only the keys it sets); {} when there is none. Read only."""
+    path = config_path(root)
+    text = _read_text(path)
+    if text is None:
+        return {}
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise FormatError(f"{path}: not valid UTF-8 TOML: {exc}") from exc
     return {k: parse_value(k, v, path) for k, v in data.items()}
 
@@ -147,10 +159,8 @@ def set_config(root: str | os.PathLike[str], key: str, value: Any) -> str:
     path = config_path(root)
     new_line = f"{key} = {_toml_value(parse_value(key, value))}"
     want = {**load_config(root), key: parse_value(key, value)}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            old = fh.read()
-    except FileNotFoundError:
+    old = _read_text(path)
+    if old is None:
         return write_config(root, {key: value})
     lines = old.splitlines()
     at = [i for i, line in enumerate(lines) if _key_line(line) == key]
