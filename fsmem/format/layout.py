@@ -399,12 +399,13 @@ class Layout:
         delete what only those units held. (An entry applied earlier whose deletion was
         lost has every unit in some layer, or removed since by a later change: skipping it
         then changes nothing.)"""
-        lost = []
+        lost, layers = [], None
         for staged, _layer, unit_id in entry.publish:
             if os.path.lexists(os.path.join(self.staging, staged)):
                 continue
+            layers = layers or self.layers()   # (one listing of the root, when needed)
             if not any(os.path.lexists(os.path.join(self.root, layer, unit_id))
-                       for layer in self.layers()):
+                       for layer in layers):
                 lost.append(staged)
         return lost
 

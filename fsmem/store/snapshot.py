@@ -57,7 +57,7 @@ def snapshot(root: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Snap
         graph_db = _begin_read(os.path.join(store.root, "graph.db"))
         report.paused_s = time.monotonic() - t0
     try:
-        copier = _Copier(store, dest, report)
+        copier = _Copier(store, dest, report, tuple(listing))
         copier.layout()
         for layer, ids in listing.items():
             for unit_id in ids:
@@ -85,18 +85,20 @@ def _begin_read(path: str) -> sqlite3.Connection | None:
 
 
 class _Copier:
-    def __init__(self, store: Store, dest: str, report: SnapshotReport) -> None:
+    def __init__(self, store: Store, dest: str, report: SnapshotReport,
+                 layers: tuple[str, ...]) -> None:
         self.store, self.dest, self.report = store, dest, report
+        self.layers = layers   # the store's layers at the listing (every agent's L1)
 
     def layout(self) -> None:
         for sub in ("", META, *(f"{META}/{d}" for d in ("staging", "journal", "quarantine",
-                                                      "index", "trash")), "inbox", *self.store.layers()):
+                                                      "index", "trash")), "inbox", *self.layers):
             os.makedirs(os.path.join(self.dest, sub), exist_ok=True)
         self.copy(self.store.marker_path, os.path.join(self.dest, META, "marker.json"))
 
     def _where(self, layer: str, unit_id: str) -> str | None:
         """Where a listed unit is now: its layer, another layer, or the trash."""
-        for lay in (layer, *self.store.layers()):
+        for lay in (layer, *self.layers):
             path = os.path.join(self.store.root, lay, unit_id)
             if os.path.isdir(path) and not os.path.islink(path):
                 return path
