@@ -69,7 +69,7 @@ class MemoryService:
 
     def block(self, unit_id: str, digest: str) -> tuple[bytes, str]:
         with self._lock:
-            doc = self._visible(self.memory().document(unit_id))
+            doc = self.memory().visible(unit_id)
             for ref in doc.blocks:
                 if ref.digest == digest:
                     return blockfiles.read_block(block_path(doc.path, ref), ref.digest), ref.mime
@@ -77,13 +77,7 @@ class MemoryService:
 
     def unit(self, unit_id: str) -> dict[str, Any]:
         with self._lock:
-            return unit_json(self._visible(self.memory().document(unit_id)))
-
-    def _visible(self, doc: Any) -> Any:
-        """Another agent's private unit is not served (its resources included)."""
-        if getattr(doc, "private", False) and doc.agent != self.memory().agent:
-            raise NotFound(f"unit {doc.id!r} not found under {self.root}")
-        return doc
+            return unit_json(self.memory().visible(unit_id))   # never another's private
 
     def units(self) -> list[tuple[str, str, str]]:
         with self._lock:
@@ -92,7 +86,7 @@ class MemoryService:
             for layer in ("context", "documents", "stablemem"):   # this agent's view
                 for u in mem._load_layer(mem.l1 if layer == "context" else layer,
                                          with_vectors=False):
-                    if u.manifest.private and u.manifest.agent != mem.agent:
+                    if not mem.sees(u.manifest):
                         continue   # another agent's private unit is no resource
                     out.append((u.unit_id, layer, u.manifest.summary))
             return out

@@ -141,13 +141,6 @@ def _owner(a: dict[str, Any]) -> str | None:
     return a.get("owner") or None
 
 
-def _visible(mem: Reader, doc: Any) -> Any:
-    """A unit as this memory's agent may see it: another agent's private unit is not found."""
-    if getattr(doc, "private", False) and doc.agent != mem.agent:
-        raise NotFound(f"unit {doc.id!r} not found under {mem.root}")
-    return doc
-
-
 def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     hits = []
     for h in mem.query(a["query"], top_k=a["top_k"], scope=a.get("scope", "all"),
@@ -196,7 +189,7 @@ def _q_render(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _q_show(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    return unit_json(_visible(mem, mem.document(a["unit_id"])))
+    return unit_json(mem.visible(a["unit_id"]))
 
 
 def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +200,7 @@ def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
         for unit in mem._load_layer(mem.l1 if layer == "context" else layer,
                                     with_vectors=False):
             m = unit.manifest
-            if m.private and m.agent != mem.agent:
+            if not mem.sees(m):
                 continue
             rows.append({"unit_id": unit.unit_id, "layer": layer, "summary": m.summary,
                          "agent": m.agent or "default", "private": m.private,
@@ -220,7 +213,7 @@ def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _q_update(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    old = _visible(mem, mem.document(a["unit_id"]))
+    old = mem.visible(a["unit_id"])
     uid = mem.update(old.id, a["content"], summary=a["summary"] or None)
     doc = mem.document(uid)
     return {"unit_id": uid, "supersedes": old.id, "layer": doc.layer, "summary": doc.summary,

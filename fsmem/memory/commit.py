@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Sequence
 
-from fsmem.format.errors import FsmemError, NotFound
+from fsmem.format.errors import FsmemError
 from fsmem.format.model import Event, MediaAttachment, check_name
 from fsmem.format.timestamps import Timestamp
 from fsmem.memory.maintenance import stored_event
@@ -54,9 +54,7 @@ def update(mem: "Writer", unit_id: str, content: str, *, summary: str | None = N
     old unit's (its summary, tags, entities, source, meta, privacy). Refused, with nothing
     written, for a unit this agent cannot see, one not in documents/, or one already
     updated (update the newest version)."""
-    old = mem.document(unit_id)
-    if old.private and old.agent != mem.agent:
-        raise NotFound(f"unit {unit_id!r} not found under {mem.root}")
+    old = mem.visible(unit_id)
     if old.layer != "documents":
         raise FsmemError(f"unit {unit_id} is in {old.layer}/: update works on documents/ "
                          "(recall a unit back there by pruning, or commit a new one)")

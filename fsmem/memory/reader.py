@@ -16,6 +16,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
+from fsmem.format.errors import NotFound
 from fsmem.format.layout import Layout, View, l1_layer
 from fsmem.format.model import SCOPES, BlockRef, Event, Manifest, check_agent
 from fsmem.format.timestamps import Timestamp
@@ -188,6 +189,19 @@ class Reader:
     def document(self, unit_id: str) -> Document:
         """A unit read back whole, from whichever layer holds it (fsmem.memory.lookup)."""
         return lookup.document(self, unit_id)
+
+    def sees(self, unit: Manifest | Document) -> bool:
+        """Whether this memory's agent may see ``unit`` (format 4): every unit that is not
+        private, and its own private ones (search applies the same rule: index.Who)."""
+        return not unit.private or unit.agent == self.agent
+
+    def visible(self, unit_id: str) -> Document:
+        """``document`` as this memory's agent may see it: another agent's private unit is
+        NotFound (the agent tools, the MCP server, update)."""
+        doc = self.document(unit_id)
+        if not self.sees(doc):
+            raise NotFound(f"unit {unit_id!r} not found under {self.root}")
+        return doc
 
     def access_of(self, manifest: Manifest, logged: AccessStats | None
                   ) -> tuple[int, Timestamp | None]:

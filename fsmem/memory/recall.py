@@ -73,7 +73,7 @@ def recall_id(mem: "Writer", unit_id: str, *,
         src = mem.store.unit_dir("documents", unit_id)
         if os.path.isdir(src):
             manifest = read_manifest(src, expect_id=unit_id)
-            if manifest.private and manifest.agent != mem.agent:
+            if not mem.sees(manifest):
                 raise NotFound(f"unit {unit_id!r} not found in {mem.root}/documents")
             fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
             if mem.store.sync:
