@@ -42,7 +42,7 @@ def recall(mem: "Writer", text: str, top_k: int = 3, *,
     hits = mem._search(text, top_k, scope=scope, agent=agent)   # the index in step once
     for hit in hits:
         try:
-            uid = _recall_hit(mem, hit.unit_id)
+            uid = _recall_hit(mem, hit.unit_id, mem._index.legacy_file(hit.unit_id))
         except (OSError, FsmemError) as exc:
             uid = _moved_anyway(mem, hit.unit_id)
             if not moved and not uid:
@@ -54,9 +54,7 @@ def recall(mem: "Writer", text: str, top_k: int = 3, *,
         if uid:
             moved.append(uid)
     if moved:
-        prune = prune or partial(prune_l1, mem)
-        after_write(mem.store, lambda: _pin(mem, moved),
-                    lambda: prune(query=text) if mem.auto_prune else None)
+        _after(mem, moved, prune, text)
     return moved
 
 
@@ -71,35 +69,34 @@ def recall_id(mem: "Writer", unit_id: str, *,
         return unit_id
     with mem.store.locked():
         src = mem.store.unit_dir("documents", unit_id)
+        legacy = ""
         if os.path.isdir(src):
-            manifest = read_manifest(src, expect_id=unit_id)
-            if not mem.sees(manifest):
+            if not mem.sees(read_manifest(src, expect_id=unit_id)):
                 raise NotFound(f"unit {unit_id!r} not found in {mem.root}/documents")
-            fsops.utime(src, (Timestamp.now().ns,) * 2)  # arrival in L1
-            if mem.store.sync:
-                fsops.fsync_dir(src)
-            mem.store.move(unit_id, "documents", mem.l1)
-            uid: str | None = unit_id
         else:
-            name = legacy_file_of(mem.root, unit_id)
-            if name is None:
+            legacy = legacy_file_of(mem.root, unit_id) or ""
+            if not legacy:
                 raise NotFound(f"unit {unit_id!r} not found in {mem.root}/documents (neither a "
                                "unit nor a HomeAgent document)")
-            uid = recall_legacy(mem, name, mem.l1)
-            if uid is None:
-                raise NotFound(f"HomeAgent document {name} is already a unit: "
-                               f"{legacy_id(name)}")
-        mem._indexed(unit_id, "documents", added=False)
-    prune = prune or partial(prune_l1, mem)
-    after_write(mem.store, lambda: _pin(mem, [uid]),
-                lambda: prune(query="") if mem.auto_prune else None)
+        uid = _recall_hit(mem, unit_id, legacy)
+        if uid is None:
+            raise NotFound(f"HomeAgent document {legacy} is already a unit: "
+                           f"{legacy_id(legacy)}")
+    _after(mem, [uid], prune, "")
     return uid
 
 
-def _recall_hit(mem: "Writer", unit_id: str) -> str | None:
-    """Move one L2 unit (or legacy document) into L1; its id, or None when another
-    process took it first."""
-    legacy_file = mem._index.legacy_file(unit_id)
+def _after(mem: "Writer", moved: list[str], prune: Callable[[str], object] | None,
+           query: str) -> None:
+    """Pin what a recall moved and prune a full L1: maintenance, never the recall's failure."""
+    prune = prune or partial(prune_l1, mem)
+    after_write(mem.store, lambda: _pin(mem, moved),
+                lambda: prune(query=query) if mem.auto_prune else None)
+
+
+def _recall_hit(mem: "Writer", unit_id: str, legacy_file: str) -> str | None:
+    """Move one L2 unit (or, ``legacy_file``, a HomeAgent document) into L1; its id, or
+    None when another process took it first."""
     with mem.store.locked():
         if legacy_file:
             uid = recall_legacy(mem, legacy_file, mem.l1)
