@@ -235,11 +235,11 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         ["tests/test_legacy_crash.py"]),
     # h16: recall, turn and distill after their durable point
     "recall: the pin and the prune after the moves fail the recall": ("fsmem/memory/recall.py", """\
-        after_write(mem.store, lambda: _pin(mem, moved),
-                    lambda: prune(query=text) if mem.auto_prune else None)""", """\
-        _pin(mem, moved)
-        if mem.auto_prune:
-            prune(query=text)""", HARDENING),
+    after_write(mem.store, lambda: _pin(mem, moved),
+                lambda: prune(query=query) if mem.auto_prune else None)""", """\
+    _pin(mem, moved)
+    if mem.auto_prune:
+        prune(query=query)""", HARDENING),
     "recall: a later hit's failure fails the recall": ("fsmem/memory/recall.py", """\
             if not moved and not uid:
                 raise""", """\
