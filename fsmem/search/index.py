@@ -297,6 +297,7 @@ class Index(IndexFiles):
         what is there under a new identity, drop what is gone; (added, removed)."""
         added = removed = 0
         docs = self.layout.layer_dir("documents")
+        by_file: dict[str, list[str]] | None = None   # HomeAgent file -> its indexed entries
         for name in sorted(names):
             if name.endswith(".json"):   # a HomeAgent document (documents/<name>)
                 # lazy: start-up, loaded only when used
@@ -312,10 +313,12 @@ class Index(IndexFiles):
                     self.legacy_idents.pop(name, None)
                 else:
                     self.legacy_idents[name] = ident
-                for old in [u for u, f in [*self.legacy.items(),
-                                           *((u, e.legacy_file) for u, e in
-                                             self.pending.items())]
-                            if f == name and u != uid]:   # its other versions' entries
+                if by_file is None:   # (once a call, not a pass over every entry a file)
+                    by_file = {}
+                    for u, f in [*self.legacy.items(),
+                                 *((u, e.legacy_file) for u, e in self.pending.items())]:
+                        by_file.setdefault(f, []).append(u)
+                for old in [u for u in by_file.get(name, ()) if u != uid]:   # other versions
                     if self._indexed_ident(old) is not None and not os.path.isdir(
                             self.layout.unit_dir("documents", old)):
                         self.remove(old)
@@ -735,9 +738,8 @@ class Index(IndexFiles):
         if not scoped and not superseded and who.agent_filter in (None, "") \
                 and (who.scope != "own" or who.viewer == ""):
             return None   # every unit is the default agent's and shared: all visible
-        allowed = np.array([who.allows(self.agents[i >> 1] if (i >> 1) < len(self.agents)
-                                       else "", bool(i & 1))
-                            for i in range(len(self.agents) * 2)], bool)
+        allowed = np.array([who.allows(self.agents[i >> 1], bool(i & 1))
+                            for i in range(len(self.agents) * 2)], bool)   # by owner code
         codes = np.asarray(self.u_owner, np.int64)
         base = allowed[codes] if len(codes) else np.zeros(0, bool)
         tail = np.array([who.allows(e.agent, e.private) for e in pending], bool)
