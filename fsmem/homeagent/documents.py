@@ -23,6 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from fsmem.format.blocks import DIGEST_RE
 from fsmem.format.errors import FormatError, FsmemError, NotFound
 from fsmem.format.media import modality_of, sniff_mime
 from fsmem.format.model import NAME_RE, BlockRef, Event, EventRecord
@@ -41,7 +42,7 @@ __all__ = ["LegacyDoc", "LegacyMedia", "legacy_doc_files", "read_legacy", "legac
            "blob_path", "recall_legacy", "find_legacy_blob", "legacy_texts",
            "cleanup_recalled", "convert_cold_legacy", "legacy_document", "legacy_file_of",
            "remove_legacy", "media_info", "allow_record", "summary_line", "legacy_counts",
-           "NO_ID", "decode_json", "HEX64",
+           "NO_ID", "decode_json",
            "find_legacy_block", "block_ref", "read_blob", "unread_files", "ZERO_NS",
            "sqlite_readonly", "report_unreadable", "report_served", "read_bytes",
            "searched_texts", "Sink"]
@@ -70,7 +71,7 @@ _recorded: dict[str, set[str]] = {}            # store root -> files named in le
 _unreadable: dict[str, set[str]] = {}          # store root -> JSON files found unreadable
 _not_documents: dict[str, set[str]] = {}       # store root -> JSON files without an 'id'
 NO_ID = "not a HomeAgent document (no 'id')"
-_HEX64 = HEX64 = __import__("re").compile(r"^[0-9a-f]{64}$")
+_HEX64 = DIGEST_RE   # a sha256 as HomeAgent's media store names blobs: 64 lowercase hex
 _ZERO = "0001-01-01T00:00:00Z"
 ZERO_NS = -62135596800_000000000               # Go's zero time
 RECORD = "legacy-reported"
@@ -250,10 +251,6 @@ def read_bytes(path: str) -> bytes:
 
 def decode_json(path: str, raw: bytes) -> Any:
     """``raw`` as JSON; FormatError naming ``path`` and the decoder's error."""
-    return _decode_json(path, raw)
-
-
-def _decode_json(path: str, raw: bytes) -> Any:
     import json  # lazy: start-up, loaded only when used (+json)
     try:
         return json.loads(raw.decode("utf-8"))
@@ -262,13 +259,13 @@ def _decode_json(path: str, raw: bytes) -> Any:
 
 
 def _read_json(path: str) -> Any:
-    return _decode_json(path, read_bytes(path))
+    return decode_json(path, read_bytes(path))
 
 
 def read_legacy(path: str, raw: bytes | None = None) -> LegacyDoc:
     """The one fallback reader of HomeAgent documents (v1, v2, v3); reported once per store.
     ``raw``: the file's bytes, when the caller has read them already."""
-    data = _decode_json(path, read_bytes(path) if raw is None else raw)
+    data = decode_json(path, read_bytes(path) if raw is None else raw)
     if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
         raise FormatError(f"{path}: {NO_ID}")
     version = ("v3" if "blocks" in data or "dense_fp" in data else

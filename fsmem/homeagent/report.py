@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fsmem.format.blocks import DIGEST_RE
 from fsmem.format.errors import FormatError, NotFound
 from fsmem.format.layout import open_regular, read_small
 from fsmem.format.timestamps import Timestamp
 from fsmem.homeagent.documents import (
-    HEX64,
     NO_ID,
     blob_path,
     decode_json,
@@ -100,7 +100,7 @@ def _utf8(text: Any) -> int:
 
 def _blob_there(root: str, digest: str) -> bool:
     try:
-        return HEX64.match(digest) is not None and \
+        return DIGEST_RE.match(digest) is not None and \
             stat.S_ISREG(os.lstat(blob_path(root, digest)).st_mode)
     except OSError:
         return False

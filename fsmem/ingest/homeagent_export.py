@@ -32,7 +32,7 @@ from typing import Any
 import blake3
 import msgspec
 
-from fsmem.format.blocks import CHUNK
+from fsmem.format.blocks import CHUNK, DIGEST_RE
 from fsmem.format.errors import ChecksumMismatch, FormatError, FsmemError
 from fsmem.format.layout import Vanished, View, is_l1, layer_agent, open_regular, read_small
 from fsmem.format.model import BlockRef, Event, EventRecord, Manifest
@@ -55,7 +55,6 @@ __all__ = ["HomeAgentExportReport", "export_homeagent", "doc_id", "go_json"]
 log = logging.getLogger("fsmem.archive")
 
 _ZERO = "0001-01-01T00:00:00Z"
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _LEGACY_META = ("legacy_id", "legacy_version", "legacy_file", "legacy_blake3",
                 "supersedes")   # fsmem's bookkeeping of an adopted document (and its versions)
 _DOC_LAYERS = ("documents", "stablemem")
@@ -459,7 +458,7 @@ class _Export:
                 if m is not None and m.sha256:
                     digests.append(m.sha256)
             for sha in dict.fromkeys(digests):
-                if _HEX64.match(sha):
+                if DIGEST_RE.match(sha):
                     self.legacy_media(sha, ("document", data["id"]))
             if name in owners:
                 self.report.legacy_over_units.append(owners.pop(name))
