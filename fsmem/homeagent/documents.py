@@ -262,10 +262,12 @@ def _read_json(path: str) -> Any:
     return decode_json(path, read_bytes(path))
 
 
-def read_legacy(path: str, raw: bytes | None = None) -> LegacyDoc:
+def read_legacy(path: str, raw: bytes | None = None, *, data: Any = None) -> LegacyDoc:
     """The one fallback reader of HomeAgent documents (v1, v2, v3); reported once per store.
-    ``raw``: the file's bytes, when the caller has read them already."""
-    data = decode_json(path, read_bytes(path) if raw is None else raw)
+    ``raw``: the file's bytes, when the caller has read them already; ``data``: its JSON,
+    when the caller has decoded it already."""
+    if data is None:
+        data = decode_json(path, read_bytes(path) if raw is None else raw)
     if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
         raise FormatError(f"{path}: {NO_ID}")
     version = ("v3" if "blocks" in data or "dense_fp" in data else

@@ -152,7 +152,7 @@ def doc_report(root: str, name: str) -> DocReport:
         r.status, r.error, r.homeagent = "not-a-document", NO_ID, SKIPPED_BY_HOMEAGENT
         return r
     try:
-        doc = read_legacy(path, raw)
+        doc = read_legacy(path, data=data)   # (decoded once)
     except (FormatError, ValueError, TypeError) as exc:
         r.error = "wrong shape: " + str(exc).removeprefix(f"{path}: ")
         return r
