@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from fsmem.format.layout import is_l1, layer_agent
 from fsmem.format.unit import read_manifest
+from fsmem.search.analyze import CJK_CHARS
 from fsmem.search.index_entry import event_texts, unit_ident
 
 if TYPE_CHECKING:
@@ -29,8 +30,7 @@ TEXT_CAP = 200_000     # chars of a unit's text indexed: a tsvector holds at mos
 SNIPPET_CHARS = 200
 # The CJK ranges of fsmem.search.analyze (Han, extension A and B+, compatibility ideographs,
 # kana, Hangul syllables).
-_CJK_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-                      "\U00020000-\U0002ffff]+")
+_CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from fsmem.search.lazyre import lazy_compile
 
-__all__ = ["ANALYZER_VERSION", "STOP_WORDS", "analyze", "date_text", "term_hashes",
+__all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "analyze", "date_text", "term_hashes",
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS"]
 
@@ -58,8 +58,8 @@ further then once here there when where why how all any both each few more most 
 such no nor not only own same so than too very s t d ll m re ve don can will just
 """.split())
 
-_CJK = (r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-        r"\U00020000-\U0002ffff")
+_CJK = CJK_CHARS = (r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+                    r"\U00020000-\U0002ffff")   # a character class: the CJK text analyzed
 # CJK runs | ISO dates | words (letters/digits, inner apostrophes, digit groups "1,000")
 _ISO_WORD = (rf"(\d{{4}}-\d{{1,2}}-\d{{1,2}})|"
              rf"((?:\d{{1,3}}(?:,\d{{3}})+)|[^\W_{_CJK}]+(?:'[^\W_{_CJK}]+)*)")
