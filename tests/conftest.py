@@ -106,6 +106,14 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120
     return proc
 
 
+def run_cli(*args: str, root: Path | None = None, timeout: float = 120
+            ) -> subprocess.CompletedProcess:
+    """``fsmem ARGS [--root ROOT]`` in a fresh interpreter (the package under test), text out."""
+    argv = [sys.executable, "-m", "fsmem.cli", *args, *(["--root", str(root)] if root else [])]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=str(REPO), timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
+
+
 STRESS = os.environ.get("FSMEM_STRESS") == "1"
 
 # Runs many crash points in one interpreter: fsmem is imported once, then each point is a fork

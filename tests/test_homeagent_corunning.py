@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import homeagent_gen as gen
-from conftest import PKG_ROOT, REPO
+from conftest import run_cli
 from fsmem import Memory
 from fsmem.format.errors import FsmemError
 
@@ -36,11 +33,6 @@ def _note(content: str, updated: str = T) -> dict:
     return gen.doc(DOC_ID, summary="车库门", content=content, created_at=T, updated_at=updated,
                    source="manual", access_count=1, last_access=T)
 
-
-def _cli(*args: str, root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fsmem.cli", *args, "--root", str(root)],
-                          capture_output=True, text=True, cwd=str(REPO),
-                          env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -63,9 +55,9 @@ def test_a_document_homeagent_rewrites_after_a_recall_is_found_reported_and_kept
     found = [f for f in mem.fsck() if f.kind == "legacy-rewritten"]
     assert len(found) == 1 and found[0].unit == DOC_ID and new[0] in found[0].detail
     # show: the id names what it prints; fsmem's unit names HomeAgent's newer copy
-    out = _cli("show", DOC_ID, root=root).stdout
+    out = run_cli("show", DOC_ID, root=root).stdout
     assert "CR2032" in out and f"fsmem show {new[0]}" in out
-    assert "CR2450" in _cli("show", new[0], root=root).stdout
+    assert "CR2450" in run_cli("show", new[0], root=root).stdout
     # a fresh reader agrees (the saved index), and nothing of either version is lost
     mem.close()
     reader = Memory.open(root, readonly=True)
@@ -162,13 +154,13 @@ def test_recall_by_id_brings_any_document_even_an_empty_one(tmp_path):
     doc = mem.document("doc_empty")
     assert doc.layer == "context" and len(doc.events) == 1 and doc.events[0].blocks == []
     uid = mem.commit("a plain unit to recall by id")
-    r = _cli("recall", "--id", uid, "--id", DOC_ID, root=root)
+    r = run_cli("recall", "--id", uid, "--id", DOC_ID, root=root)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [uid, DOC_ID]
     assert {e.unit_id for e in Memory.open(root).timeline()} == {"doc_empty", uid, DOC_ID}
-    r = _cli("recall", "--id", "doc_nothing", root=root)
+    r = run_cli("recall", "--id", "doc_nothing", root=root)
     assert r.returncode == 1 and "doc_nothing" in r.stderr
-    assert _cli("recall", root=root).returncode == 2
+    assert run_cli("recall", root=root).returncode == 2
 
 
 def test_fsck_fix_leaves_a_rewritten_document_and_a_unit_with_missing_media(tmp_path):

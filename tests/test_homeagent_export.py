@@ -12,13 +12,12 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import homeagent_gen as gen
-from conftest import REPO
+from conftest import run_cli
 from fsmem import Memory, Timestamp
 from fsmem.format.errors import FsmemError
 from fsmem.format.model import Event, MediaAttachment, ToolOutput
@@ -372,26 +371,22 @@ def test_store_without_context_or_graph(tmp_path):
 
 # -- the CLI ---------------------------------------------------------------------------------
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fsmem.cli", *args], capture_output=True,
-                          text=True, cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)})
-
 
 def test_cli_export_homeagent(exported, tmp_path):
     base, _, rep, before = exported
-    r = _cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "ha"), "--json")
+    r = run_cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "ha"), "--json")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert {k: got[k] for k in ("documents", "events", "media", "bytes")} == \
         {"documents": rep.documents, "events": rep.events, "media": rep.media,
          "bytes": rep.bytes}
     assert _tree(tmp_path / "ha") == _tree(base / "out")
-    r = _cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "ha"))
+    r = run_cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "ha"))
     assert r.returncode == 1 and str(tmp_path / "ha") in r.stderr and "not empty" in r.stderr
-    r = _cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "x"),
+    r = run_cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "x"),
              str(tmp_path / "x.tar"))
     assert r.returncode == 2 and not (tmp_path / "x").exists()
-    r = _cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "y"))
+    r = run_cli("export", "--root", str(base / "src"), "--homeagent", str(tmp_path / "y"))
     assert r.returncode == 0 and "private" in r.stdout and "HomeAgent has no privacy" in r.stdout
     assert _tree(base / "src") == before
 

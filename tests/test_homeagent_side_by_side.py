@@ -7,23 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import homeagent_gen as gen
-from conftest import REPO
+from conftest import run_cli
 
 EMPTY = "doc_1791000000000000000.json"      # gen.build writes it 0 bytes long
 HALF = "doc_1791000000000000007.json"       # a half-written document (added here)
 
-
-def _cli(*args: str, root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fsmem.cli", *args, "--root", str(root)],
-                          capture_output=True, text=True, cwd=str(REPO), timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -56,9 +49,9 @@ def damaged(tmp_path) -> Path:
 # -- item 2: fsck leaves HomeAgent's files alone ------------------------------------------------
 
 def test_fsck_fix_moves_nothing_of_homeagents(damaged):
-    assert _cli("init", root=damaged).returncode == 0      # --fix is a writer
+    assert run_cli("init", root=damaged).returncode == 0      # --fix is a writer
     before = _tree(damaged)
-    r = _cli("fsck", "--fix", "--json", root=damaged)
+    r = run_cli("fsck", "--fix", "--json", root=damaged)
     assert _tree(damaged) == before, "fsck --fix moved, renamed or changed a HomeAgent file"
     assert not (damaged / ".fsmem" / "quarantine").exists() or \
         os.listdir(damaged / ".fsmem" / "quarantine") == []
@@ -69,18 +62,18 @@ def test_fsck_fix_moves_nothing_of_homeagents(damaged):
     assert "0 bytes" in bad[EMPTY]["detail"]
     assert "HomeAgent's loader is not documented for this case" in bad[HALF]["detail"]
     assert r.returncode == 1, "a finding --fix leaves is still a finding"
-    r = _cli("fsck", root=damaged)
+    r = run_cli("fsck", root=damaged)
     assert r.returncode == 1 and EMPTY in r.stdout and HALF in r.stdout
 
 
 def test_fsck_exits_0_on_a_healthy_homeagent_directory(healthy):
     assert (healthy / "text" / "2026-10-07.jsonl").exists()
     before = _tree(healthy)
-    r = _cli("fsck", root=healthy)
+    r = run_cli("fsck", root=healthy)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == "clean"
-    assert _cli("init", root=healthy).returncode == 0
-    r = _cli("fsck", "--fix", root=healthy)
+    assert run_cli("init", root=healthy).returncode == 0
+    r = run_cli("fsck", "--fix", root=healthy)
     assert r.returncode == 0, r.stdout + r.stderr
     assert _tree(healthy) == before
 
@@ -91,7 +84,7 @@ def test_fsck_exits_0_on_a_healthy_homeagent_directory(healthy):
                                   ["stats"]])
 def test_a_read_verb_prints_one_summary_line(damaged, verb):
     for _ in range(2):   # every time, on a directory fsmem never opened as a writer
-        r = _cli(*verb, root=damaged)
+        r = run_cli(*verb, root=damaged)
         assert r.returncode == 0, r.stderr
         lines = r.stderr.splitlines()
         assert len(lines) == 1, lines
@@ -100,19 +93,19 @@ def test_a_read_verb_prints_one_summary_line(damaged, verb):
 
 
 def test_summary_counts_and_verbose_lists_each_document(damaged):
-    r = _cli("query", "咖啡机", root=damaged)
+    r = run_cli("query", "咖啡机", root=damaged)
     assert "8 JSON files in documents/" in r.stderr and "5 read" in r.stderr \
         and "2 unreadable" in r.stderr, r.stderr
-    r = _cli("-v", "query", "咖啡机", root=damaged)
+    r = run_cli("-v", "query", "咖啡机", root=damaged)
     for did in gen.DOC.values():
         assert did in r.stderr
     assert HALF in r.stderr
 
 
 def test_after_a_writer_still_one_line(damaged):
-    assert _cli("init", root=damaged).returncode == 0
+    assert run_cli("init", root=damaged).returncode == 0
     for _ in range(2):
-        r = _cli("query", "咖啡机", root=damaged)
+        r = run_cli("query", "咖啡机", root=damaged)
         assert len(r.stderr.splitlines()) == 1, r.stderr
 
 
@@ -127,7 +120,7 @@ def test_stats_legacy_reports_each_document(tmp_path):
     data["blocks"].append(gen.block("blk_vec_only", "image", vector=[0.5, 0.5],
                                     fingerprint="chineseclip:d2"))
     v3.write_bytes(gen.go_json(data, indent=True))
-    r = _cli("stats", "--legacy", "--json", root=root)
+    r = run_cli("stats", "--legacy", "--json", root=root)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     docs = {d["file"]: d for d in rep["documents"]}
@@ -147,18 +140,18 @@ def test_stats_legacy_reports_each_document(tmp_path):
     empty = docs[f"documents/{EMPTY}"]
     assert empty["status"] == "unreadable" and "0 bytes" in empty["error"]
     assert docs["documents/settings.json"]["status"] == "not-a-document"
-    text = _cli("stats", "--legacy", root=root).stdout
+    text = run_cli("stats", "--legacy", root=root).stdout
     assert gen.DOC["v3"] in text and "blk_vec_only" in text and "kept as a record, media missing" in text
 
 
 def test_adopt_dry_run_reports_each_document(damaged):
     before = _tree(damaged)
-    r = _cli("adopt", "--dry-run", root=damaged)
+    r = run_cli("adopt", "--dry-run", root=damaged)
     assert r.returncode == 0, r.stderr
     assert HALF in r.stdout and "unreadable" in r.stdout
     for did in gen.DOC.values():
         assert did in r.stdout
-    r = _cli("adopt", "--dry-run", "--json", root=damaged)
+    r = run_cli("adopt", "--dry-run", "--json", root=damaged)
     rep = json.loads(r.stdout)
     assert {d["file"] for d in rep["documents"]} >= {f"documents/{HALF}", f"documents/{EMPTY}"}
     assert rep["plan"]["events"] == 5
@@ -166,49 +159,49 @@ def test_adopt_dry_run_reports_each_document(damaged):
 
 
 def test_verify_legacy_after_adopt(damaged):
-    assert _cli("adopt", root=damaged).returncode == 0
+    assert run_cli("adopt", root=damaged).returncode == 0
     assert (damaged / ".fsmem" / "legacy-report.json").exists()
     state = _tree(damaged)
-    r = _cli("verify-legacy", root=damaged)
+    r = run_cli("verify-legacy", root=damaged)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "context.json: moved by fsmem to context.json.adopted" in r.stdout
     assert _tree(damaged) == state                          # a reader writes nothing
     # a recall moves a document aside by design: reported as moved, not vanished
-    assert _cli("recall", "咖啡机", "--top-k", "1", root=damaged).returncode == 0
-    r = _cli("verify-legacy", root=damaged)
+    assert run_cli("recall", "咖啡机", "--top-k", "1", root=damaged).returncode == 0
+    r = run_cli("verify-legacy", root=damaged)
     assert r.returncode == 0, r.stdout
     assert f"documents/{gen.DOC['v1']}.json: moved by fsmem to .fsmem/legacy-recalled/" in r.stdout
     # HomeAgent (or anyone) changes, removes and adds files: each is named
     (damaged / "documents" / f"{gen.DOC['v2']}.json").write_bytes(b'{"id": "x"}')
     (damaged / "media" / "blobs" / gen.PNG.sha256[:2] / gen.PNG.sha256[2:]).unlink()
     (damaged / "documents" / "doc_1799999999999999999.json").write_bytes(b"{}")
-    r = _cli("verify-legacy", root=damaged)
+    r = run_cli("verify-legacy", root=damaged)
     assert r.returncode == 1
     assert f"documents/{gen.DOC['v2']}.json: changed" in r.stdout
     assert f"{gen.PNG.sha256[2:]}: vanished" in r.stdout
     assert "documents/doc_1799999999999999999.json: appeared" in r.stdout
-    r = _cli("verify-legacy", "--json", root=damaged)
+    r = run_cli("verify-legacy", "--json", root=damaged)
     got = json.loads(r.stdout)
     assert r.returncode == 1 and {c["file"] for c in got["changed"]} == \
         {f"documents/{gen.DOC['v2']}.json"}
 
 
 def test_stats_legacy_save_then_verify(healthy):
-    assert _cli("init", root=healthy).returncode == 0      # --save is a writer
-    r = _cli("stats", "--legacy", "--save", root=healthy)
+    assert run_cli("init", root=healthy).returncode == 0      # --save is a writer
+    r = run_cli("stats", "--legacy", "--save", root=healthy)
     assert r.returncode == 0, r.stderr
     saved = json.loads((healthy / ".fsmem" / "legacy-report.json").read_bytes())
     files = set(saved["files"])
     assert {"context.json", "graph.db", "media/media.db", "settings.json",
             f"documents/{gen.DOC['v3']}.json",
             f"media/blobs/{gen.PNG.sha256[:2]}/{gen.PNG.sha256[2:]}"} <= files
-    assert _cli("verify-legacy", root=healthy).returncode == 0
+    assert run_cli("verify-legacy", root=healthy).returncode == 0
     (healthy / "context.json").write_bytes(b"[]")
-    r = _cli("verify-legacy", root=healthy)
+    r = run_cli("verify-legacy", root=healthy)
     assert r.returncode == 1 and "context.json: changed" in r.stdout
 
 
 def test_verify_legacy_without_a_report_names_the_file(healthy):
-    r = _cli("verify-legacy", root=healthy)
+    r = run_cli("verify-legacy", root=healthy)
     assert r.returncode == 1 and "legacy-report.json" in r.stderr
     assert not (healthy / ".fsmem").exists()
