@@ -34,7 +34,6 @@ def _note(content: str, updated: str = T) -> dict:
                    source="manual", access_count=1, last_access=T)
 
 
-
 def _files(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in root.rglob("*") if p.is_file() and ".fsmem" not in p.parts}

@@ -18,7 +18,6 @@ EMPTY = "doc_1791000000000000000.json"      # gen.build writes it 0 bytes long
 HALF = "doc_1791000000000000007.json"       # a half-written document (added here)
 
 
-
 def _tree(root: Path) -> dict[str, str]:
     """sha256 of every file outside .fsmem/ (HomeAgent's files and fsmem's units)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
