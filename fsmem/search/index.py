@@ -727,7 +727,7 @@ class Index(IndexFiles):
         unit updates (``supersedes``) is hidden. O(units) of numpy, skipped when nothing in
         the store is scoped."""
         who = who or Who()
-        pending = [self.pending[u] for u in pend.unit_ids]
+        pending = pend.entries   # the query's own snapshot: another thread may fold them
         row_of, alive = self.row_of, self.alive
         superseded = {old for new, old in self.supersedes.items()
                       if (row := row_of.get(new)) is not None and alive[row]} \
@@ -749,7 +749,7 @@ class Index(IndexFiles):
                 row = row_of.get(old)
                 if row is not None:
                     mask[row] = False
-                elif old in self.pending:
+                elif old in pend.unit_ids:
                     mask[len(base) + pend.unit_ids.index(old)] = False
         return mask
 
