@@ -12,7 +12,7 @@ from fsmem.format.model import BlockRef, Event, EventRecord, Manifest, ToolOutpu
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path
 
-__all__ = ["Document", "Hit", "hydrate_event", "content_view", "event_text"]
+__all__ = ["Document", "Hit", "Fact", "hydrate_event", "content_view", "event_text"]
 
 
 def _text(unit_dir: str, ref: BlockRef) -> str:
@@ -97,8 +97,27 @@ class Document(msgspec.Struct, kw_only=True):
         return [ref for ev in self.events for ref in ev.blocks]
 
 
+class Fact(msgspec.Struct, kw_only=True):
+    """A graph fact of L3 (graph.db) that a search found: subject, relation, object, and
+    where it was read (the unit and event; "" when the graph does not say)."""
+
+    subject: str
+    relation: str
+    object: str
+    confidence: float = 0.0
+    unit_id: str = ""
+    event_id: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.subject} {self.relation} {self.object}"
+
+
 class Hit(msgspec.Struct, kw_only=True):
-    """A query result: which unit, how well it matched, and its label."""
+    """A query result: which unit, how well it matched, and its label. ``Reader.search``
+    labels each with its ``layer`` and ``kind`` ("unit", or "fact": a graph fact found on
+    its own, ``facts[0]``, whose unit is ``unit_id`` when known); ``facts``: the graph facts
+    the query found that came from this unit."""
 
     unit_id: str
     score: float
@@ -108,3 +127,5 @@ class Hit(msgspec.Struct, kw_only=True):
     events: int = 0
     events_matched: list[str] = []   # ids of the unit's events that matched, best first
     agent: str = ""                  # format 4: whose unit ("" = the default agent)
+    kind: str = "unit"               # "unit" or "fact" (Reader.search)
+    facts: list[Fact] = []           # graph facts found that came from this unit

@@ -43,6 +43,13 @@ def open_memory(cls: type[W], root: str | os.PathLike, *, context_capacity: int 
     cfg = effective(root, {"agent": agent, "context_capacity": context_capacity,
                            "context_protected": context_protected,
                            "durability": durability, "lock_timeout": lock_timeout})
+    if embedder is None and cfg["embedder"] != "hash":   # the store's own (config.toml)
+        # lazy: start-up, loaded only when used (+the embedder's package)
+        from fsmem.search.embedders import make_embedder
+        embedder = make_embedder(cfg["embedder"], f"embedder = {cfg['embedder']!r} in "
+                                 f"{os.path.join(os.fspath(root), '.fsmem', 'config.toml')}")
+    if ranker is None and cfg["ranker"] != "auto":
+        ranker = cfg["ranker"]
     context_capacity, context_protected = cfg["context_capacity"], cfg["context_protected"]
     durability, lock_timeout = cfg["durability"], cfg["lock_timeout"]
     store = Store(os.fspath(root), durability=durability, lock_timeout=lock_timeout,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from fsmem.format.errors import NotFound
 from fsmem.format.layout import Layout, View, l1_layer
@@ -56,17 +56,22 @@ class Reader:
     writable = False
 
     def __init__(self, layout: Layout, *, plugins: Plugins | None, embedder: Embedder | None,
-                 ranker: str | None, agent: str | None = None) -> None:
+                 ranker: str | None, agent: str | None = None,
+                 embedder_name: str = "hash") -> None:
         self.layout = layout
         # The agent this memory reads and writes as (format 4; "" = the default agent): its
         # L1 is the layer ``l1``; searches see its own units and every agent's shared ones.
         self.agent = check_agent(agent)
         self.l1 = l1_layer(self.agent)
         self._plugins = plugins   # None: an empty registry, made on first use
-        self._embedder = embedder   # None: the hashed default, built on first use
-        self._ranker = ranker or (default_ranker(embedder) if embedder is not None else None)
+        self._embedder = embedder   # None: the store's (or the hashed default), on first use
+        # the store's embedder setting (fsmem.store.config), made on first use when none given
+        self.embedder_name = embedder_name if embedder is None else ""
+        self._ranker = ranker or (default_ranker(embedder) if embedder is not None else
+                                  "fusion" if embedder_name != "hash" else None)
         self.access = AccessLog(layout.meta)
         self._index: "Index | None" = None
+        self._layer_indexes: dict[str, "Index"] = {}   # L1's, L3's: ``search`` (search_all)
         self._index_lock = threading.RLock()   # threads querying one Memory: see ``index``
         self._graph = None
 
@@ -80,16 +85,21 @@ class Reader:
         whose view of L2/L3 (default: the default agent)."""
         layout = Layout(root)
         layout.require_readable()
-        if agent is None:   # $FSMEM_AGENT, else the store's config (read only if it exists)
-            agent = os.environ.get("FSMEM_AGENT") or None
-            if agent is None and os.path.isfile(os.path.join(layout.meta, "config.toml")):
-                # lazy: start-up, loaded only when used (+tomllib)
-                from fsmem.store.config import effective
-                agent = effective(layout.root, {})["agent"]
+        name = "hash"
+        if os.path.isfile(os.path.join(layout.meta, "config.toml")) or any(
+                os.environ.get(v) for v in ("FSMEM_AGENT", "FSMEM_EMBEDDER", "FSMEM_RANKER")):
+            # lazy: start-up, loaded only when used (+tomllib)
+            from fsmem.store.config import effective
+            cfg = effective(layout.root, {})   # the file < $FSMEM_* < the arguments
+            agent = cfg["agent"] if agent is None else agent
+            name = cfg["embedder"]
+            if ranker is None and cfg["ranker"] != "auto":
+                ranker = cfg["ranker"]
         if plugins is not None:
             from fsmem.format.plugins import Plugins  # lazy: start-up, loaded only when used
             plugins = Plugins.of(plugins)
-        return cls(layout, plugins=plugins, embedder=embedder, ranker=ranker, agent=agent)
+        return cls(layout, plugins=plugins, embedder=embedder, ranker=ranker, agent=agent,
+                   embedder_name=name)
 
     @property
     def plugins(self) -> Plugins:
@@ -108,15 +118,38 @@ class Reader:
     def embedder(self) -> Embedder:
         """The embedder of vectors and queries; the default (fsmem.search.embed.HashEmbedder) is
         built on first use, so listing and reading units never import numpy."""
-        if self._embedder is None:
+        if self._embedder is None and self.embedder_name in ("", "hash"):
             # lazy: start-up, loaded only when used (+numpy, ctypes, zlib)
             from fsmem.search.embed import HashEmbedder
             self._embedder = HashEmbedder()
+        elif self._embedder is None:   # the store's own (config.toml)
+            # lazy: start-up, loaded only when used (+the embedder's package)
+            from fsmem.search.embedders import make_embedder
+            self._embedder = make_embedder(
+                self.embedder_name or "hash",
+                f"embedder = {self.embedder_name!r} in {self.layout.meta}/config.toml")
         return self._embedder
 
     @embedder.setter
     def embedder(self, value: Embedder) -> None:
         self._embedder = value
+
+    def search_settings(self) -> dict[str, Any]:
+        """The embedder and ranker this memory searches with (``doctor``, ``stats``), without
+        loading a model: its setting name ("hash", "e5-small", ...; a host's own: its
+        fingerprint), whether its package is installed, and the extra that brings it."""
+        import importlib.util  # lazy: start-up, loaded only when used
+
+        from fsmem.store.config import EMBEDDER_EXTRAS  # lazy: start-up (+tomllib)
+        name = self.embedder_name
+        if not name:   # a host's own embedder object (a writer's): its setting or fingerprint
+            from fsmem.search.embedders import embedder_name  # lazy: +numpy
+            name = embedder_name(self.embedder)
+        extra, module = EMBEDDER_EXTRAS.get(name, ("", None))
+        installed = module is None or importlib.util.find_spec(module) is not None
+        ranker = self._ranker or "bm25"   # (default_ranker(None), without loading numpy)
+        return {"embedder": name, "ranker": ranker, "embedder_installed": installed,
+                "embedder_extra": extra}
 
     @property
     def ranker(self) -> str:
@@ -289,6 +322,18 @@ class Reader:
     def _search(self, text: str, top_k: int, ranker: str | None = None, *,
                 scope: str = "all", agent: str | None = None) -> list[Hit]:
         return self.index.hits(text, top_k, ranker or self.ranker, self.who(scope, agent))
+
+    def search(self, text: str, top_k: int = 5, *, layers: Sequence[str] | None = None,
+               scope: str = "all", agent: str | None = None, facts: bool = True,
+               count: bool = True) -> list[Hit]:
+        """One search over every layer (fsmem.memory.search_all): this agent's L1, L2 (with
+        HomeAgent's documents) and L3 ranked together, each hit labelled with its ``layer``;
+        graph facts of L3 the query names beside the unit they came from, or as hits of
+        their own (``kind`` "fact"). ``layers``: some of "context", "documents",
+        "stablemem". ``scope``/``agent``/``count`` as ``query``. Nothing moves."""
+        from fsmem.memory.search_all import search  # lazy: start-up, loaded only when used
+        return search(self, text, top_k, layers=layers, scope=scope, agent=agent,
+                      facts=facts, count=count)
 
     def who(self, scope: str = "all", agent: str | None = None):
         """The search filter of this memory's agent (fsmem.search.index.Who); ValueError

@@ -82,9 +82,10 @@ class Writer(Reader):
             with self.store.locked():
                 if self._index is None and self._no_saved_index():
                     self._load_index()   # builds it from the units, and saves it
-                if self._index is not None and (self._index._unsaved
-                                                or self._index._unsaved_pos):
-                    self._index.save()
+                for index in (self._index, *self._layer_indexes.values()):
+                    if index is not None and index.writable and (index._unsaved
+                                                                 or index._unsaved_pos):
+                        index.save()
                 self.access.compact()
                 self.store._empty_trash()   # what prunes left there (Store.TRASH_BATCH)
                 self.store.flush_retired()

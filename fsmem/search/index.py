@@ -22,7 +22,7 @@ import stat
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -90,6 +90,7 @@ K1, B = ranking.K1, ranking.B
 _SAVE_EVERY = 64
 _PROGRESS_FROM = 200   # units to index before a catch-up reports progress (CLI: a bar)
 _PENDING_MAX = 256
+_SAVED = ("documents", "stablemem")   # the layers whose index is saved (see Index)
 
 
 class Source(Protocol):
@@ -127,11 +128,16 @@ class Who:
 class Index(IndexFiles):
     """The in-memory index of ``documents/`` for one Memory, kept in step with the directory."""
 
-    def __init__(self, mem: Source) -> None:
+    def __init__(self, mem: Source, layer: str = "documents") -> None:
         self.mem = mem
         self.layout = mem.layout
-        self.writable = mem.writable   # a reader's index lives in memory only
-        self.dir = mem.layout.index_dir
+        # The layer indexed: documents/ (saved in .fsmem/index/, HomeAgent's JSON documents
+        # too), stablemem/ (saved in .fsmem/index-stablemem/), or an L1 layer (in memory
+        # only: small, and changing at every append). ``Reader.search`` ranks them together.
+        self.layer = layer
+        self.writable = mem.writable and layer in _SAVED   # a reader's lives in memory only
+        self.dir = mem.layout.index_dir if layer == "documents" \
+            else f"{mem.layout.index_dir}-{layer}"
         self.dim = mem.embedder.dim
         self.fingerprint = mem.embedder.fingerprint
         # Vectors are saved only for a ranker that reads them (a bm25 store's would be a
@@ -220,7 +226,7 @@ class Index(IndexFiles):
         records since the index's position (fsmem.store.changes), each unit they name looked
         at again (one stat); one listing only when the feed cannot prove that nothing else
         (a plain file tool, an older fsmem, a crash) changed the directory, or ``force``."""
-        docs = self.layout.layer_dir("documents")
+        docs = self.layout.layer_dir(self.layer)
         now = dir_stamp(docs)
         fstamp = feed_stamp(self.layout.meta, self._feed_hint)
         rewritten = self._legacy_rewritten()
@@ -237,7 +243,7 @@ class Index(IndexFiles):
         if fr is None:   # no position (a new index, an older snapshot) or one compacted away
             fr = read_recent(self.layout.meta)
             since, stamp = (fr.records[0].seq - 1 if fr.records else fr.last), []
-        settled = settle(fr.records, since, stamp, now, "documents")
+        settled = settle(fr.records, since, stamp, now, self.layer)
         added, removed = self._reexamine(settled.units | rewritten)
         kept = 0
         if force or not settled.complete:
@@ -273,7 +279,7 @@ class Index(IndexFiles):
         if clock - self._legacy_checked < self._LEGACY_CHECK_S:
             return set()
         self._legacy_checked = clock
-        docs = self.layout.layer_dir("documents")
+        docs = self.layout.layer_dir(self.layer)
         changed = set()
         for name, ident in self.legacy_idents.items():
             try:
@@ -296,10 +302,10 @@ class Index(IndexFiles):
         """Look again at the units (or HomeAgent files, by file name) the feed named: index
         what is there under a new identity, drop what is gone; (added, removed)."""
         added = removed = 0
-        docs = self.layout.layer_dir("documents")
+        docs = self.layout.layer_dir(self.layer)
         by_file: dict[str, list[str]] | None = None   # HomeAgent file -> its indexed entries
         for name in sorted(names):
-            if name.endswith(".json"):   # a HomeAgent document (documents/<name>)
+            if name.endswith(".json") and self.layer == "documents":   # a HomeAgent document
                 # lazy: start-up, loaded only when used
                 from fsmem.homeagent.documents import standing
                 try:
@@ -320,7 +326,7 @@ class Index(IndexFiles):
                         by_file.setdefault(f, []).append(u)
                 for old in [u for u in by_file.get(name, ()) if u != uid]:   # other versions
                     if self._indexed_ident(old) is not None and not os.path.isdir(
-                            self.layout.unit_dir("documents", old)):
+                            self.layout.unit_dir(self.layer, old)):
                         self.remove(old)
                         removed += 1
                 if uid and ident != self._indexed_ident(uid):
@@ -381,7 +387,7 @@ class Index(IndexFiles):
     def _stale(self, unit_ids: set[str]) -> set[str]:
         """Of these indexed units, those whose directory or manifest is no longer the one
         indexed (two stats each): a hit is never trusted on the index's word alone."""
-        docs = self.layout.layer_dir("documents")
+        docs = self.layout.layer_dir(self.layer)
         return {u for u in unit_ids if not self.legacy_file(u)
                 and unit_ident(os.path.join(docs, u)) != self._indexed_ident(u)}
 
@@ -421,7 +427,7 @@ class Index(IndexFiles):
         inos = np.array(self.inos)   # the loaded array is mapped read-only
         for u, r in rows:
             try:
-                key = read_manifest_key(self.layout.unit_dir("documents", u))
+                key = read_manifest_key(self.layout.unit_dir(self.layer, u))
             except OSError:
                 continue
             if key == self.mkeys[r]:
@@ -436,7 +442,7 @@ class Index(IndexFiles):
         self._clear()
         fr = read_recent(self.layout.meta)   # the position first, then the listing
         settled = settle(fr.records, fr.records[0].seq - 1 if fr.records else fr.last, [],
-                         dir_stamp(self.layout.layer_dir("documents")), "documents")
+                         dir_stamp(self.layout.layer_dir(self.layer)), self.layer)
         self._feed_id, self._feed_pos = fr.feed, settled.safe_pos
         self._doc_stamp, self._feed_hint, self._feed_seen = settled.safe_stamp, ("", 0), None
         listing, legacy_files = self._listing()
@@ -460,7 +466,7 @@ class Index(IndexFiles):
         """{id: inode} of unit directories and legacy JSON files in documents/, and
         {id: file name} for the legacy ones (a JSON whose unit already exists is left out:
         it is a leftover of an interrupted legacy recall)."""
-        base = self.layout.layer_dir("documents")
+        base = self.layout.layer_dir(self.layer)
         listing: dict[str, int] = {}
         json_files: list[tuple[str, int]] = []
         with os.scandir(base) as it:   # one pass: unit directories and legacy JSON files
@@ -470,7 +476,8 @@ class Index(IndexFiles):
                         ident = unit_ident(e.path)
                         if ident is not None:
                             listing[e.name] = ident
-                elif e.name.endswith(".json") and e.is_file(follow_symlinks=False):
+                elif e.name.endswith(".json") and self.layer == "documents" \
+                        and e.is_file(follow_symlinks=False):
                     json_files.append((e.name, _ident(e.stat(follow_symlinks=False))))
         legacy_files = {}
         self.legacy_idents = dict(json_files)
@@ -511,7 +518,7 @@ class Index(IndexFiles):
         from fsmem.homeagent.documents import legacy_id, report_unreadable
         # lazy: start-up, loaded only when used (+msgspec decoders)
         from fsmem.homeagent.index_view import read_for_index
-        path = os.path.join(self.layout.layer_dir("documents"), filename)
+        path = os.path.join(self.layout.layer_dir(self.layer), filename)
         try:
             doc = read_for_index(path)   # its text, not its vectors (another space)
         except (FsmemError, OSError, ValueError) as exc:
@@ -542,7 +549,7 @@ class Index(IndexFiles):
         """Index one unit of ``documents/`` from its directory; False if it is unreadable.
         ``written``: what this process just wrote there (nothing is read back); ``embed``:
         rows without a stored vector are embedded now (fsmem.search.lazy_vectors)."""
-        path = self.layout.unit_dir("documents", unit_id)
+        path = self.layout.unit_dir(self.layer, unit_id)
         try:
             if ino is None:
                 ino = unit_ident(path)
@@ -720,6 +727,17 @@ class Index(IndexFiles):
             self.agents.append(agent)
         return (self.agents.index(agent) << 1) | int(private)
 
+    def superseded(self, pending: "Sequence[IndexEntry] | None" = None) -> set[str]:
+        """The units an indexed update (or one that moved on to another layer) hides.
+        ``pending``: a snapshot of the pending entries (default: taken now)."""
+        row_of, alive = self.row_of, self.alive
+        if pending is None:
+            pending = list(self.pending.values())
+        return {old for new, old in self.supersedes.items()
+                if (row := row_of.get(new)) is not None and alive[row]} \
+            | {e.supersedes for e in pending if e.supersedes} \
+            | set(self.moved_supersedes.values())
+
     def _visible(self, pend: "_PendingRows", who: "Who | None") -> np.ndarray | None:
         """Units (arrays, then pending) that ``who`` may see and asked for, None when all:
         another agent's private unit is never seen; ``scope`` own: the viewer's units,
@@ -728,11 +746,8 @@ class Index(IndexFiles):
         the store is scoped."""
         who = who or Who()
         pending = pend.entries   # the query's own snapshot: another thread may fold them
-        row_of, alive = self.row_of, self.alive
-        superseded = {old for new, old in self.supersedes.items()
-                      if (row := row_of.get(new)) is not None and alive[row]} \
-            | {e.supersedes for e in pending if e.supersedes} \
-            | set(self.moved_supersedes.values())
+        row_of = self.row_of
+        superseded = self.superseded(pending)
         scoped = len(self.agents) > 1 or bool(np.any(np.asarray(self.u_owner) & 1)) \
             or any(e.agent or e.private for e in pending)
         if not scoped and not superseded and who.agent_filter in (None, "") \
@@ -830,14 +845,17 @@ class Index(IndexFiles):
         """The ``top_k`` live units for ``text`` as (unit id, score), best first."""
         return [(u, sc) for u, sc, _ in self.search_events(text, top_k, ranker, weight=weight)]
 
-    def hits(self, text: str, top_k: int, ranker: str, who: Who | None = None) -> list[Hit]:
+    def hits(self, text: str, top_k: int, ranker: str, who: Who | None = None, *,
+             others: "Sequence[Index]" = ()) -> list[Hit]:
         """The best ``top_k`` units for ``text`` under ``ranker`` that ``who`` sees, as
-        ``Hit``s (score, summary, creation time, events and events matched)."""
-        found = self.search_events(text, top_k, ranker, who=who)
+        ``Hit``s (score, summary, creation time, events and events matched). ``others``: the
+        indexes of the other layers searched with this one (``Reader.search``): BM25 counts
+        their rows too, so the scores of every layer are on one scale."""
+        found = self.search_events(text, top_k, ranker, who=who, others=others)
         stale = self._stale({u for u, _s, _m in found})
         if stale:   # edited in place since indexed (an identity the index does not hold)
             self._reexamine(stale)
-            found = self.search_events(text, top_k, ranker, who=who)
+            found = self.search_events(text, top_k, ranker, who=who, others=others)
             stale = self._stale({u for u, _s, _m in found})
         hits = []
         for unit_id, score, matched in found:
@@ -852,13 +870,14 @@ class Index(IndexFiles):
                 summary, events = e.summary, e.events
                 created = Timestamp(e.created_ns, e.created_off)
             hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
-                            events=events, events_matched=matched,
+                            events=events, events_matched=matched, layer=self.layer,
                             agent=self.owner_of(unit_id)[0]))
         return hits
 
     def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
                       weight: float | None = None, smooth: float | None = None,
-                      who: Who | None = None) -> list[tuple[str, float, list[str]]]:
+                      who: Who | None = None, others: "Sequence[Index]" = ()
+                      ) -> list[tuple[str, float, list[str]]]:
         """The ``top_k`` live units as (unit id, score, ids of the events that matched).
 
         Scores are per event row (BM25 smoothed with the row's conversation neighbours,
@@ -867,14 +886,14 @@ class Index(IndexFiles):
         again on the rebuilt one."""
         try:
             return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth,
-                                       who=who)
+                                       who=who, others=others)
         except _Damaged:
             return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth,
-                                       who=who)
+                                       who=who, others=others)
 
     def _search_events(self, text: str, top_k: int, ranker: str, *,
-                       weight: float | None, smooth: float | None, who: Who | None = None
-                       ) -> list[tuple[str, float, list[str]]]:
+                       weight: float | None, smooth: float | None, who: Who | None = None,
+                       others: "Sequence[Index]" = ()) -> list[tuple[str, float, list[str]]]:
         if ranker not in RANKERS:
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
         if top_k <= 0 or not text.strip() or not len(self):
@@ -894,7 +913,7 @@ class Index(IndexFiles):
         prev[pend.fix[0]], nxt[pend.fix[2]] = pend.fix[1], pend.fix[3]   # (see _links)
         idf_mass = 0.0
         if ranker != "dense":
-            raw, idf_mass = self.bm25_rows(text, pend)
+            raw, idf_mass = self.bm25_rows(text, pend, others)
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
@@ -1006,8 +1025,8 @@ class Index(IndexFiles):
         starts = np.concatenate([self.u_ptr[:-1], len(self.ev_len) + pend.starts])
         return ranking.unit_max(self.dense_rows(text, pend), starts)
 
-    def bm25_rows(self, text: str, pend: "_PendingRows | None" = None
-                  ) -> tuple[np.ndarray, float]:
+    def bm25_rows(self, text: str, pend: "_PendingRows | None" = None,
+                  others: "Sequence[Index]" = ()) -> tuple[np.ndarray, float]:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
         compacted rows first, then the pending ones (rows of removed units score 0), and the
         sum of the query terms' idf (``ranking.coverage``): returned, never kept on the
@@ -1033,6 +1052,11 @@ class Index(IndexFiles):
         n_live = int(ev_alive.sum()) + pend.n
         doclen = np.concatenate([self.ev_len, pend.lens]) if pend.n else np.asarray(self.ev_len)
         total = float(self.ev_len[ev_alive].sum() + pend.lens.sum())
+        for other in others:   # one corpus over the layers searched together
+            o_df, o_n, o_total = other.term_stats(q_terms)
+            df += o_df
+            n_live += o_n
+            total += o_total
         avgdl = max(total / max(n_live, 1), 1e-9)
         idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
         pair = is_pair(q_terms)
@@ -1041,6 +1065,21 @@ class Index(IndexFiles):
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores, mass
+
+    def term_stats(self, q_terms: np.ndarray) -> tuple[np.ndarray, int, float]:
+        """For BM25 over several indexes as one corpus: the live rows holding each of the
+        (sorted, unique) ``q_terms``, the live row count and their total length."""
+        self.post
+        pend = self._pending_rows()
+        ev_alive, all_alive = self._event_alive()
+        df = np.zeros(len(q_terms), np.float32)
+        for qi, rows, _tf in _term_postings(self.post, q_terms):
+            df[qi] += len(rows) if all_alive else int(ev_alive[rows].sum())
+        if pend.n:
+            for qi, rows, _tf in _term_postings(pend.post, q_terms):
+                df[qi] += len(rows)
+        n_live = int(ev_alive.sum()) + pend.n
+        return df, n_live, float(self.ev_len[ev_alive].sum() + pend.lens.sum())
 
     def _event_alive(self) -> tuple[np.ndarray, bool]:
         """Per compacted event row, whether its unit is live, and whether all are: kept

