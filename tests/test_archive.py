@@ -113,7 +113,7 @@ def test_reimport_is_a_no_op_and_filters(full, tmp_path):
     with tarfile.open(docs) as tar:
         header = json.loads(tar.extractfile(HEADER_NAME).read())
     assert {u["layer"] for u in header["units"]} == {"documents"}
-    assert header["format"] == "fsmem-archive" and header["version"] == 1
+    assert header["format"] == "fsmem-archive" and header["version"] == 2
     late = export_archive(full.store, str(tmp_path / "late.tar"), since="2100-01-01T00:00:00Z")
     assert late.units == 0
 
@@ -173,10 +173,11 @@ def test_hostile_entries_are_refused(full, tmp_path):
 
     def rebuild(name: str, extra: tarfile.TarInfo, payload: bytes = b"") -> Path:
         path = tmp_path / name
-        with tarfile.open(path, "w") as tar:
-            for m, blob in members:
+        with tarfile.open(path, "w") as tar:   # the extra entry just before the manifest
+            for m, blob in members[:-1]:
                 tar.addfile(m, io.BytesIO(blob))
             tar.addfile(extra, io.BytesIO(payload) if payload else None)
+            tar.addfile(*[(m, io.BytesIO(blob)) for m, blob in members[-1:]][0])
         return path
 
     link = tarfile.TarInfo(f"units/{uid}/{'a' * 64}.txt")

@@ -208,6 +208,20 @@ class AccessLog:
             self._write_state(state)
         return True
 
+    def restore(self, stats: Mapping[str, AccessStats]) -> list[str]:
+        """Add the logged statistics of units this store has none for (an archive's import);
+        returns their ids. Units with statistics of their own keep them, so running an
+        import again never counts twice. The caller holds the writer lock."""
+        have = self.stats()
+        add = {u: s for u, s in stats.items() if u not in have and NAME_RE.match(u)
+               and s.count > 0}
+        if add:
+            state = self._state()
+            for uid, s in add.items():
+                state.units[uid] = AccessStats(s.count, s.last_ns)
+            self._write_state(state)
+        return sorted(add)
+
     def _write_state(self, state: _State) -> None:
         # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops

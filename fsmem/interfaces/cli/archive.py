@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 from fsmem.format.model import encode
@@ -20,13 +21,26 @@ def _cmd_export(args: Any) -> int:
         return _cmd_export_homeagent(args)
     if not args.out:
         raise UsageError("give the archive file OUT to create, or --homeagent DIR")
+    to_stdout = args.out == "-"
+    if to_stdout and sys.stdout.isatty():
+        raise UsageError("argument OUT: '-' writes the archive to stdout, which is a terminal; "
+                         "redirect it (fsmem export - > backup.tar) or pipe it")
     mem = Memory.open(args.root, create=False, agent=getattr(args, "agent", None))
-    rep = export_archive(mem.store, args.out, layers=[args.layer] if args.layer else None,
-                         since=args.since)
-    if args.json:
-        print(encode(rep).decode())
+    if to_stdout:
+        sys.stdout.flush()
+        rep = export_archive(mem.store, "-", layers=[args.layer] if args.layer else None,
+                             since=args.since, stream=sys.stdout.buffer)
     else:
-        print(f"exported {rep.units} units ({rep.bytes} bytes) to {rep.path}")
+        rep = export_archive(mem.store, args.out, layers=[args.layer] if args.layer else None,
+                             since=args.since)
+    out = sys.stderr if to_stdout else sys.stdout   # stdout holds the archive
+    if args.json:
+        print(encode(rep).decode(), file=out)
+    else:
+        carried = f", with {', '.join(rep.store_files)}" if rep.store_files else ""
+        size = f" ({rep.bytes} bytes)" if rep.bytes >= 0 else ""
+        print(f"exported {rep.units} units{carried}{size} to "
+              f"{'stdout' if to_stdout else rep.path}", file=out)
     return 0
 
 
@@ -45,6 +59,9 @@ def _cmd_export_homeagent(args: Any) -> int:
 
 
 def _cmd_import(args: Any) -> int:
+    if args.src == "-" and args.from_format != "chatgpt" and sys.stdin.isatty():
+        raise UsageError("argument SRC: '-' reads the archive from stdin, which is a "
+                         "terminal; pipe one in (fsmem import - < backup.tar)")
     mem = Memory.open(args.root, agent=getattr(args, "agent", None))
     if args.from_format == "chatgpt":
         rep = import_chatgpt(mem, args.src)
@@ -53,7 +70,7 @@ def _cmd_import(args: Any) -> int:
     if args.json:
         print(encode(rep).decode())
     else:
-        print(f"imported {len(rep.imported)} units, {len(rep.skipped)} already present")
+        print("\n".join(rep.lines()))
     return 0
 
 
@@ -63,7 +80,9 @@ def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
             "directory (--homeagent)")
     sp = subparsers.add_parser("export", parents=list(parents), help=text, description=text)
     where = sp.add_mutually_exclusive_group()
-    where.add_argument("out", nargs="?", help="the archive file to create")
+    where.add_argument("out", nargs="?", help="the archive file to create ('-': stdout); a "
+                       "whole export carries every unit, graph.db, config.toml, access "
+                       "statistics, pins and the change feed position")
     where.add_argument("--homeagent", metavar="DIR",
                        help="write a HomeAgent memory directory DIR (new or empty): v3 "
                        "documents, context.json, media, graph.db (docs/FORMAT.md §10a)")
@@ -74,7 +93,8 @@ def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
     sp.set_defaults(fn=_cmd_export)
     text = "read an archive (or a foreign export) into the store, exactly once"
     sp = subparsers.add_parser("import", parents=list(parents), help=text, description=text)
-    sp.add_argument("src", help="the archive ('-' for stdin) or foreign export file")
+    sp.add_argument("src", help="the archive ('-' for stdin) or foreign export file; "
+                    "everything is verified before anything is stored")
     sp.add_argument("--from", dest="from_format", choices=["fsmem", "chatgpt"], default="fsmem",
                     help="fsmem archive (default) or ChatGPT conversations.json")
     sp.set_defaults(fn=_cmd_import)
