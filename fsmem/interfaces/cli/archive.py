@@ -44,10 +44,17 @@ def _cmd_export_homeagent(args: Any) -> int:
     return 0
 
 
+def _cmd_import_chatgpt(mem: Any, args: Any) -> int:
+    """``import --from chatgpt``: the zip or conversations.json, missing images named."""
+    rep = import_chatgpt(mem, args.src)
+    print(encode(rep).decode() if args.json else "\n".join(rep.lines()))
+    return 0
+
+
 def _cmd_import(args: Any) -> int:
     mem = Memory.open(args.root, agent=getattr(args, "agent", None))
     if args.from_format == "chatgpt":
-        rep = import_chatgpt(mem, args.src)
+        return _cmd_import_chatgpt(mem, args)
     else:
         rep = import_archive(mem, args.src)
     if args.json:
@@ -76,5 +83,6 @@ def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
     sp = subparsers.add_parser("import", parents=list(parents), help=text, description=text)
     sp.add_argument("src", help="the archive ('-' for stdin) or foreign export file")
     sp.add_argument("--from", dest="from_format", choices=["fsmem", "chatgpt"], default="fsmem",
-                    help="fsmem archive (default) or ChatGPT conversations.json")
+                    help="fsmem archive (default), or a ChatGPT export: the .zip as "
+                    "downloaded (images kept as media blocks) or its conversations.json")
     sp.set_defaults(fn=_cmd_import)
