@@ -197,13 +197,14 @@ def test_readme_agent_section_runs(tmp_path):
     import os
     import runpy
     blocks = _readme_blocks()
-    assert [lang for lang, _ in blocks] == ["json", "python", "sh"]
+    assert [lang for lang, _ in blocks] == ["json", "python", "sh", "sh"]
     config = json.loads(blocks[0][1])["mcpServers"]["fsmem"]
     assert config["command"] == "fsmem" and config["args"][:2] == ["mcp", "--root"]
     work = tmp_path / "work"
     (work / "fixtures" / "chatgpt").mkdir(parents=True)
-    (work / "fixtures" / "chatgpt" / "conversations.json").write_bytes(
-        (Path(REPO) / "fixtures" / "chatgpt" / "conversations.json").read_bytes())
+    for name in ("conversations.json", "export.zip"):
+        (work / "fixtures" / "chatgpt" / name).write_bytes(
+            (Path(REPO) / "fixtures" / "chatgpt" / name).read_bytes())
     bindir = tmp_path / "bin"
     bindir.mkdir()
     shim = bindir / "fsmem"
@@ -214,6 +215,12 @@ def test_readme_agent_section_runs(tmp_path):
                    capture_output=True)
     restored = Memory.open(work / "restored")
     assert len(restored.units("documents")) == 3 and restored.fsck() == []
+    zipped = subprocess.run(["bash", "-e", "-c", blocks[3][1]], cwd=work, env=env, check=True,
+                            capture_output=True, text=True)
+    assert "1 images stored, 0 missing" in zipped.stdout
+    chats = Memory.open(work / "chats")
+    assert any(b.modality == "image" for u in chats.units("documents")
+               for ev in chats.document(u).events for b in ev.blocks) and chats.fsck() == []
     script = tmp_path / "snippet.py"
     script.write_text(blocks[1][1], "utf-8")
     cwd = os.getcwd()

@@ -58,13 +58,20 @@ def _cmd_export_homeagent(args: Any) -> int:
     return 0
 
 
+def _cmd_import_chatgpt(mem: Any, args: Any) -> int:
+    """``import --from chatgpt``: the zip or conversations.json, missing images named."""
+    rep = import_chatgpt(mem, args.src)
+    print(encode(rep).decode() if args.json else "\n".join(rep.lines()))
+    return 0
+
+
 def _cmd_import(args: Any) -> int:
     if args.src == "-" and args.from_format != "chatgpt" and sys.stdin.isatty():
         raise UsageError("argument SRC: '-' reads the archive from stdin, which is a "
                          "terminal; pipe one in (fsmem import - < backup.tar)")
     mem = Memory.open(args.root, agent=getattr(args, "agent", None))
     if args.from_format == "chatgpt":
-        rep = import_chatgpt(mem, args.src)
+        return _cmd_import_chatgpt(mem, args)
     else:
         rep = import_archive(mem, args.src)
     if args.json:
@@ -96,5 +103,6 @@ def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
     sp.add_argument("src", help="the archive ('-' for stdin) or foreign export file; "
                     "everything is verified before anything is stored")
     sp.add_argument("--from", dest="from_format", choices=["fsmem", "chatgpt"], default="fsmem",
-                    help="fsmem archive (default) or ChatGPT conversations.json")
+                    help="fsmem archive (default), or a ChatGPT export: the .zip as "
+                    "downloaded (images kept as media blocks) or its conversations.json")
     sp.set_defaults(fn=_cmd_import)
