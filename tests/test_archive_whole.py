@@ -40,6 +40,10 @@ def answers(root: Path) -> dict:
     with mem:
         hits = {q: [(h.unit_id, h.layer, h.summary) for h in mem.query(q, count=False)]
                 for q in ("coffee maker", "garage code", "water tank")}
+        hits.update({f"search {q}": [(h.unit_id, h.layer, h.kind, round(h.score, 4),
+                                      [f.text for f in h.facts])
+                                     for h in mem.search(q, count=False)]
+                     for q in ("coffee maker", "garage code", "water tank", "Boston")})
         units = {layer: sorted(mem.units(layer)) for layer in mem.layout.layers()}
         access = {uid: mem.document(uid).access_count for ids in units.values() for uid in ids}
     with Graph(root) as g:
