@@ -111,6 +111,12 @@ def test_every_tool_over_stdio(tmp_path):
                                                                en["unit_id"], seen["again"]}
             rec = await _call(s, "memory_recall", {"query": "光伏板", "top_k": 1})
             assert rec["recalled"] == [made["unit_id"]]
+            # recalled into L1: the L2 query no longer has it, the default search does
+            assert made["unit_id"] not in {h["unit_id"] for h in (await _call(
+                s, "coldcontext_query", {"query": "光伏板", "top_k": 5}))["hits"]}
+            found = await _call(s, "memory_search", {"query": "光伏板", "top_k": 5})
+            assert [(h["unit_id"], h["layer"]) for h in found["hits"]][:1] == \
+                [(made["unit_id"], "context")]
             assert (await _call(s, "memory_remove", {"unit_id": photo}))["removed"] is True
 
             dry = await _call(s, "memory_distill", {"max_age_hours": 0, "max_access": 100})
@@ -118,6 +124,10 @@ def test_every_tool_over_stdio(tmp_path):
             done = await _call(s, "memory_distill", {"dry_run": False, "max_age_hours": 0,
                                                      "max_access": 100})
             assert en["unit_id"] in done["distilled"]
+            facts = await _call(s, "memory_search", {"query": "Boston", "layers": ["stablemem"]})
+            assert facts["hits"] and all(h["layer"] == "stablemem" for h in facts["hits"])
+            assert any("Boston" in f["object"] + f["subject"]
+                       for h in facts["hits"] for f in h["facts"])
             found = await _call(s, "graph_search", {"text": "Boston"})
             assert "Boston" in {e["name"] for e in found["entities"]}
             near = await _call(s, "graph_neighbors", {"name": "Boston"})

@@ -34,7 +34,7 @@ def tool_call(target, name: str, args: dict) -> dict:
 
 def test_definitions_generated_from_one_source():
     names = [t.name for t in TOOLS]
-    assert len(set(names)) == len(names) == 12 and names == tool_names()
+    assert len(set(names)) == len(names) == 13 and names == tool_names()
     oa = definitions("openai")
     assert [d["function"]["name"] for d in oa] == names
     an = definitions("anthropic")

@@ -157,6 +157,27 @@ def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     return {"query": a["query"], "hits": hits}
 
 
+def _q_search(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    hits = []
+    for h in mem.search(a["query"], top_k=a["top_k"], layers=a.get("layers") or None,
+                        scope=a.get("scope", "all"), agent=_owner(a)):
+        text = ""
+        if h.kind == "unit":
+            try:
+                text = mem.document(h.unit_id).content
+            except (NotFound, FsmemError, OSError):
+                text = ""  # a legacy HomeAgent document: its summary is the label
+        hits.append({"unit_id": h.unit_id, "score": round(float(h.score), 6),
+                     "summary": h.summary, "layer": h.layer, "kind": h.kind,
+                     "agent": h.agent or "default",
+                     "created_at": h.created_at.isoformat() if h.created_at else None,
+                     "events": h.events, "text": text[:TEXT_PREVIEW_CHARS],
+                     "truncated": len(text) > TEXT_PREVIEW_CHARS,
+                     "facts": [{"subject": f.subject, "relation": f.relation,
+                                "object": f.object, "unit_id": f.unit_id} for f in h.facts]})
+    return {"query": a["query"], "hits": hits}
+
+
 def _q_commit(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     summary = a["summary"] or a["content"][:100]
     uid = mem.commit(a["content"], summary=summary, tags=a["tags"], source=a["source"],
@@ -270,6 +291,18 @@ _SCOPE = {"scope": _s("own: documents this agent wrote; shared: documents every 
                       "memory's default agent)", default="")}
 
 TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("memory_search", "Search all memory",
+             "Search every layer of memory at once: the recent conversation (context, L1), "
+             "the long-term documents (L2) and the distilled knowledge (L3) with its graph "
+             "facts. Each match says which layer holds it. Read-only: nothing moves. The "
+             "default search: a fact is found wherever it lives now (coldcontext_query "
+             "searches L2 only).",
+             {"query": _s("what to look for, in the user's words", minLength=1),
+              "top_k": _i("how many matches to return", 5, 1, 50),
+              "layers": {"type": "array", "default": [], "description": "only these layers "
+                         "(default: all)", "items": {"type": "string", "enum": [
+                             "context", "documents", "stablemem"]}}, **_SCOPE},
+             ("query",), read_only=True, idempotent=True, run=_q_search),
     ToolSpec("coldcontext_query", "Search document memory",
              "Search the long-term document memory (L2) for what is relevant to a query and "
              "return the best matches with their ids, scores, timestamps and text. Read-only: "
