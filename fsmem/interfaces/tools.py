@@ -141,41 +141,34 @@ def _owner(a: dict[str, Any]) -> str | None:
     return a.get("owner") or None
 
 
-def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    hits = []
-    for h in mem.query(a["query"], top_k=a["top_k"], scope=a.get("scope", "all"),
-                       agent=_owner(a)):
+def _hit_json(mem: Memory, h: Any) -> dict[str, Any]:
+    """One hit of ``coldcontext_query`` or ``memory_search``, with a preview of its text."""
+    text = ""
+    if h.kind == "unit":
         try:
             text = mem.document(h.unit_id).content
         except (NotFound, FsmemError, OSError):
             text = ""  # a legacy HomeAgent document: its summary is the label
-        hits.append({"unit_id": h.unit_id, "score": round(float(h.score), 6),
-                     "summary": h.summary, "layer": h.layer, "agent": h.agent or "default",
-                     "created_at": h.created_at.isoformat() if h.created_at else None,
-                     "events": h.events, "text": text[:TEXT_PREVIEW_CHARS],
-                     "truncated": len(text) > TEXT_PREVIEW_CHARS})
-    return {"query": a["query"], "hits": hits}
+    return {"unit_id": h.unit_id, "score": round(float(h.score), 6),
+            "summary": h.summary, "layer": h.layer, "agent": h.agent or "default",
+            "created_at": h.created_at.isoformat() if h.created_at else None,
+            "events": h.events, "text": text[:TEXT_PREVIEW_CHARS],
+            "truncated": len(text) > TEXT_PREVIEW_CHARS}
+
+
+def _q_query(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    hits = mem.query(a["query"], top_k=a["top_k"], scope=a.get("scope", "all"),
+                     agent=_owner(a))
+    return {"query": a["query"], "hits": [_hit_json(mem, h) for h in hits]}
 
 
 def _q_search(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    hits = []
-    for h in mem.search(a["query"], top_k=a["top_k"], layers=a.get("layers") or None,
-                        scope=a.get("scope", "all"), agent=_owner(a)):
-        text = ""
-        if h.kind == "unit":
-            try:
-                text = mem.document(h.unit_id).content
-            except (NotFound, FsmemError, OSError):
-                text = ""  # a legacy HomeAgent document: its summary is the label
-        hits.append({"unit_id": h.unit_id, "score": round(float(h.score), 6),
-                     "summary": h.summary, "layer": h.layer, "kind": h.kind,
-                     "agent": h.agent or "default",
-                     "created_at": h.created_at.isoformat() if h.created_at else None,
-                     "events": h.events, "text": text[:TEXT_PREVIEW_CHARS],
-                     "truncated": len(text) > TEXT_PREVIEW_CHARS,
-                     "facts": [{"subject": f.subject, "relation": f.relation,
-                                "object": f.object, "unit_id": f.unit_id} for f in h.facts]})
-    return {"query": a["query"], "hits": hits}
+    hits = mem.search(a["query"], top_k=a["top_k"], layers=a.get("layers") or None,
+                      scope=a.get("scope", "all"), agent=_owner(a))
+    return {"query": a["query"], "hits": [
+        {**_hit_json(mem, h), "kind": h.kind,
+         "facts": [{"subject": f.subject, "relation": f.relation, "object": f.object,
+                    "unit_id": f.unit_id} for f in h.facts]} for h in hits]}
 
 
 def _q_commit(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from fsmem.format.errors import MissingDependency
+from fsmem.store.config import EMBEDDER_EXTRAS
 
 __all__ = ["SentenceTransformerEmbedder", "E5SmallEmbedder", "EMBEDDERS", "make_embedder",
            "embedder_name"]
@@ -88,9 +89,8 @@ class E5SmallEmbedder:
 #: the store's ``embedder`` setting (fsmem.store.config) -> (class, its extra); "hash" is the
 #: built-in default (fsmem.search.embed.HashEmbedder, no extra)
 EMBEDDERS: dict[str, tuple[type, str]] = {
-    "e5-small": (E5SmallEmbedder, "embed-lite"),
-    "minilm": (SentenceTransformerEmbedder, "embed"),
-}
+    name: (cls, EMBEDDER_EXTRAS[name][0])
+    for name, cls in (("e5-small", E5SmallEmbedder), ("minilm", SentenceTransformerEmbedder))}
 
 
 def make_embedder(name: str, where: str = ""):
