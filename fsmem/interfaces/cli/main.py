@@ -125,18 +125,25 @@ def cmd_init(args: argparse.Namespace) -> int:
     mem = _open(args)
     chosen = {k: v for k, v in (("embedder", args.embedder), ("ranker", args.ranker))
               if v is not None}
+    was = "hash"
     with mem.store.locked():   # write the settings once; an existing file is kept
-        if not os.path.lexists(config_path(mem.root)):
+        fresh = not os.path.lexists(config_path(mem.root))
+        if fresh:
             cfg = _settings(args)
             write_config(mem.root, {**{k: cfg[k] for k in
                                        ("context_capacity", "context_protected", "durability")},
                                     **chosen})
         else:   # an existing store: only the choices given on this command line change
+            was = load_config(mem.root).get("embedder", "hash")
             for key, value in chosen.items():
                 set_config(mem.root, key, value)
         settings = load_config(mem.root)
     _emit(args, {"root": mem.root, "config": settings},
           f"initialised fsmem store at {mem.root}")
+    if not fresh and settings.get("embedder", "hash") != was:
+        from fsmem.interfaces.cli.show import reembed  # lazy: start-up, loaded only when used
+        mem.close()   # opened with the old embedder
+        reembed(args, _open)
     return 0
 
 
