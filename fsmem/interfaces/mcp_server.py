@@ -34,7 +34,7 @@ from typing import Any, Sequence
 from fsmem._version import __version__
 from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.errors import FsmemError, InvalidName, MissingDependency, NotFound
-from fsmem.format.layout import NotAStore
+from fsmem.format.layout import Layout, NotAStore
 from fsmem.format.unit import block_path
 from fsmem.format.views import unit_label
 from fsmem.interfaces.tools import TOOLS, call, definitions, unit_json, validate
@@ -304,15 +304,24 @@ def _port_free(port: int) -> None:
                           f"{exc.strerror}") from None
 
 
+def _no_store(exc: Exception) -> NotAStore:
+    return NotAStore(f"{exc}; or start the server with `fsmem mcp --init`")
+
+
 def _cmd_mcp(args: Any) -> int:
-    _sdk()   # the install hint before anything else
+    if not args.init:   # no store, no server: one line, before the SDK (2 s) is even loaded
+        try:
+            Layout(os.path.abspath(args.root)).require_readable()
+        except NotFound as exc:
+            raise _no_store(exc) from None
+    _sdk()   # the install hint before anything is created or served
     if args.http:
         _port_free(args.port)
     service = MemoryService(args.root, create=args.init, agent=getattr(args, "agent", None))
     try:
-        service.open()   # refused here, before serving anything, if there is no store
+        service.open()   # refused here too, before serving anything
     except NotFound as exc:
-        raise NotAStore(f"{exc}; or start the server with `fsmem mcp --init`") from None
+        raise _no_store(exc) from None
     if args.http:
         serve_http(service, args.port)
     else:
