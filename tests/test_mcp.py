@@ -228,6 +228,13 @@ def test_every_tool_declares_an_output_schema_and_its_result_fits(tmp_path):
                     {"name": "lookup", "output": "ok"}]})
                 await run("memory_render", {"budget_tokens": 300})
                 await run("coldcontext_query", {"query": "gate code"})
+                # the published schema decides: an integral 3.0 is a JSON Schema integer
+                three = await run("coldcontext_query", {"query": "gate code", "top_k": 3.0})
+                assert three["hits"]
+                assert "query: must not be blank" in await _error(
+                    s, "coldcontext_query", {"query": " \t "})
+                assert "top_k: -1 is less than the minimum of 1" in await _error(
+                    s, "coldcontext_query", {"query": "x", "top_k": -1})
                 await run("memory_search", {"query": "gate code"})
                 await run("memory_show", {"unit_id": photo})
                 await run("memory_list", {})
