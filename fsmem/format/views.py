@@ -5,14 +5,20 @@ A view is never memory: ``Document.content`` is rendered from the events on dema
 
 from __future__ import annotations
 
+from typing import Iterable, Iterator
+
 import msgspec
 
 from fsmem.format.blocks import read_block
+from fsmem.format.errors import FsmemError
 from fsmem.format.model import BlockRef, Event, EventRecord, Manifest, ToolOutput
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path
 
-__all__ = ["Document", "Hit", "Fact", "hydrate_event", "content_view", "event_text"]
+__all__ = ["Document", "Hit", "Fact", "hydrate_event", "content_view", "event_text",
+           "summary_label", "unit_label", "LABEL_CHARS"]
+
+LABEL_CHARS = 100   # a label made from a unit's text is cut here (a view: the text stays whole)
 
 
 def _text(unit_dir: str, ref: BlockRef) -> str:
@@ -60,6 +66,40 @@ def content_view(events: list[Event]) -> str:
     return "\n".join(event_text(e) for e in ordered)
 
 
+def summary_label(summary: str, texts: Iterable[str]) -> str:
+    """The one rule every view labels a unit by (ls, query, search, the MCP tools, ``Hit``):
+    the summary its writer gave, whole; a unit stored without one (a plain commit, an L1
+    turn) is labelled by the first non-blank text of its events in time order, whitespace
+    collapsed, cut at ``LABEL_CHARS`` characters ("…" marks the cut). Only a view: what is
+    stored stays what the writer gave, and the text stays whole."""
+    if summary.strip():
+        return summary
+    for text in texts:
+        line = " ".join(text.split())
+        if line:
+            return line if len(line) <= LABEL_CHARS else line[:LABEL_CHARS - 1] + "…"
+    return ""
+
+
+def _record_texts(unit_dir: str, records: Iterable[EventRecord]) -> Iterator[str]:
+    """Each event's input, then its response, in time order, read only as far as asked."""
+    for rec in sorted(records, key=lambda r: (r.timestamp.ns, r.id)):
+        for role in ("input", "response"):
+            ref = next((r for r in rec.blocks if r.role == role and r.modality == "text"), None)
+            if ref is None:
+                continue
+            try:
+                yield _text(unit_dir, ref)
+            except (FsmemError, OSError, UnicodeDecodeError):
+                continue   # a damaged block labels nothing (fsck reports it); the next may
+
+
+def unit_label(unit_dir: str, manifest: Manifest) -> str:
+    """``summary_label`` of a unit on disk; reads only the text blocks it needs (none when
+    the unit has a summary)."""
+    return summary_label(manifest.summary, _record_texts(unit_dir, manifest.events))
+
+
 class Document(msgspec.Struct, kw_only=True):
     """A unit read back: its manifest fields, where it lives, and its events with text."""
 
@@ -91,6 +131,12 @@ class Document(msgspec.Struct, kw_only=True):
     @property
     def content(self) -> str:
         return content_view(self.events)
+
+    @property
+    def label(self) -> str:
+        """The summary every view shows for this unit (``summary_label``)."""
+        ordered = sorted(self.events, key=lambda e: (e.timestamp.ns, e.id))
+        return summary_label(self.summary, (t for e in ordered for t in (e.input, e.response)))
 
     @property
     def blocks(self) -> list[BlockRef]:

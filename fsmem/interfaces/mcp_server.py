@@ -1,11 +1,22 @@
-"""``fsmem mcp``: a Model Context Protocol server for one store, on the official ``mcp`` SDK.
+"""``fsmem mcp``: a Model Context Protocol server for one store, on the official ``mcp`` SDK's
+high-level server (``mcp.server.mcpserver.MCPServer``, the SDK 2's successor of FastMCP).
 
-The tools are the ones defined in fsmem.interfaces.tools (names, descriptions, JSON schemas and
-annotations come from there; nothing is copied). A tool call answers with the result as JSON
-text plus structured content; media blocks come back as MCP image content (image/*) or as an
+The tools are the ones defined in fsmem.interfaces.tools: names, descriptions, input and output
+schemas and annotations come from there, nothing is copied, and nothing is derived from a
+Python signature. MCPServer would build a tool's input schema from its function's parameters
+(pydantic) and validate with that model; here each tool is an SDK ``Tool`` built from the
+published schema instead, whose metadata (``_Published``) hands the arguments on as the client
+sent them to ``tools.validate`` (jsonschema against that very schema) and publishes the tool's
+declared output schema. A call answers with the result as JSON text plus ``structuredContent``
+(valid against that schema); media blocks come back as MCP image content (image/*) or as an
 embedded resource (other media), never as text. Bad arguments and store errors are MCP tool
-errors (``isError``) whose text names the argument; the server keeps serving. Units are
-resources ``fsmem://unit/<id>`` (JSON), their blocks ``fsmem://unit/<id>/block/<digest>``.
+errors (``isError``) whose text names the argument; the server keeps serving.
+
+Units are resources ``fsmem://unit/<id>`` (JSON), their blocks ``fsmem://unit/<id>/block/
+<digest>`` (with the block's own media type). MCPServer's resource registry is static (a
+resource registered one by one, a template with one fixed media type), so the server lists
+(page by page) and reads the store's units itself. A store that is missing is refused at start,
+before anything is served (``fsmem mcp --init`` creates it).
 
 stdio by default; ``--http`` serves streamable HTTP on 127.0.0.1 only.
 """
@@ -17,12 +28,15 @@ import json
 import logging
 import os
 import threading
+from functools import lru_cache
 from typing import Any, Sequence
 
 from fsmem._version import __version__
 from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
-from fsmem.format.errors import FsmemError, MissingDependency, NotFound
+from fsmem.format.errors import FsmemError, InvalidName, MissingDependency, NotFound
+from fsmem.format.layout import Layout, NotAStore
 from fsmem.format.unit import block_path
+from fsmem.format.views import unit_label
 from fsmem.interfaces.tools import TOOLS, call, definitions, unit_json, validate
 from fsmem.memory.facade import Memory
 
@@ -33,22 +47,24 @@ log = logging.getLogger("fsmem.mcp_server")
 
 MEDIA_INLINE_MAX = 8 << 20     # larger media come back as a resource link, not inline bytes
 RESOURCE_PAGE = 500
+INSTRUCTIONS = ("Long-term memory of this agent: search (memory_search) before answering about "
+                "the past; commit what is worth keeping.")
 
 
 def _sdk() -> Any:
     try:
         import mcp_types  # lazy: start-up, loaded only when used (+shutil, hashlib, fractions)
 
-        # lazy: start-up, loaded only when used (+mcp, shutil, hashlib)
-        from mcp.server.lowlevel import Server
+        # lazy: start-up, loaded only when used (+mcp, starlette, pydantic)
+        from mcp.server.mcpserver import MCPServer
     except ImportError as exc:
         raise MissingDependency("fsmem mcp needs the MCP SDK: pip install 'fsmem[mcp]'") from exc
-    return mcp_types, Server
+    return mcp_types, MCPServer
 
 
 class MemoryService:
-    """The store behind the server: opened on first use (a missing store is an error on each
-    call, not a crash), one call at a time (the SDK runs handlers on worker threads)."""
+    """The store behind the server: opened at start (``open``: a missing store is refused
+    before anything is served), one call at a time (the SDK runs tools on worker threads)."""
 
     def __init__(self, root: str, *, create: bool = False, agent: str | None = None) -> None:
         self.root = os.path.abspath(root)
@@ -61,6 +77,12 @@ class MemoryService:
         if self._mem is None:
             self._mem = Memory.open(self.root, create=self.create, agent=self.agent)
         return self._mem
+
+    def open(self) -> None:
+        """Open the store now; FsmemError naming the path (and ``fsmem init``) if it is not
+        one. Nothing is created unless the server was started with ``--init``."""
+        with self._lock:
+            self.memory()
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
         with self._lock:
@@ -80,6 +102,7 @@ class MemoryService:
             return unit_json(self.memory().visible(unit_id))   # never another's private
 
     def units(self) -> list[tuple[str, str, str]]:
+        """(id, layer, label) of every unit this agent sees."""
         with self._lock:
             mem = self.memory()
             out = []
@@ -88,7 +111,7 @@ class MemoryService:
                                          with_vectors=False):
                     if not mem.sees(u.manifest):
                         continue   # another agent's private unit is no resource
-                    out.append((u.unit_id, layer, u.manifest.summary))
+                    out.append((u.unit_id, layer, unit_label(u.path, u.manifest)))
             return out
 
     def close(self) -> None:
@@ -129,86 +152,114 @@ def _parse_uri(uri: str) -> tuple[str, str | None]:
     raise NotFound(f"resource {uri!r}: want fsmem://unit/<id> or fsmem://unit/<id>/block/<digest>")
 
 
-def _sdk_tools(types: Any) -> list[Any]:
-    """fsmem.interfaces.tools.TOOLS as SDK Tool objects: the same schemas and annotations."""
-    return [types.Tool(name=t.name, title=t.title, description=t.description,
-                       input_schema=t.schema,
-                       annotations=types.ToolAnnotations(
-                           title=t.title, read_only_hint=t.read_only,
-                           destructive_hint=t.destructive, idempotent_hint=t.idempotent,
-                           open_world_hint=False)) for t in TOOLS]
+@lru_cache(maxsize=None)
+def _published() -> type:
+    """The SDK tool metadata for a tool whose schemas fsmem publishes (built on first use:
+    the SDK is imported lazily)."""
+    # lazy: start-up, loaded only when used (the SDK's pydantic models)
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+
+    class _Published(FuncMetadata):
+        """No argument model of its own: the arguments go to the tool as sent, to be
+        validated there (fsmem.interfaces.tools.validate, jsonschema against the published
+        schema); ``output_schema`` is the tool's declared one."""
+
+        def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+            return {"arguments": arguments_to_validate}
+    return _Published
+
+
+def _sdk_tools(types: Any, service: MemoryService) -> list[Any]:
+    """fsmem.interfaces.tools.TOOLS as SDK tools: the same schemas and annotations."""
+    from mcp.server.mcpserver.exceptions import ToolError  # lazy: start-up, the SDK
+    from mcp.server.mcpserver.tools import Tool  # lazy: start-up, the SDK
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase  # lazy: the SDK
+
+    def runner(name: str) -> Any:
+        def run(arguments: dict[str, Any]) -> Any:
+            try:
+                result = service.call(name, arguments)
+                media = _media_content(types, service, result.get("media", []),
+                                       inline=name == "memory_show")
+            except (FsmemError, OSError, ValueError) as exc:
+                log.info("tool %s failed: %s", name, exc)
+                text = str(exc)
+                raise ToolError(text[len(name) + 2:] if text.startswith(f"{name}: ")
+                                else text) from None
+            text = types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))
+            return types.CallToolResult(content=[text, *media], structured_content=result)
+        return run
+
+    return [Tool(fn=runner(t.name), name=t.name, title=t.title, description=t.description,
+                 parameters=t.schema, is_async=False,
+                 fn_metadata=_published()(arg_model=ArgModelBase, output_schema=t.output_schema),
+                 annotations=types.ToolAnnotations(
+                     title=t.title, read_only_hint=t.read_only, destructive_hint=t.destructive,
+                     idempotent_hint=t.idempotent, open_world_hint=False)) for t in TOOLS]
 
 
 def build_server(service: MemoryService) -> Any:
-    """The low-level SDK server with fsmem's tools and unit resources."""
-    types, Server = _sdk()
+    """The SDK's high-level server with fsmem's tools and unit resources."""
+    types, MCPServer = _sdk()
     import anyio  # lazy: start-up, loaded only when used
-    tools = _sdk_tools(types)
 
-    async def list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(tools=tools)
+    from mcp.server.lowlevel.helper_types import ReadResourceContents  # lazy: the SDK
+    # lazy: start-up, loaded only when used (the SDK)
+    from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+    from mcp.shared.exceptions import MCPError  # lazy: start-up, the SDK
 
-    async def call_tool(ctx: Any, params: Any) -> Any:
-        def run() -> Any:
-            result = service.call(params.name, params.arguments)
-            content = [types.TextContent(type="text", text=json.dumps(result, ensure_ascii=False))]
-            media = _media_content(types, service, result.get("media", []),
-                                   inline=params.name == "memory_show")
-            return types.CallToolResult(content=content + media, structured_content=result)
-        try:
-            return await anyio.to_thread.run_sync(run)
-        except (FsmemError, OSError, ValueError) as exc:
-            log.info("tool %s failed: %s", params.name, exc)
-            return types.CallToolResult(content=[types.TextContent(type="text", text=str(exc))],
-                                        is_error=True)
+    class FsmemServer(MCPServer):
+        """MCPServer whose resources are the store's units, listed and read from it."""
 
-    async def list_resources(ctx: Any, params: Any) -> Any:
-        rows = await anyio.to_thread.run_sync(service.units)
-        start = int(params.cursor) if params is not None and params.cursor else 0
-        page = rows[start:start + RESOURCE_PAGE]
-        nxt = str(start + RESOURCE_PAGE) if start + RESOURCE_PAGE < len(rows) else None
-        return types.ListResourcesResult(next_cursor=nxt, resources=[
-            types.Resource(name=uid, uri=f"fsmem://unit/{uid}", mime_type="application/json",
-                           description=f"{layer}: {summary}"[:200]) for uid, layer, summary in page])
+        async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
+            try:
+                rows = await anyio.to_thread.run_sync(service.units)
+            except (FsmemError, OSError) as exc:   # a reply naming it, never a traceback
+                log.info("resources/list failed: %s", exc)
+                raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+            cursor = getattr(params, "cursor", None) if params is not None else None
+            start = int(cursor) if cursor and str(cursor).isdigit() else 0
+            page = rows[start:start + RESOURCE_PAGE]
+            nxt = str(start + RESOURCE_PAGE) if start + RESOURCE_PAGE < len(rows) else None
+            return types.ListResourcesResult(next_cursor=nxt, resources=[
+                types.Resource(name=uid, uri=f"fsmem://unit/{uid}",
+                               mime_type="application/json",
+                               description=f"{layer}: {label}"[:200])
+                for uid, layer, label in page])
 
-    async def list_templates(ctx: Any, params: Any) -> Any:
-        return types.ListResourceTemplatesResult(resource_templates=[
-            types.ResourceTemplate(name="unit", uri_template="fsmem://unit/{unit_id}",
-                                   mime_type="application/json",
-                                   description="one memory unit, whole, as JSON")])
+        async def list_resource_templates(self) -> list[Any]:
+            return [types.ResourceTemplate(
+                        name="unit", uri_template="fsmem://unit/{unit_id}",
+                        mime_type="application/json",
+                        description="one memory unit, whole, as JSON"),
+                    types.ResourceTemplate(
+                        name="block", uri_template="fsmem://unit/{unit_id}/block/{digest}",
+                        description="one block of a unit (its bytes, its media type)")]
 
-    async def read_resource(ctx: Any, params: Any) -> Any:
-        uri = str(params.uri)
-        unit_id, digest = _parse_uri(uri)
-        if digest is None:
-            data = await anyio.to_thread.run_sync(service.unit, unit_id)
-            return types.ReadResourceResult(contents=[types.TextResourceContents(
-                uri=uri, mime_type="application/json", text=json.dumps(data, ensure_ascii=False))])
-        raw, mime = await anyio.to_thread.run_sync(service.block, unit_id, digest)
-        return types.ReadResourceResult(contents=[types.BlobResourceContents(
-            uri=uri, mime_type=mime, blob=base64.b64encode(raw).decode("ascii"))])
+        async def read_resource(self, uri: Any, context: Any = None) -> list[Any]:
+            try:
+                unit_id, digest = _parse_uri(str(uri))
+                if digest is None:
+                    data = await anyio.to_thread.run_sync(service.unit, unit_id)
+                    return [ReadResourceContents(content=json.dumps(data, ensure_ascii=False),
+                                                 mime_type="application/json")]
+                raw, mime = await anyio.to_thread.run_sync(service.block, unit_id, digest)
+                return [ReadResourceContents(content=raw, mime_type=mime)]
+            except (NotFound, InvalidName) as exc:
+                raise ResourceNotFoundError(str(exc)) from None
+            except (FsmemError, OSError, ValueError) as exc:
+                raise ResourceError(str(exc)) from None
 
-    return Server("fsmem", version=__version__,
-                  instructions="Long-term memory of this agent: query before answering about "
-                               "the past; commit what is worth keeping.",
-                  on_list_tools=list_tools, on_call_tool=call_tool,
-                  on_list_resources=list_resources, on_list_resource_templates=list_templates,
-                  on_read_resource=read_resource)
+    return FsmemServer("fsmem", version=__version__, instructions=INSTRUCTIONS,
+                       tools=_sdk_tools(types, service), log_level="WARNING")
 
 
 def serve_stdio(service: MemoryService) -> None:
     """Serve MCP over stdin/stdout until the client closes them."""
     server = build_server(service)
     import anyio  # lazy: start-up, loaded only when used
-
-    # lazy: start-up, loaded only when used (+mcp, shutil, hashlib)
-    from mcp.server.stdio import stdio_server
-
-    async def main() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
     try:
-        anyio.run(main)
+        anyio.run(server.run_stdio_async)
     finally:
         service.close()
 
@@ -253,11 +304,24 @@ def _port_free(port: int) -> None:
                           f"{exc.strerror}") from None
 
 
+def _no_store(exc: Exception) -> NotAStore:
+    return NotAStore(f"{exc}; or start the server with `fsmem mcp --init`")
+
+
 def _cmd_mcp(args: Any) -> int:
-    _sdk()   # the install hint before anything else
+    if not args.init:   # no store, no server: one line, before the SDK (2 s) is even loaded
+        try:
+            Layout(os.path.abspath(args.root)).require_readable()
+        except NotFound as exc:
+            raise _no_store(exc) from None
+    _sdk()   # the install hint before anything is created or served
     if args.http:
         _port_free(args.port)
     service = MemoryService(args.root, create=args.init, agent=getattr(args, "agent", None))
+    try:
+        service.open()   # refused here too, before serving anything
+    except NotFound as exc:
+        raise _no_store(exc) from None
     if args.http:
         serve_http(service, args.port)
     else:

@@ -1,16 +1,20 @@
 """Agent-facing tools: one source of truth for their definitions, and a dispatcher.
 
 Each ``ToolSpec`` holds a tool's name, a description written for a model, the JSON schema of
-its arguments and its MCP annotations (readOnlyHint / destructiveHint / idempotentHint).
-``definitions(fmt)`` renders them for OpenAI function calling, Anthropic tool use or MCP;
-the MCP server (fsmem.interfaces.mcp_server) and ``fsmem tools`` both read them from here, never a
-copy.
+its arguments, the JSON schema of its result and its MCP annotations (readOnlyHint /
+destructiveHint / idempotentHint). ``definitions(fmt)`` renders them for OpenAI function
+calling, Anthropic tool use (arguments only: neither takes a result schema) or MCP
+(``inputSchema`` and ``outputSchema``); the MCP server (fsmem.interfaces.mcp_server) and
+``fsmem tools`` both read them from here, never a copy.
 
-``call(mem_or_root, name, arguments)`` validates the arguments against the same schema (an
-error names the argument and nothing stored changes), runs the tool and returns a JSON-able
-dict: ids, scores, RFC 3339 timestamps and text; media are listed by reference (``media``:
-unit id, digest, mime, size) so a host can fetch the bytes (the MCP server turns them into
-image or resource content).
+``call(mem_or_root, name, arguments)`` validates the arguments with ``jsonschema`` against the
+very schema the tool publishes (what it accepts runs, ``top_k: 3.0`` included; what must not
+be blank says so there, ``"pattern": "\\S"``), fills in that schema's defaults (an error
+names the argument and nothing stored changes), runs the tool and returns a JSON-able dict
+that fits the tool's result schema: ids, scores, RFC 3339 timestamps and text; media are
+listed by reference (``media``: unit id, digest, mime, size) so a host can fetch the bytes
+(the MCP server turns them into image or resource content). A unit's ``summary`` in every
+result is its label (fsmem.format.views.summary_label), the same as ``fsmem ls`` shows.
 """
 
 from __future__ import annotations
@@ -18,16 +22,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 import msgspec
 
-from fsmem.format.errors import FsmemError, NotFound
+from fsmem.format.errors import FsmemError, MissingDependency, NotFound
 from fsmem.format.model import Event, MediaAttachment, ToolOutput
 from fsmem.format.timestamps import Timestamp
+from fsmem.format.views import unit_label
 from fsmem.memory.facade import Memory
 from fsmem.memory.reader import Reader
 
@@ -57,6 +62,7 @@ class ToolSpec:
     destructive: bool = False
     idempotent: bool = False
     read_only_if: str = ""   # a boolean argument that, when true, makes the call read-only
+    output: dict[str, Any] = field(default_factory=dict, repr=False)  # its result's schema
     run: Callable[[Memory, dict[str, Any]], dict[str, Any]] = field(
         default=lambda mem, a: {}, repr=False, compare=False)
 
@@ -69,6 +75,12 @@ class ToolSpec:
         """The JSON schema (draft 2020-12 subset) of the tool's arguments."""
         return {"type": "object", "properties": self.properties,
                 "required": list(self.required), "additionalProperties": False}
+
+    @property
+    def output_schema(self) -> dict[str, Any]:
+        """The JSON schema of the tool's result (MCP ``outputSchema``; ``structuredContent``
+        validates against it)."""
+        return self.output
 
     @property
     def annotations(self) -> dict[str, Any]:
@@ -107,11 +119,11 @@ def _event_json(ev: Any) -> dict[str, Any]:
 
 def unit_json(doc: Any) -> dict[str, Any]:
     """A unit read back whole: manifest fields, events with their text, media references."""
-    return {"unit_id": doc.id, "layer": doc.layer, "summary": doc.summary,
+    return {"unit_id": doc.id, "layer": doc.layer, "summary": doc.label,
             "tags": list(doc.tags), "source": doc.source,
             "created_at": doc.created_at.isoformat(), "updated_at": doc.updated_at.isoformat(),
             "events": [_event_json(ev) for ev in doc.events], "text": doc.content,
-            "media": _media_of(doc)}
+            "media": _media_of(doc), "supersedes": doc.meta.get("supersedes", "")}
 
 
 # -- the read path and the write path ------------------------------------------------------
@@ -172,11 +184,12 @@ def _q_search(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _q_commit(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    summary = a["summary"] or a["content"][:100]
-    uid = mem.commit(a["content"], summary=summary, tags=a["tags"], source=a["source"],
+    # the summary stored is what the caller gave, as from Python and the CLI; every view
+    # labels a unit without one by the start of its text (fsmem.format.views.summary_label)
+    uid = mem.commit(a["content"], summary=a["summary"], tags=a["tags"], source=a["source"],
                      media_digests=a["media_digests"], private=a.get("private", False))
     doc = mem.document(uid)
-    return {"unit_id": uid, "layer": doc.layer, "summary": doc.summary,
+    return {"unit_id": uid, "layer": doc.layer, "summary": doc.label,
             "created_at": doc.created_at.isoformat(), "media": _media_of(doc)}
 
 
@@ -216,7 +229,8 @@ def _q_list(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
             m = unit.manifest
             if not mem.sees(m):
                 continue
-            rows.append({"unit_id": unit.unit_id, "layer": layer, "summary": m.summary,
+            rows.append({"unit_id": unit.unit_id, "layer": layer,
+                         "summary": unit_label(unit.path, m),
                          "agent": m.agent or "default", "private": m.private,
                          "events": len(m.events), "created_at": m.created_at.isoformat(),
                          "_ns": m.created_at.ns})
@@ -230,7 +244,7 @@ def _q_update(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     old = mem.visible(a["unit_id"])
     uid = mem.update(old.id, a["content"], summary=a["summary"] or None)
     doc = mem.document(uid)
-    return {"unit_id": uid, "supersedes": old.id, "layer": doc.layer, "summary": doc.summary,
+    return {"unit_id": uid, "supersedes": old.id, "layer": doc.layer, "summary": doc.label,
             "created_at": doc.created_at.isoformat()}
 
 
@@ -268,8 +282,16 @@ _DIGESTS = {"type": "array", "items": {"type": "string", "pattern": "^[0-9a-fA-F
             "media blocks already in the memory, to attach"}
 
 
+_NOT_BLANK = r"\S"   # a text that must hold more than whitespace: the schema says so itself
+
+
 def _s(description: str, **kw: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **kw}
+
+
+def _t(description: str, **kw: Any) -> dict[str, Any]:
+    """A text that must not be blank."""
+    return _s(description, minLength=1, pattern=_NOT_BLANK, **kw)
 
 
 def _i(description: str, default: int, lo: int, hi: int) -> dict[str, Any]:
@@ -283,6 +305,70 @@ _SCOPE = {"scope": _s("own: documents this agent wrote; shared: documents every 
           "owner": _s("only documents written by this agent (its name; 'default' for the "
                       "memory's default agent)", default="")}
 
+# -- what each tool returns (MCP outputSchema; every result validates against its schema) --
+
+def _obj(props: dict[str, Any], required: Iterable[str] | None = None) -> dict[str, Any]:
+    """A closed object: these properties (all required unless said), nothing else."""
+    return {"type": "object", "properties": props,
+            "required": list(props if required is None else required),
+            "additionalProperties": False}
+
+
+def _arr(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+_STR, _INT, _NUM, _BOOL = ({"type": t} for t in ("string", "integer", "number", "boolean"))
+_TIME = {"type": "string", "format": "date-time", "description": "RFC 3339, to the nanosecond"}
+_STRS = _arr(_STR)
+_MEDIA_OUT = _arr(_obj({"unit_id": _STR, "event_id": _STR, "digest": _STR, "mime": _STR,
+                        "modality": _STR, "size": _INT, "name": _STR, "uri": _STR}))
+_HIT = {"unit_id": _STR, "score": _NUM, "summary": _STR, "layer": _STR, "agent": _STR,
+        "created_at": {"type": ["string", "null"], "format": "date-time"}, "events": _INT,
+        "text": _STR, "truncated": _BOOL}
+_FACT = _obj({"subject": _STR, "relation": _STR, "object": _STR, "unit_id": _STR})
+_O_SEARCH = _obj({"query": _STR, "hits": _arr(_obj({
+    **_HIT, "kind": {"type": "string", "enum": ["unit", "fact"]}, "facts": _arr(_FACT)}))})
+_O_QUERY = _obj({"query": _STR, "hits": _arr(_obj(_HIT))})
+_O_COMMIT = _obj({"unit_id": _STR, "layer": _STR, "summary": _STR, "created_at": _TIME,
+                  "media": _MEDIA_OUT})
+_O_RECALL = _obj({"query": _STR, "recalled": _STRS})
+_O_APPEND = _obj({"event_id": _STR, "timestamp": _TIME})
+_O_RENDER = _obj({"budget_tokens": _INT, "text": _STR})
+_O_UPDATE = _obj({"unit_id": _STR, "supersedes": _STR, "layer": _STR, "summary": _STR,
+                  "created_at": _TIME})
+_EVENT_OUT = _obj({"id": _STR, "timestamp": _TIME, "source": _STR, "role": _STR, "input": _STR,
+                   "response": _STR, "tools_used": _STRS,
+                   "tool_results": _arr(_obj({"name": _STR, "output": _STR})),
+                   "media": _STRS})
+_O_SHOW = _obj({"unit_id": _STR, "layer": _STR, "summary": _STR, "tags": _STRS, "source": _STR,
+                "created_at": _TIME, "updated_at": _TIME, "events": _arr(_EVENT_OUT),
+                "text": _STR, "media": _MEDIA_OUT,
+                "supersedes": {"type": "string", "description": "the unit this one updated "
+                               "(kept whole as history), or \"\""}})
+_O_LIST = _obj({"total": _INT, "units": _arr(_obj({
+    "unit_id": _STR, "layer": _STR, "summary": _STR, "agent": _STR, "private": _BOOL,
+    "events": _INT, "created_at": _TIME}))})
+_O_REMOVE = _obj({"unit_id": _STR, "layer": _STR, "removed": {"const": True}})
+# fsmem.graph.graph.Recall as JSON (Provenance omits its defaults)
+_O_GRAPH = _obj({
+    "entities": _arr(_obj({"name": _STR, "type": _STR, "block_id": _STR,
+                           "mention_count": _INT})),
+    "relations": _arr(_obj({
+        "source_name": _STR, "target_name": _STR, "relation_type": _STR, "confidence": _NUM,
+        "edge_id": _INT, "source_id": _STR, "target_id": _STR, "session_id": _STR,
+        "provenance": _arr(_obj({"block": _STR, "event_id": _STR, "unit_id": _STR,
+                                 "turn": _INT, "candidates": _STRS, "text": _STR},
+                                required=["block"]))}))})
+# fsmem.memory.stablemem.DistillReport as JSON
+_O_DISTILL = _obj({
+    "dry_run": _BOOL, "distiller": _STR, "cold": _INT, "distilled": _STRS, "no_facts": _STRS,
+    "kept_private": _STRS, "triples": _INT, "blocks_added": _INT, "edges_added": _INT,
+    "units": _arr(_obj({"unit_id": _STR, "events": _STRS, "moved": _BOOL, "triples": _arr(_obj({
+        "subject": _STR, "relation": _STR, "object": _STR, "subject_type": _STR,
+        "object_type": _STR, "confidence": _NUM, "sentence_text": _STR}))})),
+    "committed": _INT, "error": _STR})
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("memory_search", "Search all memory",
              "Search every layer of memory at once: the recent conversation (context, L1), "
@@ -290,26 +376,27 @@ TOOLS: tuple[ToolSpec, ...] = (
              "facts. Each match says which layer holds it. Read-only: nothing moves. The "
              "default search: a fact is found wherever it lives now (coldcontext_query "
              "searches L2 only).",
-             {"query": _s("what to look for, in the user's words", minLength=1),
+             {"query": _t("what to look for, in the user's words"),
               "top_k": _i("how many matches to return", 5, 1, 50),
               "layers": {"type": "array", "default": [], "description": "only these layers "
                          "(default: all)", "items": {"type": "string", "enum": [
                              "context", "documents", "stablemem"]}}, **_SCOPE},
-             ("query",), read_only=True, idempotent=True, run=_q_search),
+             ("query",), read_only=True, idempotent=True, output=_O_SEARCH, run=_q_search),
     ToolSpec("coldcontext_query", "Search document memory",
              "Search the long-term document memory (L2) for what is relevant to a query and "
              "return the best matches with their ids, scores, timestamps and text. Read-only: "
              "nothing moves. Use it before answering questions about past conversations, facts "
              "the user told you, or documents committed earlier.",
-             {"query": _s("what to look for, in the user's words", minLength=1),
+             {"query": _t("what to look for, in the user's words"),
               "top_k": _i("how many matches to return", 3, 1, 50), **_SCOPE},
-             ("query",), read_only=True, idempotent=True, run=_q_query),
+             ("query",), read_only=True, idempotent=True, output=_O_QUERY, run=_q_query),
     ToolSpec("coldcontext_commit", "Commit a document",
              "Write one document into long-term memory (L2): important information worth "
              "keeping beyond this conversation. Optionally attach media blocks already in "
              "memory by digest. Returns the new unit id.",
-             {"content": _s("the full text to remember", minLength=1),
-              "summary": _s("a one-line label (default: the first 100 characters)", default=""),
+             {"content": _t("the full text to remember"),
+              "summary": _s("a one-line label (default: none; lists and searches then show "
+                            "the start of the text)", default=""),
               "tags": {"type": "array", "items": {"type": "string"}, "default": [],
                        "description": "keywords"},
               "media_digests": _DIGESTS,
@@ -317,21 +404,21 @@ TOOLS: tuple[ToolSpec, ...] = (
               "private": {"type": "boolean", "default": False,
                           "description": "only this agent will see it (other agents sharing "
                           "the memory will not)"}},
-             ("content",), run=_q_commit),
+             ("content",), output=_O_COMMIT, run=_q_commit),
     ToolSpec("memory_recall", "Recall documents into context",
              "Move the documents best matching a query from long-term memory back into the "
              "working context (L1), whole, so they become part of the timeline. Returns the "
              "unit ids moved.",
-             {"query": _s("what to bring back", minLength=1),
+             {"query": _t("what to bring back"),
               "top_k": _i("at most this many documents", 3, 1, 20), **_SCOPE},
-             ("query",), run=_q_recall),
+             ("query",), output=_O_RECALL, run=_q_recall),
     ToolSpec("memory_append", "Append an event",
              "Add one event (a user input and/or an agent response, with tool results) to the "
              "working context (L1). Durable on return; older events overflow into document "
              "memory by relevance.",
              {"input": _s("the user's (or caller's) text", default=""),
               "response": _s("the agent's answer", default=""),
-              "source": _s("where the event comes from", default="agent", minLength=1),
+              "source": _t("where the event comes from", default="agent"),
               "role": _s("the speaker's role, e.g. user or assistant", default=""),
               "timestamp": _s("RFC 3339 time of the event (default: now)", default=""),
               "tools_used": {"type": "array", "items": {"type": "string"}, "default": []},
@@ -342,24 +429,24 @@ TOOLS: tuple[ToolSpec, ...] = (
               "media_digests": _DIGESTS,
               "event_id": _s("an idempotency key: a retry with an id already stored stores "
                              "nothing (default: a new id)", default="")},
-             (), run=_q_append),
+             (), output=_O_APPEND, run=_q_append),
     ToolSpec("memory_render", "Render the context",
              "The working context (L1) as the model should see it, fitted fairly under a "
              "token budget. Read-only.",
              {"budget_tokens": _i("the token budget", 4000, 1, 10_000_000)},
-             (), read_only=True, idempotent=True, run=_q_render),
+             (), read_only=True, idempotent=True, output=_O_RENDER, run=_q_render),
     ToolSpec("memory_update", "Update a document",
              "Write a new version of a document in long-term memory (L2): the new text "
              "replaces the old one in every search, and the old version is kept whole as "
              "history. Returns the new unit id.",
-             {"unit_id": _UNIT_ID, "content": _s("the document's new full text", minLength=1),
+             {"unit_id": _UNIT_ID, "content": _t("the document's new full text"),
               "summary": _s("a one-line label (default: the old version's)", default="")},
-             ("unit_id", "content"), run=_q_update),
+             ("unit_id", "content"), output=_O_UPDATE, run=_q_update),
     ToolSpec("memory_show", "Show a unit",
              "One memory unit whole: its summary, every event with its full text and "
              "timestamps, and its media. Read-only.",
              {"unit_id": _UNIT_ID}, ("unit_id",), read_only=True, idempotent=True,
-             run=_q_show),
+             output=_O_SHOW, run=_q_show),
     ToolSpec("memory_list", "List units",
              "List memory units, newest first: id, layer (context, documents, stablemem), "
              "summary, event count and creation time. Read-only.",
@@ -367,25 +454,25 @@ TOOLS: tuple[ToolSpec, ...] = (
                           default=""),
               "limit": _i("at most this many units", 50, 1, 1000),
               "offset": _i("skip this many units first", 0, 0, 10_000_000)},
-             (), read_only=True, idempotent=True, run=_q_list),
+             (), read_only=True, idempotent=True, output=_O_LIST, run=_q_list),
     ToolSpec("memory_remove", "Delete a unit",
              "Delete one memory unit and everything in it, permanently. Only on the user's "
              "explicit request.",
              {"unit_id": _UNIT_ID}, ("unit_id",), destructive=True, idempotent=True,
-             run=_q_remove),
+             output=_O_REMOVE, run=_q_remove),
     ToolSpec("graph_search", "Search the knowledge graph",
              "Search the stable knowledge graph (L3) for entities whose name, or relations "
              "whose type, contains a text; returns entities and relations with where each "
              "fact was read. Read-only.",
-             {"text": _s("a name or word", minLength=1),
+             {"text": _t("a name or word"),
               "limit": _i("at most this many entities", 20, 1, 200)},
-             ("text",), read_only=True, idempotent=True, run=_q_graph_search),
+             ("text",), read_only=True, idempotent=True, output=_O_GRAPH, run=_q_graph_search),
     ToolSpec("graph_neighbors", "Explore around an entity",
              "The facts around one entity in the stable knowledge graph (L3), up to a depth "
              "of hops, with their provenance. Read-only.",
-             {"name": _s("the entity's name", minLength=1),
+             {"name": _t("the entity's name"),
               "depth": _i("hops from the entity", 2, 1, 4)},
-             ("name",), read_only=True, idempotent=True, run=_q_graph_neighbors),
+             ("name",), read_only=True, idempotent=True, output=_O_GRAPH, run=_q_graph_neighbors),
     ToolSpec("memory_distill", "Distil cold documents",
              "Distil cold documents (old and rarely accessed) into knowledge-graph facts and "
              "move each original, whole, into stable memory (L3). dry_run (the default) only "
@@ -395,7 +482,7 @@ TOOLS: tuple[ToolSpec, ...] = (
               "max_age_hours": {"type": "number", "default": 72, "minimum": 0,
                                 "description": "cold when last accessed this long ago"},
               "max_access": _i("cold when accessed at most this often", 2, 0, 1_000_000)},
-             (), read_only_if="dry_run", run=_q_distill),
+             (), read_only_if="dry_run", output=_O_DISTILL, run=_q_distill),
 )
 
 _BY_NAME = {t.name: t for t in TOOLS}
@@ -415,62 +502,73 @@ def definitions(fmt: Format = "openai") -> list[dict[str, Any]]:
                 for t in TOOLS]
     if fmt == "mcp":
         return [{"name": t.name, "title": t.title, "description": t.description,
-                 "inputSchema": t.schema, "annotations": t.annotations} for t in TOOLS]
+                 "inputSchema": t.schema, "outputSchema": t.output_schema,
+                 "annotations": t.annotations} for t in TOOLS]
     raise BadArgument(f"format {fmt!r}: want openai, anthropic or mcp")
 
 
 # -- validation ------------------------------------------------------------------------------
 
-_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "boolean": (bool,),
-                                       "number": (int, float), "array": (list,),
-                                       "object": (dict,)}
+@lru_cache(maxsize=None)
+def _validator(name: str) -> Any:
+    """The compiled JSON Schema (draft 2020-12) validator of a tool's published schema."""
+    try:
+        # lazy: start-up, loaded only when a tool is called (+attrs, referencing, rpds)
+        from jsonschema import Draft202012Validator
+    except ImportError as exc:
+        raise MissingDependency("checking a tool call's arguments needs jsonschema: "
+                                "pip install 'fsmem[tools]'") from exc
+    return Draft202012Validator(_BY_NAME[name].schema)
 
 
-def _check(value: Any, schema: dict[str, Any], where: str) -> Any:
-    """Validate ``value`` against the subset of JSON schema the tools use; fill defaults."""
-    want = schema["type"]
-    if not isinstance(value, _TYPES[want]) or (want != "boolean" and isinstance(value, bool)):
-        raise BadArgument(f"{where}: expected {want}, got {type(value).__name__}")
-    if want in ("integer", "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            raise BadArgument(f"{where}: {value} is below the minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            raise BadArgument(f"{where}: {value} is above the maximum {schema['maximum']}")
-    elif want == "string":
-        if "\x00" in value:
-            raise BadArgument(f"{where}: contains a NUL character")
-        if schema.get("minLength") and not value.strip():
-            raise BadArgument(f"{where}: must not be empty")
-        if "enum" in schema and value not in schema["enum"]:
-            raise BadArgument(f"{where}: {value!r} is not one of {schema['enum']}")
-        if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
-            raise BadArgument(f"{where}: {value!r} does not match {schema['pattern']}")
-    elif want == "array":
-        return [_check(v, schema["items"], f"{where}[{i}]") for i, v in enumerate(value)]
-    elif want == "object":
-        return _check_object(value, schema, where)
-    return value
-
-
-def _check_object(value: dict[str, Any], schema: dict[str, Any], where: str) -> dict[str, Any]:
-    props = schema.get("properties", {})
-    for key in value:
-        if key not in props:
-            raise BadArgument(f"{where}: unknown argument {key!r} (known: {', '.join(props)})")
-    for key in schema.get("required", []):
-        if key not in value:
-            raise BadArgument(f"{where}: argument {key!r} is required")
-    out = {}
-    for key, sub in props.items():
-        if key in value:
-            out[key] = _check(value[key], sub, f"{where}: argument {key!r}")
-        elif "default" in sub:
-            out[key] = json.loads(json.dumps(sub["default"]))  # a fresh copy of a list default
+def _where(path: Iterable[Any]) -> str:
+    """An argument's path as a model wrote it: ``top_k``, ``tool_results[0].output``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
+def _problem(error: Any) -> str:
+    """One jsonschema error as ``argument: what is wrong``."""
+    path = list(error.absolute_path)
+    if error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        return f"{_where(path + missing[:1])}: is required"
+    if error.validator == "additionalProperties":
+        known = list(error.schema.get("properties", {}))
+        extra = [k for k in error.instance if k not in known]
+        return (f"{_where(path + extra[:1])}: unknown argument (known: "
+                f"{', '.join(known) or 'none'})")
+    if error.validator == "pattern" and error.validator_value == _NOT_BLANK:
+        return f"{_where(path)}: must not be blank"
+    message = error.message if len(error.message) <= 300 else error.message[:297] + "..."
+    return f"{_where(path) or 'arguments'}: {message}"
+
+
+def _completed(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` (already valid) with every absent property that has a ``default`` filled in
+    (a fresh copy), and integral numbers of ``integer`` properties as ints (JSON Schema calls
+    ``3.0`` an integer; Python's slices do not)."""
+    kind = schema.get("type")
+    if kind == "integer" and isinstance(value, float):
+        return int(value)
+    if kind == "array" and isinstance(value, list) and "items" in schema:
+        return [_completed(v, schema["items"]) for v in value]
+    if kind == "object" and isinstance(value, dict):
+        props = schema.get("properties", {})
+        out = {k: _completed(v, props[k]) if k in props else v for k, v in value.items()}
+        for key, sub in props.items():
+            if key not in out and "default" in sub:
+                out[key] = json.loads(json.dumps(sub["default"]))
+        return out
+    return value
+
+
 def validate(name: str, arguments: "dict[str, Any] | str | None") -> tuple[ToolSpec, dict]:
-    """The tool and its arguments, checked and completed with defaults; BadArgument else."""
+    """The tool and its arguments, validated with jsonschema against the very schema the
+    tool publishes and completed with that schema's defaults; BadArgument (naming the
+    argument: ``coldcontext_query: top_k: -1 is less than the minimum of 1``) else."""
     spec = _BY_NAME.get(name) if isinstance(name, str) else None
     if spec is None:
         raise BadArgument(f"unknown tool {name!r} (known: {', '.join(_BY_NAME)})")
@@ -484,7 +582,13 @@ def validate(name: str, arguments: "dict[str, Any] | str | None") -> tuple[ToolS
     if not isinstance(arguments, dict):
         raise BadArgument(f"{name}: arguments must be a JSON object, got "
                           f"{type(arguments).__name__}")
-    return spec, _check_object(arguments, spec.schema, name)
+    validator = _validator(name)
+    # lazy: start-up, loaded only when a tool is called (jsonschema is loaded by now)
+    from jsonschema.exceptions import best_match
+    error = best_match(validator.iter_errors(arguments))
+    if error is not None:
+        raise BadArgument(f"{name}: {_problem(error)}")
+    return spec, _completed(arguments, spec.schema)
 
 
 __all__.append("validate")

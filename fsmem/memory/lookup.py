@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
+import msgspec
+
 from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.blocks import DIGEST_RE
 from fsmem.format.errors import AmbiguousDigest, FsmemError, InvalidName, NotFound
@@ -13,14 +15,14 @@ from fsmem.format.layout import Vanished, View
 from fsmem.format.model import BlockRef, check_name
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
-from fsmem.format.views import Document, Hit, hydrate_event
+from fsmem.format.views import Document, Hit, hydrate_event, unit_label
 from fsmem.memory.units import Source, access_of, units_of
 
 if TYPE_CHECKING:
     from fsmem.memory.render import HitView
 
 __all__ = ["MEDIA_STORE", "Lookup", "document", "find_block", "find_legacy_block", "read_block",
-           "hit_views"]
+           "hit_views", "labelled"]
 
 MEDIA_STORE = "<media-store>"   # find_block's marker for a legacy media-store blob
 
@@ -153,4 +155,24 @@ def hit_views(src: Lookup, hits: Iterable[Hit]) -> list["HitView"]:
         except (FsmemError, OSError):
             continue
         out.append(HitView(label=doc.summary or hit.summary or doc.id, text=doc.content))
+    return out
+
+
+def labelled(src: Lookup, hits: list[Hit]) -> list[Hit]:
+    """The hits with the label every view shows (fsmem.format.views.summary_label): a unit
+    stored without a summary gets the start of its text, read from its first text blocks
+    only. Read-only; a unit gone meanwhile, or a HomeAgent document, keeps its hit as is."""
+    def label(view: View, unit_id: str) -> str:
+        found = view.locate(unit_id)
+        return "" if found is None else unit_label(found[1], read_manifest(found[1]))
+    out = []
+    for hit in hits:
+        if hit.kind == "unit" and hit.unit_id and not hit.summary.strip():
+            try:
+                text = src.consistent(lambda v, uid=hit.unit_id: label(v, uid))
+            except (FsmemError, OSError):
+                text = ""
+            if text:
+                hit = msgspec.structs.replace(hit, summary=text)
+        out.append(hit)
     return out

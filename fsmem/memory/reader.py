@@ -334,7 +334,7 @@ class Reader:
         hits = self._search(text, top_k, scope=scope, agent=agent)
         if hits and count:
             self.access.record(h.unit_id for h in hits)
-        return hits
+        return lookup.labelled(self, hits)
 
     def _search(self, text: str, top_k: int, ranker: str | None = None, *,
                 scope: str = "all", agent: str | None = None) -> list[Hit]:
@@ -354,8 +354,8 @@ class Reader:
         their own (``kind`` "fact"). ``layers``: some of "context", "documents",
         "stablemem". ``scope``/``agent``/``count`` as ``query``. Nothing moves."""
         from fsmem.memory.search_all import search  # lazy: start-up, loaded only when used
-        return search(self, text, top_k, layers=layers, scope=scope, agent=agent,
-                      facts=facts, count=count)
+        return lookup.labelled(self, search(self, text, top_k, layers=layers, scope=scope,
+                                            agent=agent, facts=facts, count=count))
 
     def who(self, scope: str = "all", agent: str | None = None):
         """The search filter of this memory's agent (fsmem.search.index.Who); ValueError

@@ -171,6 +171,7 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from fsmem.format.views import unit_label  # lazy: start-up, loaded with the reader
     mem = _read(args)
     if args.layer:
         mem.layout.layer_dir(args.layer)   # ValueError naming an unknown layer
@@ -184,7 +185,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for unit in units:
             m = unit.manifest
             rows.append({"layer": layer, "unit_id": unit.unit_id, "events": len(m.events),
-                         "created_at": m.created_at, "summary": m.summary or _first_text(mem, unit),
+                         "created_at": m.created_at, "summary": unit_label(unit.path, m),
                          "agent": m.agent or "default", "private": m.private})
         if layer == "documents" and newest is None:
             rows += _legacy_rows(mem.root)
@@ -211,15 +212,6 @@ def _newest(mem: "Reader", layers: list[str], limit: int) -> list[tuple[str, str
                                       for uid, path in v.layer(layer)], tuple(layers))
     keep = sorted(every, key=lambda t: t[1])[-limit:]
     return sorted(keep, key=lambda t: (layers.index(t[0]), t[1]))
-
-
-def _first_text(mem: "Reader", unit: Any) -> str:
-    """A context unit has no stored summary: show its first event's text (a view only)."""
-    for ev in sorted(mem._hydrate(unit) or (), key=lambda e: e.timestamp.ns):
-        text = (getattr(ev, "input", "") or getattr(ev, "response", "") or "").strip()
-        if text:
-            return " ".join(text.split())
-    return ""
 
 
 def _no_legacy(root: str) -> bool:
