@@ -33,6 +33,7 @@ from fsmem.format.media import sniff_mime
 from fsmem.format.model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, load_npy, read_manifest
+from fsmem.ingest import notes
 from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name
 from fsmem.memory.facade import Memory
 from fsmem.search import analyze
@@ -87,6 +88,7 @@ class Outcome:
     size: int = 0
     digest: str = ""
     moved_to: str = ""
+    skipped: list[str] = field(default_factory=list)  # a notes folder's entries not taken
 
 
 def _ext(name: str) -> str:
@@ -472,8 +474,12 @@ class Ingestor:
             try:
                 manifest = read_manifest(path, expect_id=name)
             except NotFound:
-                out.kind = "records"
-                self._record_folder(dfd, name, out, resume)
+                if any(_ext(n) in _EVENT_EXT and not ignored_name(n) for n in os.listdir(dfd)):
+                    out.kind = "records"
+                    self._record_folder(dfd, name, out, resume)
+                else:
+                    out.kind = "notes"
+                    self._notes_folder(dfd, name, out, resume)
                 return
             if os.lstat(path).st_ino != os.fstat(dfd).st_ino:
                 raise Rejected("the directory was replaced while being read")
@@ -516,6 +522,38 @@ class Ingestor:
         self.published = published
         if not published:
             raise _Duplicate("the units written before a restart")
+
+    def _notes_folder(self, dfd: int, name: str, out: Outcome, resume: bool) -> None:
+        """A dropped folder of notes and media (``fsmem.ingest.notes``): all of it checked,
+        then every new unit staged, then all published in one journal entry. A unit whose
+        key (its note's digest) was ingested before is not written again."""
+        limits = notes.NotesLimits(file_size=self.size_cap, total=self.size_cap,
+                                   note_size=min(self.size_cap, EVENTS_CAP))
+        plan = notes.scan(dfd, limits)
+        out.size, out.skipped = plan.total, plan.skipped
+        todo = []
+        for unit in plan.units:
+            try:
+                self._check_seen(unit.key, resume)
+                todo.append(unit)
+            except _Duplicate:
+                pass
+        out.digest = plan.units[0].key
+        if not todo:
+            raise _Duplicate(f"the units of {len(plan.units)} files stored before")
+        staged = notes.stage(self.mem, dfd, todo, {"inbox_name": _display(name)}, limits)
+        ids = notes.publish(self.mem, staged, "watch-notes")
+        for unit, uid in zip(todo, ids):
+            self.ledger.add(unit.key, uid)
+            self.published.append(("documents", uid))
+        said = [f"{plan.notes} notes, {plan.media} media files"]
+        if len(todo) < len(plan.units):
+            said.append(f"{len(plan.units) - len(todo)} already stored")
+        if plan.skipped:
+            said.append(f"skipped {len(plan.skipped)} hidden, temporary or empty")
+        if plan.missing:
+            said.append(f"{len(plan.missing)} embeds name no file of the folder")
+        out.reason = "; ".join(said)
 
     def _publish_copy(self, dfd: int, manifest: Manifest, out: Outcome, resume: bool) -> None:
         store = self.mem.store
