@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import time
 from pathlib import Path
@@ -280,3 +281,41 @@ def test_the_same_folder_dropped_twice_is_stored_once(tmp_path):
     assert by_path(root)["new.md"].summary == "a new note"
     assert_clean(root)
 
+
+
+# -- fsmem import DIR: the same code path -----------------------------------------------------
+
+def test_fsmem_import_of_a_notes_folder_stores_what_watch_would_once(tmp_path):
+    import subprocess
+    import sys
+
+    from test_watch import ENV, REPO
+
+    def fsmem(root: Path, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fsmem", "--root", str(root), *args],
+                              cwd=str(REPO), env=ENV, capture_output=True, text=True,
+                              timeout=60)
+    src = vault(tmp_path / "vault")
+    watched, inbox = store(tmp_path / "w")
+    shutil.copytree(src, inbox / "vault", symlinks=True)
+    assert once(watched).returncode == 0
+    root, _ = store(tmp_path / "i")
+    r = fsmem(root, "import", str(src))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("imported 4 units (3 notes, 2 media files; skipped 4")
+
+    def shape(at: Path) -> dict:
+        return {rel: (m.summary, m.created_at, [[b.digest for b in ev.blocks] for ev in m.events])
+                for rel, m in by_path(at).items()}
+    assert shape(root) == shape(watched)
+    before = store_snapshot(root)
+    r = fsmem(root, "import", "--json", str(src))
+    assert r.returncode == 0 and json.loads(r.stdout)["imported"] == [], r
+    (tmp_path / "link").symlink_to(src)
+    (src / "projects" / "bad.md").write_bytes(b"caf\xe9\n")
+    for bad, why in ((tmp_path / "link", "a symbolic link"), (src, "projects/bad.md: not UTF-8")):
+        r = fsmem(root, "import", str(bad))
+        assert r.returncode == 1 and why in r.stderr and len(r.stderr.splitlines()) == 1, r
+    assert store_snapshot(root) == before
+    assert Memory.open(root).fsck() == []
+    assert os.listdir(root / ".fsmem" / "staging") == []

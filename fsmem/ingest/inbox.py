@@ -524,36 +524,26 @@ class Ingestor:
             raise _Duplicate("the units written before a restart")
 
     def _notes_folder(self, dfd: int, name: str, out: Outcome, resume: bool) -> None:
-        """A dropped folder of notes and media (``fsmem.ingest.notes``): all of it checked,
-        then every new unit staged, then all published in one journal entry. A unit whose
-        key (its note's digest) was ingested before is not written again."""
+        """A dropped folder of notes and media (``fsmem.ingest.notes.take``): checked whole,
+        then its new units published together; a unit whose key (its note's digest) was
+        ingested before is not written again."""
         limits = notes.NotesLimits(file_size=self.size_cap, total=self.size_cap,
                                    note_size=min(self.size_cap, EVENTS_CAP))
-        plan = notes.scan(dfd, limits)
-        out.size, out.skipped = plan.total, plan.skipped
-        todo = []
-        for unit in plan.units:
+
+        def seen(key: str) -> bool:
             try:
-                self._check_seen(unit.key, resume)
-                todo.append(unit)
+                self._check_seen(key, resume)
             except _Duplicate:
-                pass
-        out.digest = plan.units[0].key
-        if not todo:
-            raise _Duplicate(f"the units of {len(plan.units)} files stored before")
-        staged = notes.stage(self.mem, dfd, todo, {"inbox_name": _display(name)}, limits)
-        ids = notes.publish(self.mem, staged, "watch-notes")
-        for unit, uid in zip(todo, ids):
-            self.ledger.add(unit.key, uid)
+                return True
+            return False
+        rep = notes.take(self.mem, dfd, name, seen, limits=limits, op="watch-notes")
+        out.size, out.skipped, out.reason = rep.size, rep.skipped, rep.summary()
+        if not rep.imported:
+            raise _Duplicate(f"the {rep.already} units stored before")
+        out.digest = rep.keys[0]
+        for key, uid in zip(rep.keys, rep.imported):
+            self.ledger.add(key, uid)
             self.published.append(("documents", uid))
-        said = [f"{plan.notes} notes, {plan.media} media files"]
-        if len(todo) < len(plan.units):
-            said.append(f"{len(plan.units) - len(todo)} already stored")
-        if plan.skipped:
-            said.append(f"skipped {len(plan.skipped)} hidden, temporary or empty")
-        if plan.missing:
-            said.append(f"{len(plan.missing)} embeds name no file of the folder")
-        out.reason = "; ".join(said)
 
     def _publish_copy(self, dfd: int, manifest: Manifest, out: Outcome, resume: bool) -> None:
         store = self.mem.store

@@ -30,19 +30,21 @@ from typing import Any, Callable
 from urllib.parse import unquote
 
 import blake3
+import msgspec
 
 from fsmem.format import fsops as fsops
-from fsmem.format.errors import FormatError
+from fsmem.format.errors import FormatError, FsmemError
 from fsmem.format.layout import open_regular, read_fd
 from fsmem.format.media import sniff_mime
 from fsmem.format.model import Event, MediaAttachment
 from fsmem.format.timestamps import Timestamp
+from fsmem.format.unit import read_manifest
 from fsmem.ingest.inbox_dirs import _display, ignored_name
 from fsmem.memory.writer import check_strings
 from fsmem.store.store import JournalEntry, new_unit_id
 
-__all__ = ["NotesLimits", "NoteFile", "NoteUnit", "NotesPlan", "scan", "stage", "publish",
-           "discard", "title", "NOTE_EXT"]
+__all__ = ["NotesLimits", "NoteFile", "NoteUnit", "NotesPlan", "NotesReport", "scan", "stage",
+           "publish", "discard", "take", "import_notes", "title", "NOTE_EXT"]
 
 NOTE_EXT = {".md", ".markdown", ".txt"}
 _MEDIA_NAMED = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".wav", ".mp3", ".ogg", ".oga",
@@ -138,8 +140,9 @@ def scan(dfd: int, limits: NotesLimits = NotesLimits()) -> NotesPlan:
         key = note.digest if not atts else blake3.blake3(
             ("note\0" + note.digest + "".join(m.digest for m in atts)).encode()).hexdigest()
         units.append(NoteUnit(key=key, main=note, media=atts))
+    inside = {media[r].digest for r in embedded}   # bytes a note's unit holds already
     units += [NoteUnit(key=m.digest, main=m) for rel, m in sorted(media.items())
-              if rel not in embedded]
+              if rel not in embedded and m.digest not in inside]
     seen: set[str] = set()
     unique = []
     for u in units:   # the same bytes twice in one folder: one unit
@@ -415,3 +418,85 @@ def publish(mem: Any, staged: list[tuple[str, str, list[str]]], op: str,
             filler.submit(uid, texts)
         ids.append(uid)
     return ids
+
+
+class NotesReport(msgspec.Struct, kw_only=True):
+    """What taking one notes folder did: the units written, how many were stored before,
+    the entries skipped (hidden, temporary, empty) and the embeds that name no file."""
+
+    imported: list[str] = []
+    notes: int = 0
+    media: int = 0
+    already: int = 0
+    size: int = 0
+    skipped: list[str] = []
+    missing: list[str] = []
+    keys: list[str] = []   # of ``imported``, in order: the digest each unit is known by
+
+    def summary(self) -> str:
+        said = [f"{self.notes} notes, {self.media} media files"]
+        if self.already:
+            said.append(f"{self.already} already stored")
+        if self.skipped:
+            said.append(f"skipped {len(self.skipped)} hidden, temporary or empty")
+        if self.missing:
+            said.append(f"{len(self.missing)} embeds name no file of the folder")
+        return "; ".join(said)
+
+    def lines(self) -> list[str]:
+        """The human report (``fsmem import``): a summary line, then each skip and miss."""
+        return [f"imported {len(self.imported)} units ({self.summary()})",
+                *(f"skipped: {s}" for s in self.skipped),
+                *(f"embed names no file: {m}" for m in self.missing)]
+
+
+def take(mem: Any, dfd: int, name: str, seen: Callable[[str], bool], *,
+         limits: NotesLimits = NotesLimits(), op: str = "notes") -> NotesReport:
+    """The notes folder open as ``dfd`` (called ``name``) into documents/, all or nothing:
+    checked whole (``scan``), every unit whose key ``seen`` does not know staged, then all
+    published in one journal entry. Nothing new (every key seen): ``imported`` is empty."""
+    plan = scan(dfd, limits)
+    todo = [u for u in plan.units if not seen(u.key)]
+    rep = NotesReport(notes=plan.notes, media=plan.media, size=plan.total,
+                      already=len(plan.units) - len(todo), skipped=plan.skipped,
+                      missing=plan.missing)
+    if todo:
+        with mem.store.locked():   # the journal entry and the index see the same store
+            staged = stage(mem, dfd, todo, {"inbox_name": _display(name)}, limits)
+            rep.imported = publish(mem, staged, op)
+        rep.keys = [u.key for u in todo]
+    return rep
+
+
+def import_notes(mem: Any, path: str, *, limits: NotesLimits = NotesLimits()) -> NotesReport:
+    """``fsmem import DIR``: a notes folder as the watch takes one from the inbox, known
+    keys (``meta.inbox_digest`` of every stored unit) not written again."""
+    try:
+        dfd = os.open(path, _DIR_FLAGS)
+    except OSError as exc:
+        why = "a symbolic link (never followed)" if os.path.islink(path) else exc.strerror
+        raise FormatError(f"{path}: cannot open the folder ({why})") from exc
+    try:
+        known = _stored_keys(mem)
+        try:
+            return take(mem, dfd, os.path.basename(os.path.normpath(path)), known.__contains__,
+                        limits=limits, op="import-notes")
+        except FormatError as exc:
+            raise FormatError(f"{path}: {exc}") from exc
+    finally:
+        os.close(dfd)
+
+
+def _stored_keys(mem: Any) -> set[str]:
+    """The inbox digests recorded in the store's units (the keys a notes folder's units are
+    known by)."""
+    keys = set()
+    for layer in mem.store.layers():
+        for uid in mem.store.iter_units(layer):
+            try:
+                m = read_manifest(mem.store.unit_dir(layer, uid))
+            except (FsmemError, OSError):
+                continue
+            if key := m.meta.get("inbox_digest"):
+                keys.add(key)
+    return keys
