@@ -16,7 +16,7 @@ from pathlib import Path
 
 import blake3
 
-from conftest import crash_points, make_png
+from conftest import STRESS, crash_points, make_png
 from fsmem import Memory, Reader
 from fsmem.format.timestamps import Timestamp
 from test_watch import (
@@ -211,7 +211,10 @@ def test_a_crash_anywhere_in_a_folder_ingest_never_leaves_half_of_it(tmp_path):
     assert r.returncode == 0, r.stderr
     total, want = int(calls.read_text()), event_ids(clean)
     assert len(want) == 4 and set(want.values()) == {1}
-    for point in crash_points(total, 5):
+    # the start, the middle and the publish near the end (every point under FSMEM_STRESS=1)
+    points = crash_points(total, total) if STRESS else sorted(
+        {1, total // 2, total * 3 // 4, total * 7 // 8, total - 2})
+    for point in points:
         root = setup(f"c{point}")
         r = once(root, env={"FSMEM_CRASH_AT": str(point)})
         assert r.returncode in (0, 77), (point, r.stderr)
