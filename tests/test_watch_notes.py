@@ -14,8 +14,6 @@ import stat
 import time
 from pathlib import Path
 
-import blake3
-
 from conftest import STRESS, crash_points, make_png
 from fsmem import Memory, Reader
 from fsmem.format.timestamps import Timestamp
