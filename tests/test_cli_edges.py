@@ -298,3 +298,28 @@ def test_plain_terminal_bar_without_tqdm_redraws_a_bounded_number_of_times(monke
     for i in range(600):
         prog.progress_bar(i + 1, 600)
     assert err2.getvalue().count("\r") <= 50 and err2.getvalue().rstrip().endswith("600/600")
+
+
+@pytest.mark.parametrize("how", ["file", "stdin", "chatgpt"])
+def test_a_refused_import_into_a_new_directory_leaves_no_store_behind(tmp_path, how):
+    """`fsmem --root NEW import BAD` refuses the archive and does not leave NEW behind as an
+    empty store it made; an existing store's directory stays (its tree unchanged)."""
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(b"garbage, not a tar archive\n")
+    new = tmp_path / "new"
+    if how == "file":
+        r = run("--root", str(new), "import", str(bad))
+    elif how == "stdin":
+        r = run("--root", str(new), "import", "-", input=bad.read_bytes())
+    else:
+        r = run("--root", str(new), "import", "--from", "chatgpt", str(bad))
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not new.exists(), sorted(os.listdir(new))
+    old = tmp_path / "old"
+    assert run("--root", str(old), "init").returncode == 0
+    before = sorted(str(p.relative_to(old)) for p in old.rglob("*"))
+    r = run("--root", str(old), "import", str(bad))
+    assert r.returncode == 1 and old.is_dir(), r.stderr
+    assert sorted(str(p.relative_to(old)) for p in old.rglob("*")) == before

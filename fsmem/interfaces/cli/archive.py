@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Any, Sequence
 
@@ -67,18 +68,35 @@ def _cmd_import_chatgpt(mem: Any, args: Any) -> int:
     return 0
 
 
+def _remove_if_empty(root: str) -> None:
+    """Remove the store this command made at ``root`` when no unit was published in it
+    (every layer directory empty): only the skeleton ``Memory.open`` created goes."""
+    for layer in os.scandir(root):
+        if layer.name != ".fsmem" and layer.is_dir(follow_symlinks=False) \
+                and any(os.scandir(layer.path)):
+            return
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def _cmd_import(args: Any) -> int:
     if args.src == "-" and args.from_format != "chatgpt" and sys.stdin.isatty():
         raise UsageError("argument SRC: '-' reads the archive from stdin, which is a "
                          "terminal; pipe one in (fsmem import - < backup.tar)")
+    made = not os.path.lexists(args.root)   # a refused import leaves no store it made
     mem = Memory.open(args.root, agent=getattr(args, "agent", None))
-    if args.from_format == "chatgpt":
-        return _cmd_import_chatgpt(mem, args)
-    if args.from_format == "notes" or (args.from_format == "fsmem" and args.src != "-"
-                                       and os.path.isdir(args.src)):
-        rep = import_notes(mem, args.src)   # an fsmem archive is a file, never a folder
-    else:
-        rep = import_archive(mem, args.src)
+    try:
+        if args.from_format == "chatgpt":
+            return _cmd_import_chatgpt(mem, args)
+        if args.from_format == "notes" or (args.from_format == "fsmem" and args.src != "-"
+                                           and os.path.isdir(args.src)):
+            rep = import_notes(mem, args.src)   # an fsmem archive is a file, never a folder
+        else:
+            rep = import_archive(mem, args.src)
+    except BaseException:
+        mem.close()
+        if made:
+            _remove_if_empty(mem.root)
+        raise
     if args.json:
         print(encode(rep).decode())
     else:

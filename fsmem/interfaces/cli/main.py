@@ -125,18 +125,25 @@ def cmd_init(args: argparse.Namespace) -> int:
     mem = _open(args)
     chosen = {k: v for k, v in (("embedder", args.embedder), ("ranker", args.ranker))
               if v is not None}
+    was = "hash"
     with mem.store.locked():   # write the settings once; an existing file is kept
-        if not os.path.lexists(config_path(mem.root)):
+        fresh = not os.path.lexists(config_path(mem.root))
+        if fresh:
             cfg = _settings(args)
             write_config(mem.root, {**{k: cfg[k] for k in
                                        ("context_capacity", "context_protected", "durability")},
                                     **chosen})
         else:   # an existing store: only the choices given on this command line change
+            was = load_config(mem.root).get("embedder", "hash")
             for key, value in chosen.items():
                 set_config(mem.root, key, value)
         settings = load_config(mem.root)
     _emit(args, {"root": mem.root, "config": settings},
           f"initialised fsmem store at {mem.root}")
+    if not fresh and settings.get("embedder", "hash") != was:
+        from fsmem.interfaces.cli.show import reembed  # lazy: start-up, loaded only when used
+        mem.close()   # opened with the old embedder
+        reembed(args, _open)
     return 0
 
 
@@ -265,6 +272,22 @@ def cmd_show(args: argparse.Namespace) -> int:
                     f"from it; that version is {st.unit_id} (`fsmem show {st.unit_id}`)\n"
                     + text)
     _emit(args, doc, text)
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    chain = _read(args).history(args.unit)
+    rows = [{"unit_id": d.id, "layer": d.layer, "created_at": d.created_at,
+             "summary": d.summary, "supersedes": d.meta.get("supersedes", ""),
+             "current": i == len(chain) - 1,
+             "text": "\n".join(x for e in d.events for x in (e.input, e.response) if x)}
+            for i, d in enumerate(chain)]
+    lines = []
+    for r in rows:
+        mark = "current" if r["current"] else "superseded"
+        lines.append(f"{r['unit_id']}  {r['created_at'].isoformat()}  {r['layer']}  ({mark})")
+        lines += ["    " + x for x in r["text"].splitlines() or [""]]
+    _emit(args, rows, "\n".join(lines))
     return 0
 
 
@@ -634,6 +657,9 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
                     "documents are left out")
     sp = verb("show", cmd_show, "show one unit as a transcript (events in order, whole)")
     sp.add_argument("unit", metavar="UNIT", help="a unit id (or a HomeAgent document's)")
+    sp = verb("history", cmd_history, "every version of an updated memory, oldest first "
+              "(fsmem update), the current one marked")
+    sp.add_argument("unit", metavar="UNIT", help="the id of any version")
     sp = verb("rm", cmd_rm, "remove one unit (asks at a terminal; --yes otherwise)")
     sp.add_argument("unit", metavar="UNIT", help="the id of the unit to remove")
     sp.add_argument("-y", "--yes", action="store_true", help="do not ask")
@@ -729,7 +755,7 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     return p
 
 
-_CORE_VERBS = frozenset({"init", "commit", "ls", "show", "rm", "config", "doctor", "fsck",
+_CORE_VERBS = frozenset({"init", "commit", "ls", "show", "history", "rm", "config", "doctor", "fsck",
                          "append", "query", "recall", "prune", "timeline", "render", "stats",
                          "reindex", "changes", "snapshot", "adopt", "demo", "update", "search",
                          "verify-legacy"})

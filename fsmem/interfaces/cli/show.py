@@ -103,10 +103,31 @@ def config_verb(args: argparse.Namespace, read: Callable, open_writer: Callable,
     except FormatError as exc:
         raise UsageError(f"argument VALUE: {exc}") from None
     mem = open_writer(args)
+    before = effective(args.root)
     with mem.store.locked():
         set_config(mem.root, args.key, value)   # the file's other lines stay as written
     emit(args, {args.key: value}, f"{args.key} = {value!r}")
+    if args.key == "embedder" and effective(args.root)["embedder"] != before["embedder"]:
+        mem.close()   # opened with the old embedder: its index is not the new one's
+        reembed(args, open_writer)
     return 0
+
+
+def reembed(args: argparse.Namespace, open_writer: Callable) -> int:
+    """The store's units embedded with its new embedder, now (``fsmem reindex``): without it
+    they would rank by their words only until a reindex. Says how many, on stderr."""
+    from fsmem.interfaces.cli.progress import progress  # lazy: start-up, loaded only when used
+
+    # lazy: start-up, loaded only when used (+tomllib, datetime)
+    from fsmem.store.config import effective
+    mem = open_writer(args)   # opened after the change: with the new embedder
+    name = effective(args.root)["embedder"]
+    with progress("embed", enabled=not args.json) as tick:
+        n = mem.reindex(progress=tick)
+    if n:
+        print(f"fsmem: embedded {n} units with {name} (the store's new embedder)",
+              file=sys.stderr)
+    return n
 
 
 #: extra -> (module to import, what it needs offline)
