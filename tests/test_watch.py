@@ -254,8 +254,11 @@ def test_every_rejection_leaves_the_store_unchanged(tmp_path):
     (inbox / "empty.md").write_bytes(b"")
     (inbox / "fake.png").write_text("not a png at all")
     (inbox / "latin1.txt").write_bytes("café".encode("latin-1"))
-    (inbox / "folder").mkdir()
+    # a folder of notes is taken now (tests/test_watch_notes.py); one bad note in it
+    # rejects the whole folder
+    (inbox / "folder" / "sub").mkdir(parents=True)
     (inbox / "folder" / "x.txt").write_text("x")
+    (inbox / "folder" / "sub" / "latin1.md").write_bytes("café".encode("latin-1"))
     (inbox / "bad.name").mkdir()
     other = Memory.open(tmp_path / "other", durability="off")
     uid = other.commit("to be tampered with")
@@ -274,7 +277,7 @@ def test_every_rejection_leaves_the_store_unchanged(tmp_path):
         "pathatt.jsonl": "record's folder", "data.bin": "unsupported type", "big.txt": "size cap",
         "link.txt": "symbolic link", "pipe.md": "FIFO", "hard.txt": "2 hard links",
         "empty.md": "empty", "fake.png": "content is not one", "latin1.txt": "not UTF-8",
-        "folder": "neither manifest.json", "bad.name": "neither manifest.json", uid: "bytes hash to", newline: "unsupported type",
+        "folder": "sub/latin1.md: not UTF-8", "bad.name": "neither manifest.json", uid: "bytes hash to", newline: "unsupported type",
     }
     assert set(outs) == set(expect), outs
     for name, why in expect.items():

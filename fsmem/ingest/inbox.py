@@ -33,6 +33,7 @@ from fsmem.format.media import sniff_mime
 from fsmem.format.model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, load_npy, read_manifest
+from fsmem.ingest import notes
 from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name
 from fsmem.memory.facade import Memory
 from fsmem.search import analyze
@@ -87,6 +88,7 @@ class Outcome:
     size: int = 0
     digest: str = ""
     moved_to: str = ""
+    skipped: list[str] = field(default_factory=list)  # a notes folder's entries not taken
 
 
 def _ext(name: str) -> str:
@@ -472,8 +474,12 @@ class Ingestor:
             try:
                 manifest = read_manifest(path, expect_id=name)
             except NotFound:
-                out.kind = "records"
-                self._record_folder(dfd, name, out, resume)
+                if any(_ext(n) in _EVENT_EXT and not ignored_name(n) for n in os.listdir(dfd)):
+                    out.kind = "records"
+                    self._record_folder(dfd, name, out, resume)
+                else:
+                    out.kind = "notes"
+                    self._notes_folder(dfd, name, out, resume)
                 return
             if os.lstat(path).st_ino != os.fstat(dfd).st_ino:
                 raise Rejected("the directory was replaced while being read")
@@ -516,6 +522,28 @@ class Ingestor:
         self.published = published
         if not published:
             raise _Duplicate("the units written before a restart")
+
+    def _notes_folder(self, dfd: int, name: str, out: Outcome, resume: bool) -> None:
+        """A dropped folder of notes and media (``fsmem.ingest.notes.take``): checked whole,
+        then its new units published together; a unit whose key (its note's digest) was
+        ingested before is not written again."""
+        limits = notes.NotesLimits(file_size=self.size_cap, total=self.size_cap,
+                                   note_size=min(self.size_cap, EVENTS_CAP))
+
+        def seen(key: str) -> bool:
+            try:
+                self._check_seen(key, resume)
+            except _Duplicate:
+                return True
+            return False
+        rep = notes.take(self.mem, dfd, name, seen, limits=limits, op="watch-notes")
+        out.size, out.skipped, out.reason = rep.size, rep.skipped, rep.summary()
+        if not rep.imported:
+            raise _Duplicate(f"the {rep.already} units stored before")
+        out.digest = rep.keys[0]
+        for key, uid in zip(rep.keys, rep.imported):
+            self.ledger.add(key, uid)
+            self.published.append(("documents", uid))
 
     def _publish_copy(self, dfd: int, manifest: Manifest, out: Outcome, resume: bool) -> None:
         store = self.mem.store

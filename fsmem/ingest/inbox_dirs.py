@@ -18,7 +18,7 @@ import stat
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import blake3
 
@@ -26,7 +26,7 @@ from fsmem.format import fsops as fsops
 from fsmem.format.errors import FormatError, StoreLocked
 from fsmem.format.timestamps import Timestamp
 
-__all__ = ["ignored_name"]
+__all__ = ["ignored_name", "walk_tree"]
 
 _GONE = ".gone-"   # .processing/.gone-<claim>: a released directory claim being removed
 _SIDE = ".name-"   # .processing/.name-<stamp>: the original of a shortened claim name
@@ -342,12 +342,34 @@ def _close(fd: int | None) -> None:
 
 def _stat_key(st: os.stat_result, name: str, dir_fd: int) -> tuple:
     """What the settle check compares for an inbox entry: mode, size, mtime, ctime, inode
-    and links, and for a directory the names, sizes and mtimes of its entries."""
+    and links, and for a directory the names, sizes and mtimes of every entry of its tree
+    (a notes folder has sub-folders), at most TREE_DEPTH deep and TREE_ENTRIES in all."""
     key: tuple = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                   st.st_nlink)
     if stat.S_ISDIR(st.st_mode):
-        key += (_dir_fingerprint(name, dir_fd),)
+        key += (_tree_fingerprint(name, dir_fd),)
     return key
+
+
+TREE_DEPTH = 9          # one deeper than a notes folder may be: a deeper one is seen whole
+TREE_ENTRIES = 50_001   # (and rejected); the fingerprint's cost is bounded either way
+
+
+def _tree_fingerprint(path: str, dir_fd: int) -> Any:
+    """Path, size, mtime, ctime and inode of each entry of a directory's tree, sub-folders
+    entered without following a link, hidden ones not entered (None if it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        out = tuple((rel, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
+                    for _fd, _n, rel, s in walk_tree(fd, depth=TREE_DEPTH,
+                                                     entries=TREE_ENTRIES))
+        return (os.fstat(fd).st_ino, out)
+    finally:
+        os.close(fd)
 
 
 def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
@@ -368,3 +390,38 @@ def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
         return (os.fstat(fd).st_ino, tuple(out))
     finally:
         os.close(fd)
+
+
+def walk_tree(dfd: int, *, depth: int, entries: int, hidden: bool = False
+              ) -> Iterator[tuple[int, str, str, os.stat_result]]:
+    """(parent fd, name, path in the tree, lstat) of each entry under the open directory
+    ``dfd``, sorted, sub-folders (never through a link) at most ``depth`` deep, at most
+    ``entries`` in all; hidden and temp names are given but not entered unless ``hidden``.
+    Bounded and quiet: an entry gone meanwhile is left out (for a fingerprint or a probe)."""
+    budget = [entries]
+
+    def walk(fd: int, prefix: str, level: int) -> Iterator[tuple[int, str, str, os.stat_result]]:
+        try:
+            names = sorted(os.listdir(fd))
+        except OSError:
+            return
+        for n in names:
+            if budget[0] <= 0:
+                return
+            budget[0] -= 1
+            try:
+                st = os.lstat(n, dir_fd=fd)
+            except OSError:
+                continue
+            yield fd, n, prefix + n, st
+            if stat.S_ISDIR(st.st_mode) and level < depth and (hidden or not ignored_name(n)):
+                try:
+                    sub = os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                  | os.O_CLOEXEC, dir_fd=fd)
+                except OSError:
+                    continue
+                try:
+                    yield from walk(sub, prefix + n + "/", level + 1)
+                finally:
+                    os.close(sub)
+    yield from walk(dfd, "", 0)

@@ -45,9 +45,12 @@ from fsmem.ingest.inbox_dirs import (
     _in_thread,
     _InboxDirs,
     _LockSlice,
+    TREE_DEPTH,
+    TREE_ENTRIES,
     _stat_key,
     _writer_holds,
     ignored_name,
+    walk_tree,
 )
 from fsmem.memory.facade import Memory
 
@@ -463,8 +466,10 @@ class Watcher:
                           dir_fd=self.dirs.inbox_fd)
         except OSError:
             return False
-        try:
-            return any(self._probe(n, dfd) for n in os.listdir(dfd))
+        try:   # every file of the tree (a notes folder), bounded as its fingerprint is
+            return any(self._probe(n, pfd) for pfd, n, _rel, s in
+                       walk_tree(dfd, depth=TREE_DEPTH, entries=TREE_ENTRIES)
+                       if stat.S_ISREG(s.st_mode))
         finally:
             os.close(dfd)
 
@@ -554,7 +559,7 @@ class Watcher:
         if not overlap:
             self._slice.release()   # the syncfs may take long: other writers go on meanwhile
         self.ingestor.ledger.flush()   # its lines, made durable by the same syncfs
-        job = _BatchSync(self.dirs, [(claim, out.kind in ("unit", "records"))
+        job = _BatchSync(self.dirs, [(claim, out.kind in ("unit", "records", "notes"))
                                      for claim, out in batch],
                          self.mem.store.staging if self.durable else None)
         self._inflight = (job, batch)

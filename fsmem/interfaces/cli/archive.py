@@ -12,6 +12,7 @@ from fsmem.interfaces.cli.args import UsageError, timestamp_arg
 from fsmem.ingest.archive import export_archive, import_archive
 from fsmem.ingest.homeagent_export import export_homeagent
 from fsmem.ingest.importers import import_chatgpt
+from fsmem.ingest.notes import import_notes
 from fsmem.memory.facade import Memory
 from fsmem.store.store import LAYERS
 
@@ -86,7 +87,11 @@ def _cmd_import(args: Any) -> int:
     try:
         if args.from_format == "chatgpt":
             return _cmd_import_chatgpt(mem, args)
-        rep = import_archive(mem, args.src)
+        if args.from_format == "notes" or (args.from_format == "fsmem" and args.src != "-"
+                                           and os.path.isdir(args.src)):
+            rep = import_notes(mem, args.src)   # an fsmem archive is a file, never a folder
+        else:
+            rep = import_archive(mem, args.src)
     except BaseException:
         mem.close()
         if made:
@@ -120,7 +125,9 @@ def add_cli(subparsers: Any, parents: Sequence[Any]) -> None:
     sp = subparsers.add_parser("import", parents=list(parents), help=text, description=text)
     sp.add_argument("src", help="the archive ('-' for stdin) or foreign export file; "
                     "everything is verified before anything is stored")
-    sp.add_argument("--from", dest="from_format", choices=["fsmem", "chatgpt"], default="fsmem",
+    sp.add_argument("--from", dest="from_format", choices=["fsmem", "chatgpt", "notes"],
+                    default="fsmem",
                     help="fsmem archive (default), or a ChatGPT export: the .zip as "
-                    "downloaded (images kept as media blocks) or its conversations.json")
+                    "downloaded (images kept as media blocks) or its conversations.json, or "
+                    "a folder of notes (.md/.txt and images; a folder SRC is always read so)")
     sp.set_defaults(fn=_cmd_import)
