@@ -224,6 +224,7 @@ def test_every_tool_declares_an_output_schema_and_its_result_fits(tmp_path):
                 made = await run("coldcontext_commit", {"content": "the gate code is 4711"})
                 await run("memory_update", {"unit_id": made["unit_id"],
                                             "content": "the gate code is 0815"})
+                await run("memory_history", {"unit_id": made["unit_id"]})
                 await run("memory_append", {"input": "hello", "tool_results": [
                     {"name": "lookup", "output": "ok"}]})
                 await run("memory_render", {"budget_tokens": 300})
@@ -277,6 +278,11 @@ def test_an_update_over_mcp_is_found_and_keeps_its_history(tmp_path):
             assert shown["supersedes"] == old and "friday" in shown["text"]
             before = await _call(s, "memory_show", {"unit_id": old})
             assert "tuesday" in before["text"] and before["supersedes"] == ""
+            for uid in (old, new["unit_id"]):   # history: both, oldest first, from either id
+                hist = (await _call(s, "memory_history", {"unit_id": uid}))["versions"]
+                assert [(v["unit_id"], v["current"]) for v in hist] == [
+                    (old, False), (new["unit_id"], True)]
+                assert "tuesday" in hist[0]["text"] and "friday" in hist[1]["text"]
     anyio.run(main)
     assert Memory.open(root).fsck() == []
 

@@ -34,7 +34,7 @@ def tool_call(target, name: str, args: dict) -> dict:
 
 def test_definitions_generated_from_one_source():
     names = [t.name for t in TOOLS]
-    assert len(set(names)) == len(names) == 13 and names == tool_names()
+    assert len(set(names)) == len(names) == 14 and names == tool_names()
     oa = definitions("openai")
     assert [d["function"]["name"] for d in oa] == names
     an = definitions("anthropic")
@@ -280,6 +280,9 @@ def test_memory_update_replaces_the_text_in_search_and_keeps_the_old_version(tmp
     assert [h["unit_id"] for h in hits] == [got["unit_id"]] and "friday" in hits[0]["text"]
     shown = call(mem, "memory_show", {"unit_id": old})
     assert "tuesday" in json.dumps(shown, ensure_ascii=False)
+    hist = call(mem, "memory_history", {"unit_id": got["unit_id"]})["versions"]
+    assert [(v["unit_id"], v["current"], v["supersedes"]) for v in hist] == [
+        (old, False, ""), (got["unit_id"], True, old)]
     with pytest.raises(FsmemError, match="updated by"):
         call(mem, "memory_update", {"unit_id": old, "content": "again"})
     with pytest.raises(BadArgument, match="content"):

@@ -248,6 +248,15 @@ def _q_update(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
             "created_at": doc.created_at.isoformat()}
 
 
+def _q_history(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
+    chain = mem.history(a["unit_id"])
+    return {"unit_id": a["unit_id"], "versions": [
+        {"unit_id": d.id, "layer": d.layer, "summary": d.label,
+         "created_at": d.created_at.isoformat(), "supersedes": d.meta.get("supersedes", ""),
+         "current": i == len(chain) - 1, "text": d.content}
+        for i, d in enumerate(chain)]}
+
+
 def _q_remove(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
     layer, _ = mem.store.locate(a["unit_id"])
     mem.remove(a["unit_id"], layer)
@@ -349,6 +358,9 @@ _O_SHOW = _obj({"unit_id": _STR, "layer": _STR, "summary": _STR, "tags": _STRS, 
 _O_LIST = _obj({"total": _INT, "units": _arr(_obj({
     "unit_id": _STR, "layer": _STR, "summary": _STR, "agent": _STR, "private": _BOOL,
     "events": _INT, "created_at": _TIME}))})
+_O_HISTORY = _obj({"unit_id": _STR, "versions": _arr(_obj({
+    "unit_id": _STR, "layer": _STR, "summary": _STR, "created_at": _TIME, "supersedes": _STR,
+    "current": _BOOL, "text": _STR}))})
 _O_REMOVE = _obj({"unit_id": _STR, "layer": _STR, "removed": {"const": True}})
 # fsmem.graph.graph.Recall as JSON (Provenance omits its defaults)
 _O_GRAPH = _obj({
@@ -442,6 +454,11 @@ TOOLS: tuple[ToolSpec, ...] = (
              {"unit_id": _UNIT_ID, "content": _t("the document's new full text"),
               "summary": _s("a one-line label (default: the old version's)", default="")},
              ("unit_id", "content"), output=_O_UPDATE, run=_q_update),
+    ToolSpec("memory_history", "Every version of a memory",
+             "Every version of an updated memory (memory_update), oldest first, from the id "
+             "of any of them: each with its full text, and which one is current. Read-only.",
+             {"unit_id": _UNIT_ID}, ("unit_id",), read_only=True, idempotent=True,
+             output=_O_HISTORY, run=_q_history),
     ToolSpec("memory_show", "Show a unit",
              "One memory unit whole: its summary, every event with its full text and "
              "timestamps, and its media. Read-only.",
