@@ -116,7 +116,7 @@ def _document(args: argparse.Namespace, argv: list[str], info: dict, load_end: s
     if scripts:
         head += ["", scripts_markdown(scripts)]
     if args.only != ["year"]:
-        head += _fleet_section() + _extras_section()
+        head += _fleet_section() + _own_run_sections() + _extras_section()
     return "\n".join(head) + "\n"
 
 
@@ -137,6 +137,26 @@ def _fleet_section() -> list[str]:
             made.rstrip(" ") + " Fleet search (one PostgreSQL query over every store) "
             "against fsmem's own search of each store in turn, summed; same run, queries "
             "interleaved.", "", *lines[start:]]
+
+
+#: benchmarks with a run of their own (a model, a browser, a 10k-unit store built once), whose
+#: document is repeated here: file under docs/ -> the section's title
+OWN_RUNS = {"BENCHMARKS-search.md": "The store's embedder at 10k units",
+            "BENCHMARKS-web.md": "The web view"}
+
+
+def _own_run_sections() -> list[str]:
+    """Each document of OWN_RUNS that exists, below its first (title) line."""
+    out: list[str] = []
+    for name, title in OWN_RUNS.items():
+        path = Path(__file__).resolve().parent.parent / "docs" / name
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        body = lines[1:] if lines and lines[0].startswith("# ") else lines
+        out += ["", f"## {title} (from docs/{name})", *body]
+    return out
 
 
 def _extras_section() -> list[str]:
