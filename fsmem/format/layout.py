@@ -446,12 +446,13 @@ class Layout:
                         break
         return View(units=units, pending=pending, epoch=epoch)
 
-    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None
-                   ) -> T:
+    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None,
+                   *, only: str | None = None) -> T:
         """Run ``read(view)`` until it completes without a journaled change beginning or
-        ending meanwhile and without a listed unit vanishing under it (``Vanished``)."""
+        ending meanwhile and without a listed unit vanishing under it (``Vanished``).
+        ``only``: the view holds that one unit id (a stat per layer, no layer listed)."""
         for attempt in range(_MAX_ATTEMPTS):
-            view = self.view(layers)
+            view = self.view(layers, only=only)
             try:
                 result = read(view)
             except Vanished:

@@ -65,7 +65,7 @@ def document(src: Lookup, unit_id: str) -> Document:
         doc.access_count, last = access_of(manifest, src.access.stats().get(unit_id))
         doc.last_access = last
         return doc
-    return src.consistent(read)
+    return src.consistent(read, only=unit_id)   # one unit: a stat per layer, none listed
 
 
 def find_block(src: Lookup, digest: str) -> tuple[str, BlockRef]:
@@ -162,17 +162,23 @@ def labelled(src: Lookup, hits: list[Hit]) -> list[Hit]:
     """The hits with the label every view shows (fsmem.format.views.summary_label): a unit
     stored without a summary gets the start of its text, read from its first text blocks
     only. Read-only; a unit gone meanwhile, or a HomeAgent document, keeps its hit as is."""
-    def label(view: View, unit_id: str) -> str:
+    def label(view: View, unit_id: str) -> dict[str, str]:
         found = view.locate(unit_id)
-        return "" if found is None else unit_label(found[1], read_manifest(found[1]))
-    out = []
-    for hit in hits:
-        if hit.kind == "unit" and hit.unit_id and not hit.summary.strip():
-            try:
-                text = src.consistent(lambda v, uid=hit.unit_id: label(v, uid))
-            except (FsmemError, OSError):
-                text = ""
-            if text:
-                hit = msgspec.structs.replace(hit, summary=text)
-        out.append(hit)
-    return out
+        return {unit_id: unit_label(found[1], read_manifest(found[1]))} if found else {}
+    want = [h for h in hits if h.kind == "unit" and h.unit_id and not h.summary.strip()]
+    texts: dict[str, str] = {}
+    lost = []
+    for hit in want:   # where the index saw it: one manifest read, no layer listed
+        try:
+            path = src.layout.unit_dir(hit.layer, hit.unit_id)
+            texts[hit.unit_id] = unit_label(path, read_manifest(path))
+        except (FsmemError, OSError, ValueError):
+            lost.append(hit.unit_id)   # moved meanwhile, or a HomeAgent document
+    for uid in lost:   # found on a consistent view of that unit
+        try:
+            texts.update(src.consistent(lambda v, u=uid: label(v, u), only=uid))
+        except (FsmemError, OSError):
+            pass
+    asked = {id(h) for h in want}
+    return [msgspec.structs.replace(h, summary=texts[h.unit_id])
+            if id(h) in asked and texts.get(h.unit_id) else h for h in hits]

@@ -178,9 +178,9 @@ class Reader:
         return self.layout.root
 
     # -- consistent loading -----------------------------------------------------------------
-    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None
-                   ) -> T:
-        return self.layout.consistent(read, layers)
+    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None,
+                   *, only: str | None = None) -> T:
+        return self.layout.consistent(read, layers, only=only)
 
     def _read_unit(self, uid: str, path: str, *, with_vectors: bool) -> Loaded | None:
         """One unit of a view; None (logged) if damaged; Vanished if it moved away."""

@@ -62,8 +62,8 @@ class Source(Protocol):
     @property
     def vector_cache(self) -> "VectorCache | None": ...
 
-    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None
-                   ) -> T: ...
+    def consistent(self, read: Callable[[View], T], layers: tuple[str, ...] | None = None,
+                   *, only: str | None = None) -> T: ...
 
 
 def read_unit(src: Source, uid: str, path: str, *, with_vectors: bool) -> Loaded | None:
