@@ -21,7 +21,7 @@ from fsmem.format.media import extension_for
 
 __all__ = [
     "DIGEST_RE", "check_digest", "block_filename", "hash_bytes", "write_block",
-    "write_block_from_fd", "link_block", "verify_block", "BLOCK_MODE", "CHUNK",
+    "write_block_from_fd", "link_block", "verify_block", "BLOCK_MODE", "CHUNK", "hash_fd",
 ]
 
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -45,6 +45,18 @@ def block_filename(digest: str, mime: str) -> str:
 def hash_bytes(data: bytes | memoryview) -> str:
     return blake3.blake3(data, max_threads=blake3.blake3.AUTO if len(data) > (8 << 20) else 1
                          ).hexdigest()
+
+
+def hash_fd(fd: int, cap: int, path: str = "") -> tuple[str, int]:
+    """BLAKE3 and size of what is left to read of ``fd``, read in CHUNKs; FormatError (naming
+    ``path``) past ``cap`` bytes."""
+    hasher, size = blake3.blake3(), 0
+    while chunk := os.read(fd, CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise FormatError(f"{path + ': ' if path else ''}over the size cap of {cap} bytes")
+        hasher.update(chunk)
+    return hasher.hexdigest(), size
 
 
 _tmp_counter = itertools.count()

@@ -25,7 +25,7 @@ import blake3
 import msgspec
 
 from fsmem.format import fsops as fsops
-from fsmem.format.blocks import CHUNK, block_filename, hash_bytes
+from fsmem.format.blocks import CHUNK, block_filename, hash_bytes, hash_fd
 from fsmem.format.errors import FormatError, FsmemError, NotFound, StoreLocked
 from fsmem.format.event_json import decode_json, event_from_record
 from fsmem.format.layout import read_small
@@ -684,13 +684,10 @@ def _read_all(fd: int, cap: int) -> bytes:
 
 
 def _hash_fd(fd: int, cap: int) -> tuple[str, int]:
-    hasher, size = blake3.blake3(), 0
-    while chunk := os.read(fd, CHUNK):
-        size += len(chunk)
-        if size > cap:
-            raise Rejected(f"over the size cap of {cap} bytes")
-        hasher.update(chunk)
-    return hasher.hexdigest(), size
+    try:
+        return hash_fd(fd, cap)
+    except FormatError as exc:
+        raise Rejected(str(exc)) from None
 
 
 def _scan_text(fd: int, cap: int, whole: bytes | None = None) -> tuple[str, int, str]:

@@ -33,6 +33,7 @@ import blake3
 import msgspec
 
 from fsmem.format import fsops as fsops
+from fsmem.format.blocks import hash_fd
 from fsmem.format.errors import FormatError, FsmemError
 from fsmem.format.layout import open_regular, read_fd
 from fsmem.format.media import sniff_mime
@@ -50,7 +51,6 @@ NOTE_EXT = {".md", ".markdown", ".txt"}
 _MEDIA_NAMED = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".wav", ".mp3", ".ogg", ".oga",
                 ".mp4", ".m4a", ".pdf"}
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_CHUNK = 1 << 20
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
 _MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*(<[^>\n]*>|[^)\s]+)(?:\s+[\"'(][^\n]*?[\"')])?\s*\)")
 _WIKI_EMBED = re.compile(r"!\[\[([^\]\n|#]+)(?:[#|][^\]\n]*)?\]\]")
@@ -225,7 +225,7 @@ def _read_file(dfd: int, name: str, rel: str, limits: NotesLimits) -> NoteFile |
             if st.st_size > limits.file_size:
                 raise FormatError(f"{shown}: {st.st_size} bytes, over the cap of "
                                   f"{limits.file_size}")
-            digest, size = _hash(fd, limits.file_size, shown)
+            digest, size = hash_fd(fd, limits.file_size, shown)
             return NoteFile(rel=rel, kind="media", size=size, mtime_ns=st.st_mtime_ns,
                             digest=digest, mime=mime)
         if ext in _MEDIA_NAMED:
@@ -252,16 +252,6 @@ def _read_file(dfd: int, name: str, rel: str, limits: NotesLimits) -> NoteFile |
             from exc
     return NoteFile(rel=rel, kind="note", size=len(data), mtime_ns=st.st_mtime_ns,
                     digest=blake3.blake3(data).hexdigest(), data=data)
-
-
-def _hash(fd: int, cap: int, shown: str) -> tuple[str, int]:
-    hasher, size = blake3.blake3(), 0
-    while chunk := os.read(fd, _CHUNK):
-        size += len(chunk)
-        if size > cap:
-            raise FormatError(f"{shown}: over the size cap of {cap} bytes")
-        hasher.update(chunk)
-    return hasher.hexdigest(), size
 
 
 def _special(mode: int) -> str:
