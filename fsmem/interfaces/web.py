@@ -38,7 +38,14 @@ from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
 from fsmem.format.views import hydrate_event
 from fsmem.memory.reader import Reader
-from fsmem.store.changes import MARKS, Change, ChangesTruncated, feed_stamp, read_changes
+from fsmem.store.changes import (
+    MARKS,
+    Change,
+    ChangesTruncated,
+    dir_stamp,
+    feed_stamp,
+    read_changes,
+)
 
 __all__ = ["WebView", "Response", "BadRequest", "make_server", "url_of", "open_reader",
            "LOCAL_HOSTS", "CSP", "PAGE_SIZE"]
@@ -149,6 +156,8 @@ class WebView:
         self.budget = budget
         self._lock = threading.Lock()
         self._manifests: dict[str, Manifest] = {}
+        self._render: tuple[Any, str] | None = None
+        self._listings: dict[tuple[str, ...], tuple[Any, dict[str, list[tuple[str, str]]]]] = {}
         self._feed: list[Change] = []
         self._feed_pos = 0
         self._feed_id = ""
@@ -220,9 +229,33 @@ class WebView:
         return m
 
     def listing(self, layers: tuple[str, ...] | None = None) -> dict[str, list[tuple[str, str]]]:
-        """(unit id, path) of each layer, from one consistent view."""
-        return self.reader.consistent(lambda v: {layer: v.layer(layer) for layer in v.units},
-                                      layers)
+        """(unit id, path) of each layer, from one consistent view; kept while nothing
+        could have changed it (the layer directories' inode, mtime and link count, the
+        writers' epoch and the change feed the same, no journal entry pending): a layer of
+        10,000 units is listed again only after a change."""
+        names = self.reader.layout.layers() if layers is None else layers
+        key = self._stamp(names)
+        cached = self._listings.get(names)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = self.reader.consistent(lambda v: v, names)
+        got = {layer: view.layer(layer) for layer in view.units}
+        if not view.pending:
+            self._listings[names] = (key, got)
+        return got
+
+    def _stamp(self, names: tuple[str, ...]) -> Any:
+        """What changes whenever a unit of ``names`` is added, moved or removed."""
+        layout = self.reader.layout
+        return (tuple(tuple(dir_stamp(os.path.join(layout.root, n))) for n in names),
+                layout.epoch(), feed_stamp(layout.meta, self._feed_hint))
+
+    def model_view(self, budget: int) -> str:
+        """``Reader.render`` of L1, kept while L1 is unchanged (units are immutable)."""
+        key = (self._stamp((self.reader.l1,)), budget)
+        if self._render is None or self._render[0] != key or self.reader.layout.journal_names():
+            self._render = (key, self.reader.render(budget))
+        return self._render[1]
 
     def locate(self, uid: str) -> tuple[str, str, Manifest]:
         if not NAME_RE.match(uid):
@@ -331,7 +364,7 @@ class WebView:
         table = "<table>" + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
                                     for k, v in facts) + "</table>"
         budget = _int_param(params, "budget", self.budget, 1, 1_000_000)
-        view = r.render(budget)
+        view = self.model_view(budget)
         recent = self.feed()[-RECENT:][::-1]
         body = (f"{table}<h2>Units per layer</h2><div class=\"cards\">{cards}</div>"
                 f"<h2>The model's view (render, {budget} tokens)</h2>"
