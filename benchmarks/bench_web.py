@@ -128,10 +128,10 @@ def run(root: str, ids: dict[str, str], rounds: int) -> None:
             order = todo if r % 2 == 0 else todo[::-1]
             for path, call in order:
                 i = [p for p, _ in todo].index(path) + 1
-                for name, fn in (("http", lambda: fetch(base + path)),
-                                 ("view", lambda: view.get(path)),
+                for name, fn in (("http", lambda p=path: fetch(base + p)),
+                                 ("view", lambda p=path: view.get(p)),
                                  ("reader", call),
-                                 ("static", lambda: fetch(f"{sbase}/p{i}.html"))):
+                                 ("static", lambda i=i: fetch(f"{sbase}/p{i}.html"))):
                     t = time.perf_counter()
                     fn()
                     times[path][name].append(time.perf_counter() - t)

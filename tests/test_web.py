@@ -22,8 +22,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from conftest import PKG_ROOT
+
 from fsmem import Memory
 from fsmem.format.model import Event, MediaAttachment
 from fsmem.interfaces.web import CSP, make_server, url_of
@@ -62,6 +62,9 @@ def build_store(root: Path) -> dict[str, str]:
                                                            name="tiles.png")])
     ids["coffee"] = mem.commit("descale the coffee maker every two months", summary="coffee")
     ids["recalled"] = mem.recall("descale coffee maker", top_k=1)[0]
+    mem.append(Event(source="user", role="user", input="here is the fridge door",
+                     attachments=[MediaAttachment(data=solid_png(8, 8, (1, 2, 3)),
+                                                  mime="image/png", name="fridge.png")]))
     mem.append(Event(source="user", role="user", input="what is on the calendar for friday"))
     mem.close()
     return ids
@@ -196,10 +199,13 @@ def test_timeline_shows_the_recalled_unit_and_the_appended_event(served, store):
     assert "descale the coffee maker every two months" in body
     assert f'/unit/{ids["recalled"]}' in body
     assert body.index("descale the coffee maker") < body.index("what is on the calendar")
+    img = re.search(r'<img class="media" src="(/block/[0-9a-f]{64}\?unit=[^"]+)"', body)
+    assert img and "fridge.png" in body   # L1's image inline
+    status, _, data = fetch(served.url.rstrip("/") + img.group(1).replace("&amp;", "&"))
+    assert status == 200 and data == solid_png(8, 8, (1, 2, 3))
 
 
-def test_layer_pages_list_units_with_their_summary_newest_first(served, store):
-    _, ids = store
+def test_layer_pages_list_units_with_their_summary_newest_first(served):
     status, _, body = served.get("/layer/documents")
     assert status == 200 and "wifi note" in body and "tile photo" in body
     shown = re.findall(r'<td><a href="/unit/([^"]+)">', body)
@@ -219,7 +225,7 @@ def test_layer_pagination_fifty_a_page(tmp_path):
         pages = [s.get(f"/layer/documents?page={n}")[2] for n in (1, 2, 3)]
         shown = [re.findall(r'<td><a href="/unit/([^"]+)">', p) for p in pages]
         assert [len(x) for x in shown] == [50, 50, 20]
-        assert sum(shown, []) == sorted(ids, reverse=True)   # newest first, each unit once
+        assert [u for page in shown for u in page] == sorted(ids, reverse=True)   # newest first, each unit once
         assert "page 1 of 3" in pages[0] and 'href="/layer/documents?page=2"' in pages[0]
         assert "?page=2" in pages[2] and "?page=4" not in pages[2]
         assert s.get("/layer/documents?page=4")[0] == 404
@@ -357,7 +363,7 @@ def test_cli_serve_prints_its_url_serves_and_stops_cleanly_on_ctrl_c(store):
         assert status == 200 and b"hunter2" in body
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_web import MAGENTA, PNG, Served, build_store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -44,7 +43,7 @@ def chromium(browser: str, base: Path, *args: str) -> subprocess.CompletedProces
     return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
                            "--no-first-run", "--disable-extensions", "--hide-scrollbars",
                            f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=60,
+                          capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "HOME": str(base)})
 
 

@@ -31,6 +31,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # lazy: start-up, loaded only when used (+http.server, socketserver, email)
     from fsmem.interfaces.web import make_server, open_reader, url_of
     reader = open_reader(args.root, args.agent)   # a missing store: one line, exit 1
+    search = reader.search_settings()
+    if not search["embedder_installed"]:   # browsing works; the search page says why not
+        print(f"fsmem serve: warning: the store's embedder {search['embedder']!r} is not "
+              f"installed (pip install 'fsmem[{search['embedder_extra']}]'): search fails "
+              "until it is", file=sys.stderr)
     host = args.host or "127.0.0.1"
     server = make_server(reader, host, args.port, check_host=args.host is None,
                          budget=args.budget, verbose=args.verbose)
