@@ -85,17 +85,19 @@ def pages(reader: Reader, ids: dict[str, str]) -> list[tuple[str, Callable[[], o
     """(page, the bare Reader call it is built on)."""
     digest = next(b.digest for b in reader.document(ids["image"]).blocks
                   if b.mime == "image/png")
+    mid = max(1, len(reader.units("documents")) // 50 // 2)   # a page in the middle
+    feed_mid = max(1, len(reader.changes()) // 50 // 2)
     return [
         ("/", lambda: (reader.render(2000), reader.consistent(lambda v: len(v.units)))),
         ("/timeline", reader.timeline),
         ("/layer/documents", lambda: reader.units("documents")),
-        ("/layer/documents?page=100", lambda: reader.units("documents")),
+        (f"/layer/documents?page={mid}", lambda: reader.units("documents")),
         (f"/unit/{ids['unit']}", lambda: reader.document(ids["unit"])),
         (f"/block/{digest}?unit={ids['image']}", lambda: reader.read_block(digest)),
         ("/graph?entity=person3", lambda: reader.graph.neighbors("person3", depth=1)),
         ("/search?q=kitchen+photo", lambda: reader.search("kitchen photo", 10, count=False)),
         ("/changes", lambda: reader.changes()),
-        ("/changes?page=50", lambda: reader.changes()),
+        (f"/changes?page={feed_mid}", lambda: reader.changes()),
     ]
 
 
