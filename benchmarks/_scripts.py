@@ -62,6 +62,9 @@ SCRIPTS = (
            "the fleet index in PostgreSQL: sync throughput, fleet search against per-store "
            "search summed over 100 stores (docs/BENCHMARKS-fleet.md; stores cached in /tmp)",
            timeout=900),
+    Script("bench_web.py", ("--units", "10000", "--rounds", "20"), "the web view (fsmem "
+           "serve): each page over HTTP against the page built in process, the bare Reader "
+           "call and a static file of the same size, 10k units", timeout=600),
     Script("bench_embed_commit.py", (), "commit cost with the light embedder", timeout=300),
     Script("bench_ingest_rss.py", (), "ingest memory use", timeout=300),
 )

@@ -415,6 +415,25 @@ class Graph:
             rows.setdefault(row[0], row)
         return self._answer(db, ids, rows, True)
 
+    @_sqlite_errors
+    def facts_of(self, unit_id: str) -> Recall:
+        """The relations read from one unit: those a text block of its events asserts
+        (``document --contains--> block --contains--> edge``), with their provenance."""
+        db = self._open(create=False)
+        if db is None or "memory_block_edges" not in legacy_g.tables(db):
+            return Recall()
+        cols, status = legacy_g.edge_select(db)
+        rows = db.execute(
+            f"SELECT {cols} FROM memory_block_edges WHERE source_kind='block' AND "
+            f"target_kind='block' AND {status} AND edge_type NOT IN {STRUCTURAL!r} AND "
+            "CAST(id AS TEXT) IN (SELECT c.target_id FROM memory_block_edges c JOIN "
+            "memory_block_edges d ON d.target_kind='block' AND d.target_id=c.source_id "
+            "WHERE c.target_kind='edge' AND c.edge_type='contains' AND "
+            "c.source_kind='block' AND d.source_kind='document' AND d.source_id=? AND "
+            "d.edge_type='contains') ORDER BY id", (unit_id,)).fetchall()
+        ends = list(dict.fromkeys(n for r in rows for n in (r[1], r[2])))
+        return self._answer(db, ends, {r[0]: r for r in rows}, True)
+
     def _answer(self, db: sqlite3.Connection, entity_ids: list[str], rows: dict[int, tuple],
                 provenance: bool) -> Recall:
         """Entities (with names, types, mention counts) and relations (with provenance)."""

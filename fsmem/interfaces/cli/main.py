@@ -741,8 +741,8 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
         from fsmem.interfaces import mcp_server
 
         # lazy: start-up, loaded only when used (+numpy, msgspec, blake3)
-        from fsmem.interfaces.cli import archive, fleet, graph, watch
-        for verbs in (graph, watch, archive, fleet, mcp_server):
+        from fsmem.interfaces.cli import archive, fleet, graph, serve, watch
+        for verbs in (graph, watch, archive, fleet, mcp_server, serve):
             verbs.add_cli(sub, [common])
     return p
 
