@@ -36,7 +36,7 @@ from fsmem.format.layout import NotAStore, Vanished, valid_layer
 from fsmem.format.model import NAME_RE, BlockRef, Event, Manifest
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
-from fsmem.format.views import hydrate_event
+from fsmem.format.views import hydrate_event, unit_label
 from fsmem.memory.reader import Reader
 from fsmem.store.changes import (
     MARKS,
@@ -293,15 +293,6 @@ class WebView:
         del self._feed[:-FEED_KEPT]
         return self._feed
 
-    def first_text(self, path: str, m: Manifest) -> str:
-        """A unit without a stored summary shows its first event's text (as ``fsmem ls``)."""
-        for rec in sorted(m.events, key=lambda r: r.timestamp.ns):
-            ev = hydrate_event(path, m.id, rec, m.agent)
-            text = (ev.input or ev.response or "").strip()
-            if text:
-                return " ".join(text.split())
-        return ""
-
     # -- page frame -----------------------------------------------------------------------
     def _page(self, title: str, body: str, query: str = "") -> bytes:
         nav = "".join(f'<a href="{href}">{esc(name)}</a>' for href, name in (
@@ -435,15 +426,12 @@ class WebView:
                 rows.append(f"<tr><td>{esc(uid)}</td><td colspan=4>private to agent "
                             f"{esc(m.agent)}</td></tr>")
                 continue
-            try:
-                summary = m.summary or self.first_text(path, m)
-            except (FsmemError, OSError, UnicodeDecodeError):
-                summary = "(a text block is damaged)"
+            summary = unit_label(path, m) or "-"   # the one rule of every view
             owner = "" if not m.agent and not m.private else \
                 f'<span class="tag">{esc(m.agent or "default")}{", private" if m.private else ""}</span> '
             rows.append(f"<tr><td>{self._unit_link(uid)}</td><td>{len(m.events)}</td>"
                         f"<td>{esc(m.created_at.strftime('%Y-%m-%d %H:%M:%S'))}</td>"
-                        f"<td>{owner}{esc(summary[:200])}</td></tr>")
+                        f"<td>{owner}{esc(summary)}</td></tr>")
         nav = []
         if page > 1:
             nav.append(f'<a href="/layer/{q(name)}?page={page - 1}">← newer</a>')
