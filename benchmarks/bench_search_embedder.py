@@ -229,8 +229,8 @@ def report(res: dict, cli: dict | None, argv: list[str], built: str,
         f"**Fused / lexical: search {sf / sb:.2f}x, query {qf / qb:.2f}x** (target <= 5x: "
         f"{'pass' if max(sf / sb, qf / qb) <= 5 else 'MISS'}). The floor is e5's own forward "
         f"pass: the query embedding alone is {st['e5 query embedding'][0] / sb:.2f}x the "
-        f"lexical search; what fusion adds beyond it (dense scores of every row, fusion, "
-        f"while BM25 runs beside the model) is {max(sf - st['e5 query embedding'][0], 0):.2f} "
+        f"lexical search; what the fused search adds to it (BM25, the dense score of every "
+        f"row, the fusion) is {max(sf - st['e5 query embedding'][0], 0):.2f} "
         f"ms, {max(sf - st['e5 query embedding'][0], 0) / sb:.2f}x the lexical search.",
     ]
     if mcp:

@@ -338,12 +338,7 @@ class Reader:
 
     def _search(self, text: str, top_k: int, ranker: str | None = None, *,
                 scope: str = "all", agent: str | None = None) -> list[Hit]:
-        ranker = ranker or self.ranker
-        # lazy: start-up, loaded only when used (+numpy, concurrent.futures)
-        from fsmem.search.query_vectors import one_query
-        dense = ranker != "bm25"   # (the model is not loaded for bm25)
-        with one_query(self.embedder if dense else None, text, dense=dense):
-            return self.index.hits(text, top_k, ranker, self.who(scope, agent))
+        return self.index.hits(text, top_k, ranker or self.ranker, self.who(scope, agent))
 
     def search(self, text: str, top_k: int = 5, *, layers: Sequence[str] | None = None,
                scope: str = "all", agent: str | None = None, facts: bool = True,

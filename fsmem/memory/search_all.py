@@ -75,10 +75,9 @@ def search(mem: "Reader", text: str, top_k: int = 5, *, layers: Sequence[str] | 
     who = mem.who(scope, agent)
     if top_k <= 0 or not text.strip():
         return []
-    # lazy: start-up, loaded only when used (+numpy, concurrent.futures)
+    # lazy: start-up, loaded only when used (+numpy)
     from fsmem.search.query_vectors import one_query
-    dense = mem.ranker != "bm25"   # (the model is not loaded for bm25)
-    with one_query(mem.embedder if dense else None, text, dense=dense):
+    with one_query():   # every layer's index embeds the query once between them
         return _search(mem, text, top_k, names, who, facts, count)
 
 

