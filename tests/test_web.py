@@ -382,3 +382,23 @@ def test_cli_serve_refuses_a_missing_store_a_bad_port_and_a_port_in_use(tmp_path
             assert proc.returncode == 2 and "argument --port" in err and "Traceback" not in err
         _, err = in_use.communicate(timeout=60)
     assert in_use.returncode == 1 and "is in use" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_homeagent_memory_directory_shows_its_documents(tmp_path):
+    """The drop-in: a HomeAgent directory served as it is: its documents/*.json are listed on
+    the L2 page (after fsmem's units) and each opens whole; nothing is written."""
+    root = tmp_path / "ha"
+    shutil.copytree(PKG_ROOT / "fixtures" / "homeagent-memory", root)
+    before = tree_hash(root)
+    s = Served(root)
+    try:
+        status, _, body = s.get("/layer/documents")
+        assert status == 200, body
+        assert "doc_1789175727183004211" in body and "咖啡机" in body, body[:2000]
+        status, _, body = s.get("/unit/doc_1789175727183004211")
+        assert status == 200, body
+        assert "密封圈换了，不漏了" in body and "HomeAgent" in body
+        assert s.get("/unit/doc_nosuchdoc")[0] == 404
+    finally:
+        s.close()
+    assert tree_hash(root) == before

@@ -36,7 +36,8 @@ from fsmem.format.layout import NotAStore, Vanished, valid_layer
 from fsmem.format.model import NAME_RE, BlockRef, Event, Manifest
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
-from fsmem.format.views import hydrate_event, unit_label
+from fsmem.format.views import hydrate_event, summary_label, unit_label
+from fsmem.homeagent.documents import legacy_doc_files, legacy_file_of, legacy_id
 from fsmem.memory.reader import Reader
 from fsmem.store.changes import (
     MARKS,
@@ -410,12 +411,19 @@ class WebView:
             raise Missing(f"no layer {name!r} (context, context@AGENT, documents, stablemem)")
         page = _int_param(params, "page", 1, 1, 10**9)
         units = self.listing((name,)).get(name, [])
+        # HomeAgent's documents/*.json (the drop-in), listed after fsmem's units
+        legacy = [(legacy_id(f), "") for f, _ in legacy_doc_files(self.reader.root)] \
+            if name == "documents" else []
+        units = legacy[::-1] + units   # shown newest first: fsmem's units, then HomeAgent's
         pages = max(1, -(-len(units) // PAGE_SIZE))
         if page > pages:
             raise Missing(f"layer {name}: no page {page} (it has {pages})")
         newest = units[::-1][(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
         rows = []
         for uid, path in newest:
+            if not path:
+                rows.append(self._legacy_row(uid))
+                continue
             try:
                 m = self.manifest(path, uid)
             except (FsmemError, OSError) as exc:
@@ -443,8 +451,40 @@ class WebView:
         return self._ok(f"Layer {name}", f"<p>{len(units)} units, newest first.</p>"
                         f"{pager}{table}{pager}")
 
+    def _legacy_row(self, uid: str) -> str:
+        try:
+            doc = self.reader.document(uid)
+        except (FsmemError, OSError) as exc:
+            return f"<tr><td>{esc(uid)}</td><td colspan=3>unreadable: {esc(exc)}</td></tr>"
+        label = summary_label(doc.summary, (doc.content,)) or "-"
+        return (f"<tr><td>{self._unit_link(uid)}</td><td>{len(doc.events)}</td>"
+                f"<td>{esc(doc.created_at.strftime('%Y-%m-%d %H:%M:%S'))}</td>"
+                f'<td><span class="tag">HomeAgent</span> {esc(label)}</td></tr>')
+
+    def _legacy_unit(self, uid: str) -> Response:
+        """A HomeAgent document, read in place through the logged fallback."""
+        try:
+            doc = self.reader.document(uid)
+        except (FsmemError, OSError) as exc:
+            raise Missing(f"no unit {uid!r}") from exc
+        fields = [("id", esc(doc.id)), ("layer", _layer_label(doc.layer)),
+                  ("file", esc(doc.path) + ' <span class="tag">HomeAgent</span>'),
+                  ("summary", esc(doc.summary) or "-"), ("created", esc(_ts(doc.created_at))),
+                  ("source", esc(doc.source) or "-"),
+                  ("tags", esc(", ".join(doc.tags)) or "-"), ("accesses", str(doc.access_count))]
+        table = "<table>" + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>"
+                                    for k, v in fields) + "</table>"
+        evs = "".join(self._event_html(ev, uid) for ev in sorted(
+            doc.events, key=lambda e: (e.timestamp.ns, e.id)))
+        return self._ok(doc.summary or uid, f"{table}<h2>Events ({len(doc.events)})</h2>{evs}")
+
     def unit(self, uid: str, params: dict[str, list[str]]) -> Response:
-        layer, path, m = self.locate(uid)
+        try:
+            layer, path, m = self.locate(uid)
+        except (Missing, NotFound):
+            if not NAME_RE.match(uid) or legacy_file_of(self.reader.root, uid) is None:
+                raise
+            return self._legacy_unit(uid)
         try:
             events = [hydrate_event(path, m.id, rec, m.agent) for rec in m.events]
         except (FsmemError, OSError) as exc:
