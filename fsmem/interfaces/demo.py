@@ -89,7 +89,9 @@ def _run(directory: str, events: list[Any], as_json: bool) -> int:
         f"cat {os.path.join(directory, 'context', unit, 'manifest.json')}",
         f"fsmem show {unit} --root {directory}      # the unit as a transcript",
         f"fsmem timeline --root {directory}",
-        f"fsmem render --root {directory} --budget 400"])
+        f"fsmem render --root {directory} --budget 400",
+        f"fsmem search '咖啡机漏水' --root {directory}   # every layer: the recalled unit is in L1",
+        f"fsmem serve --root {directory}      # a read-only web view on http://127.0.0.1:8765/"])
     if as_json:
         sys.stdout.write(encode({"root": mem.root, "pruned_unit": first_unit, "hits": hits,
                                  "recalled": moved, "timeline_events": len(timeline),
