@@ -404,6 +404,24 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/interfaces/cli/progress.py",
         "        if filled == self.drawn and done < total and now - self.at < 1.0:",
         "        if False:", CLI_EDGES),
+    # issue 30: the agent's surface
+    "history: the versions after a unit are not followed": (
+        "fsmem/memory/reader.py",
+        "        while (nxt := self.index.superseded_by(chain[-1].id)) and nxt not in seen:",
+        "        while False and (nxt := self.index.superseded_by(chain[-1].id)):",
+        ["tests/test_history.py"]),
+    "fsck: a unit updated twice is not reported": (
+        "fsmem/memory/fsck.py", "        for new in news[1:]:", "        for new in news[2:]:",
+        ["tests/test_history.py"]),
+    "config: a new embedder leaves the stored units unembedded": (
+        "fsmem/interfaces/cli/show.py", "        reembed(args, open_writer)\n",
+        "        pass\n", ["tests/test_search_all.py"]),
+    "web: a search counts its hits in the access log": (
+        "fsmem/interfaces/web.py", "        hits = self.reader.search(text, top_k, count=False)",
+        "        hits = self.reader.search(text, top_k, count=True)", ["tests/test_web.py"]),
+    "import: a refused import leaves the store it made": (
+        "fsmem/interfaces/cli/archive.py", "            _remove_if_empty(mem.root)",
+        "            pass", ["tests/test_cli_edges.py"]),
 }
 
 

@@ -388,7 +388,8 @@ def test_a_homeagent_memory_directory_shows_its_documents(tmp_path):
     """The drop-in: a HomeAgent directory served as it is: its documents/*.json are listed on
     the L2 page (after fsmem's units) and each opens whole; nothing is written."""
     root = tmp_path / "ha"
-    shutil.copytree(PKG_ROOT / "fixtures" / "homeagent-memory", root)
+    shutil.copytree(Path(__file__).resolve().parent.parent / "fixtures" / "homeagent-memory",
+                    root)   # (the source tree: a mutation run copies only the package)
     before = tree_hash(root)
     s = Served(root)
     try:
