@@ -403,3 +403,22 @@ def test_a_homeagent_memory_directory_shows_its_documents(tmp_path):
     finally:
         s.close()
     assert tree_hash(root) == before
+
+
+def test_another_agents_private_unit_is_not_shown(tmp_path):
+    root = tmp_path / "m"
+    kitchen = Memory.open(root, agent="kitchen", auto_prune=False)
+    secret = kitchen.commit("the alarm code is 4711", private=True)
+    shared = kitchen.commit("the bin goes out on friday")
+    kitchen.close()
+    s = Served(root)   # the default agent's view
+    try:
+        assert s.get(f"/unit/{secret}")[0] == 404
+        status, _, body = s.get(f"/unit/{shared}")
+        assert status == 200 and "friday" in body
+        status, _, body = s.get("/layer/documents")
+        assert "private to agent kitchen" in body and "4711" not in body
+        status, _, body = s.get("/search?q=alarm+code")
+        assert status == 200 and secret not in body and "4711" not in body
+    finally:
+        s.close()
