@@ -59,7 +59,16 @@ def make_png(width: int = 64, height: int = 48, seed: int = 1) -> bytes:
     """A real PNG (valid CRCs), a gradient that depends on ``seed``."""
     raw = b"".join(b"\x00" + b"".join(bytes(((x * 4 + y * seed) % 256, (y * 5) % 256, seed % 256))
                                        for x in range(width)) for y in range(height))
+    return _png(width, height, raw)
 
+
+def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    """A real PNG of one colour."""
+    return _png(width, height, (b"\x00" + bytes(rgb) * width) * height)
+
+
+def _png(width: int, height: int, raw: bytes) -> bytes:
+    """RGB8 rows (each led by filter byte 0) as a PNG file with valid CRCs."""
     def chunk(tag: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(
             ">I", zlib.crc32(tag + data) & 0xFFFFFFFF)

@@ -12,17 +12,15 @@ import shutil
 import signal
 import socket
 import stat
-import struct
 import subprocess
 import sys
 import threading
 import urllib.error
 import urllib.request
-import zlib
 from pathlib import Path
 
 import pytest
-from conftest import PKG_ROOT
+from conftest import PKG_ROOT, solid_png
 
 from fsmem import Memory
 from fsmem.format.model import Event, MediaAttachment
@@ -30,19 +28,6 @@ from fsmem.interfaces.web import CSP, make_server, url_of
 from fsmem.memory.reader import Reader
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # never a proxy
-
-
-def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
-    """A real PNG of one colour."""
-    row = b"\x00" + bytes(rgb) * width
-    raw = row * height
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(
-            ">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw))
-            + chunk(b"IEND", b""))
 
 
 MAGENTA = (233, 30, 199)

@@ -34,7 +34,7 @@ from fsmem.format.model import FORMAT_VERSION, Event, Manifest, VectorsRef, chec
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, load_npy, read_manifest
 from fsmem.ingest import notes
-from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name
+from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name, special_reason
 from fsmem.memory.facade import Memory
 from fsmem.search import analyze
 
@@ -252,7 +252,7 @@ class Ingestor:
                 self._file(claim, name, out, resume, fd, (st.st_dev, st.st_ino))
             else:
                 out.kind = "special"
-                raise Rejected(_special_reason(st.st_mode))
+                raise Rejected(special_reason(st.st_mode))
         except _Duplicate as dup:
             if resume:  # stored before the crash; only the claim was left to remove
                 out.reason = f"already stored as {dup.where} before a restart"
@@ -309,7 +309,7 @@ class Ingestor:
         """The checks and the store of one open regular file (see ``_file``)."""
         out.size = st.st_size
         if not stat.S_ISREG(st.st_mode):
-            raise Rejected(_special_reason(st.st_mode))
+            raise Rejected(special_reason(st.st_mode))
         if st.st_nlink != 1:
             raise Rejected(f"has {st.st_nlink} hard links; only a file with one name "
                            "is taken (its other names could change it)")
@@ -639,18 +639,6 @@ def trim_term_memos(mem: Memory) -> None:
     trim = getattr(mem.embedder, "trim_memos", None)
     if trim is not None:
         trim(TERM_MEMO_MAX)
-
-
-def _special_reason(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link (never followed)"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe), not a regular file"
-    if stat.S_ISSOCK(mode):
-        return "a socket, not a regular file"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device node, not a regular file"
-    return "not a regular file"
 
 
 def _open_regular(name: str, dir_fd: int) -> int:

@@ -355,13 +355,32 @@ TREE_DEPTH = 9          # one deeper than a notes folder may be: a deeper one is
 TREE_ENTRIES = 50_001   # (and rejected); the fingerprint's cost is bounded either way
 
 
+def special_reason(mode: int) -> str:
+    """Why an entry that is not a regular file is refused (a dropped file, a note)."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link (never followed)"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe), not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a regular file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node, not a regular file"
+    return "not a regular file"
+
+
+def _dir_or_none(path: str, dir_fd: int | None) -> int | None:
+    """A directory opened without following a link, None if it is gone or not one."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
 def _tree_fingerprint(path: str, dir_fd: int) -> Any:
     """Path, size, mtime, ctime and inode of each entry of a directory's tree, sub-folders
     entered without following a link, hidden ones not entered (None if it is gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-    except OSError:
+    if (fd := _dir_or_none(path, dir_fd)) is None:
         return None
     try:
         out = tuple((rel, s.st_mode, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
@@ -374,10 +393,7 @@ def _tree_fingerprint(path: str, dir_fd: int) -> Any:
 
 def _dir_fingerprint(path: str, dir_fd: int | None = None) -> Any:
     """Names, sizes and mtimes of a directory's entries (None if it is gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-    except OSError:
+    if (fd := _dir_or_none(path, dir_fd)) is None:
         return None
     try:
         out = []

@@ -40,7 +40,7 @@ from fsmem.format.media import sniff_mime
 from fsmem.format.model import Event, MediaAttachment
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import read_manifest
-from fsmem.ingest.inbox_dirs import _display, ignored_name
+from fsmem.ingest.inbox_dirs import _display, ignored_name, special_reason
 from fsmem.memory.writer import check_strings
 from fsmem.store.store import JournalEntry, new_unit_id
 
@@ -196,7 +196,7 @@ def _walk(dfd: int, prefix: str, level: int, w: _Walk) -> None:
                                   f"{w.limits.total} bytes")
             w.files.append(got)
         else:
-            raise FormatError(f"{shown}: {_special(st.st_mode)}")
+            raise FormatError(f"{shown}: {special_reason(st.st_mode)}")
 
 
 def _open(dfd: int, name: str, rel: str, cap: int) -> int:
@@ -252,16 +252,6 @@ def _read_file(dfd: int, name: str, rel: str, limits: NotesLimits) -> NoteFile |
             from exc
     return NoteFile(rel=rel, kind="note", size=len(data), mtime_ns=st.st_mtime_ns,
                     digest=blake3.blake3(data).hexdigest(), data=data)
-
-
-def _special(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe), not a regular file"
-    if stat.S_ISSOCK(mode):
-        return "a socket, not a regular file"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device node, not a regular file"
-    return "not a regular file"
 
 
 def _embeds(note: NoteFile, media: dict[str, NoteFile], by_name: dict[str, list[str]],
