@@ -15,7 +15,6 @@ import errno
 import io
 import logging
 import os
-import re
 import shutil
 import stat
 from dataclasses import dataclass, field
@@ -56,7 +55,6 @@ _MEDIA_EXT = {".png": "PNG image", ".jpg": "JPEG image", ".jpeg": "JPEG image",
               ".mp3": "MP3 audio", ".ogg": "Ogg audio", ".oga": "Ogg audio",
               ".mp4": "MP4 video", ".m4a": "MP4 audio", ".pdf": "PDF document"}
 _HEAD = 65536           # the first read of a file (its type); a smaller file is read once
-_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
 
 
 class Rejected(FsmemError):
@@ -688,7 +686,7 @@ def _scan_text(fd: int, cap: int, whole: bytes | None = None) -> tuple[str, int,
         except UnicodeDecodeError:
             pass
         else:
-            return blake3.blake3(whole).hexdigest(), len(whole), _title(text[:65536])
+            return blake3.blake3(whole).hexdigest(), len(whole), notes.heading(text[:65536])
     hasher, size = blake3.blake3(), 0
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
     head = ""
@@ -717,7 +715,7 @@ def _scan_text(fd: int, cap: int, whole: bytes | None = None) -> tuple[str, int,
         raise Rejected(f"not UTF-8 text (truncated character at offset {size})") from exc
     if size == 0:
         raise Rejected("empty file: nothing to store")
-    return hasher.hexdigest(), size, _title(head)
+    return hasher.hexdigest(), size, notes.heading(head)
 
 
 def _text_windows(fd: int, part: int, hasher: Any) -> Iterator[bytes]:
@@ -750,18 +748,6 @@ def _utf8(data: bytes) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise Rejected(f"not UTF-8 text (invalid byte at offset {exc.start})") from exc
-
-
-def _title(text: str) -> str:
-    """The first Markdown heading (ATX ``# x`` or setext ``x`` over ``===``/``---``)."""
-    lines = text.splitlines()[:200]
-    for i, line in enumerate(lines):
-        if m := _HEADING.match(line):
-            return m.group(1).strip()[:200]
-        if line.strip() and i + 1 < len(lines) and re.fullmatch(r" {0,3}(=+|-+)\s*",
-                                                                lines[i + 1]):
-            return line.strip()[:200]
-    return ""
 
 
 def _meta(digest: str, name: str) -> dict[str, str]:

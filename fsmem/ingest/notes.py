@@ -292,17 +292,23 @@ def _resolve(target: str, here: str, media: dict[str, NoteFile],
     return None
 
 
-def title(data: bytes, rel: str) -> str:
-    """A note's summary: its first Markdown heading (ATX, or setext), else its file name
-    without extension."""
-    lines = data[:65536].decode("utf-8", "replace").lstrip("\ufeff").splitlines()[:200]
+def heading(text: str) -> str:
+    """The first Markdown heading of a text (ATX ``# x``, or setext ``x`` over ``===`` or
+    ``---``) in its first 200 lines, else "": a dropped file's or a note's summary."""
+    lines = text.splitlines()[:200]
     for i, line in enumerate(lines):
         if m := _HEADING.match(line):
             return m.group(1).strip()[:200]
         if line.strip() and i + 1 < len(lines) and re.fullmatch(r" {0,3}(=+|-+)\s*",
                                                                 lines[i + 1]):
             return line.strip()[:200]
-    return posixpath.splitext(posixpath.basename(_display(rel)))[0][:200]
+    return ""
+
+
+def title(data: bytes, rel: str) -> str:
+    """A note's summary: its first Markdown heading, else its file name without extension."""
+    return heading(data[:65536].decode("utf-8", "replace").lstrip("\ufeff")) \
+        or posixpath.splitext(posixpath.basename(_display(rel)))[0][:200]
 
 
 def _read_media(dfd: int, f: NoteFile, limits: NotesLimits) -> bytes:
