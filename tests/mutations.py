@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -450,21 +451,26 @@ def main(args: list[str]) -> int:
             if run_suite(base, list(tests))[0] != 0:
                 print(f"the unmutated package fails {' '.join(tests)}; fix that first")
                 return 1
-        for i, (name, (rel, old, new, tests)) in enumerate(chosen.items()):
+        def one(i: int, name: str, rel: str, old: str, new: str, tests: list[str]) -> str:
             copy = Path(tmp) / f"m{i}"
             shutil.copytree(REPO / "fsmem", copy / "fsmem")
             path = copy / rel
             text = path.read_text(encoding="utf-8")
             if text.count(old) != 1:
-                print(f"MUTATION NOT APPLICABLE ({rel} changed?): {name}")
-                survivors.append(name)
-                continue
+                return f"MUTATION NOT APPLICABLE ({rel} changed?): {name}"
             path.write_text(text.replace(old, new), encoding="utf-8")
             code, failed = run_suite(copy, tests)
             verdict = {0: "SURVIVED", 1: "killed"}.get(code, f"BROKEN({code})")
-            print(f"{verdict:>8}: {name}  [{failed}]")
-            if verdict != "killed":
-                survivors.append(name)
+            return f"{verdict:>8}: {name}  [{failed}]"
+        # one mutant per core at a time (each runs its tests in one process, -n 0)
+        with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+            futures = [(name, pool.submit(one, i, name, *m))
+                       for i, (name, m) in enumerate(chosen.items())]
+            for name, fut in futures:
+                line = fut.result()
+                print(line, flush=True)
+                if not line.lstrip().startswith("killed:"):
+                    survivors.append(name)
     print(f"{len(chosen) - len(survivors)} of {len(chosen)} mutations killed")
     return 1 if survivors else 0
 
