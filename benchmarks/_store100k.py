@@ -42,7 +42,7 @@ from _data import text  # noqa: E402
 
 from fsmem import Memory  # noqa: E402
 
-__all__ = ["Shape384", "KINDS", "build", "cached_store", "main"]
+__all__ = ["Shape384", "KINDS", "build", "cached_store", "cached_build", "main"]
 
 MARK = ".fsmem-bench-store"
 BUILT = ".built"
@@ -99,20 +99,29 @@ def build(root: str, n: int, kind: str = "hashed", *, seed: int = 11,
 def cached_store(parent: str, n: int, kind: str = "hashed",
                  progress: Callable[[int], None] | None = None) -> str:
     """The store root of ``n`` units of ``kind`` under ``parent``, built if not there."""
-    final = os.path.join(os.path.abspath(parent), f"store-{kind}-{n}")
+    return cached_build(parent, f"store-{kind}-{n}", f"{n} units of {kind}",
+                        lambda root: build(root, n, kind, progress=progress))[0]
+
+
+def cached_build(parent: str, name: str, what: str, make: Callable[[str], float]
+                 ) -> tuple[str, float | None]:
+    """``<parent>/<name>/mem``, made by ``make(root)`` (seconds taken) unless a finished one
+    is there: built in ``<name>.part`` (marked as ours) and renamed when whole; only a
+    ``.part`` this marker names is ever removed. Returns (root, seconds, or None if reused)."""
+    final = os.path.join(os.path.abspath(parent), name)
     if os.path.isfile(os.path.join(final, BUILT)):
-        return os.path.join(final, "mem")
+        return os.path.join(final, "mem"), None
     part = final + ".part"
     if os.path.isdir(part):
         if not os.path.isfile(os.path.join(part, MARK)):
             raise SystemExit(f"{part}: exists and was not made by this builder; not touching it")
         shutil.rmtree(part)   # our own interrupted build
     os.makedirs(part)
-    Path(part, MARK).write_text("built by benchmarks/_store100k.py\n")
-    secs = build(os.path.join(part, "mem"), n, kind, progress=progress)
-    Path(part, BUILT).write_text(f"{n} units of {kind} in {secs:.1f} s\n")
+    Path(part, MARK).write_text("built by benchmarks (benchmarks/_store100k.py)\n")
+    secs = make(os.path.join(part, "mem"))
+    Path(part, BUILT).write_text(f"{what} in {secs:.1f} s\n")
     os.rename(part, final)
-    return os.path.join(final, "mem")
+    return os.path.join(final, "mem"), secs
 
 
 def main(argv: list[str] | None = None) -> int:

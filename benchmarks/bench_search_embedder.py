@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import english  # noqa: E402
+from _store100k import cached_build  # noqa: E402
 
 from fsmem import Memory  # noqa: E402
 from fsmem.memory.reader import Reader  # noqa: E402
 
 __all__ = ["build", "measure", "main"]
 
-MARK = ".fsmem-bench-store"
 QUERIES = [
     "when did the coffee maker start leaking", "what did we plan for the weekend",
     "who is allergic to peanuts", "where are the spare house keys",
@@ -94,20 +94,8 @@ def build(root: str, n: int, seed: int = 7) -> float:
 
 
 def cached(parent: str, n: int) -> tuple[str, float | None]:
-    final = os.path.join(os.path.abspath(parent), f"store-e5-{n}")
-    if os.path.isfile(os.path.join(final, ".built")):
-        return os.path.join(final, "mem"), None
-    part = final + ".part"
-    if os.path.isdir(part):
-        if not os.path.isfile(os.path.join(part, MARK)):
-            raise SystemExit(f"{part}: exists and was not made by this benchmark; not touching it")
-        shutil.rmtree(part)   # our own interrupted build
-    os.makedirs(part)
-    Path(part, MARK).write_text("built by benchmarks/bench_search_embedder.py\n")
-    secs = build(os.path.join(part, "mem"), n)
-    Path(part, ".built").write_text(f"{n} units in {secs:.0f} s\n")
-    os.rename(part, final)
-    return os.path.join(final, "mem"), secs
+    """The e5 store of ``n`` units under ``parent`` (benchmarks/_store100k.cached_build)."""
+    return cached_build(parent, f"store-e5-{n}", f"{n} e5 units", lambda root: build(root, n))
 
 
 def _stats(v: list[float]) -> tuple[float, float]:
