@@ -159,6 +159,7 @@ class WebView:
         self._manifests: dict[str, Manifest] = {}
         self._render: tuple[Any, str] | None = None
         self._listings: dict[tuple[str, ...], tuple[Any, dict[str, list[tuple[str, str]]]]] = {}
+        self._legacy: tuple[Any, list[tuple[str, str]]] | None = None
         self._feed: list[Change] = []
         self._feed_pos = 0
         self._feed_id = ""
@@ -244,6 +245,15 @@ class WebView:
         if not view.pending:
             self._listings[names] = (key, got)
         return got
+
+    def legacy_documents(self) -> list[tuple[str, str]]:
+        """(id, "") of each HomeAgent ``documents/*.json``, kept as the listing is: while the
+        directory's stamp is unchanged (a layer page does not scan 10,000 entries each time)."""
+        key = self._stamp(("documents",))
+        if self._legacy is None or self._legacy[0] != key:
+            self._legacy = (key, [(legacy_id(f), "")
+                                  for f, _ in legacy_doc_files(self.reader.root)])
+        return self._legacy[1]
 
     def _stamp(self, names: tuple[str, ...]) -> Any:
         """What changes whenever a unit of ``names`` is added, moved or removed."""
@@ -412,8 +422,7 @@ class WebView:
         page = _int_param(params, "page", 1, 1, 10**9)
         units = self.listing((name,)).get(name, [])
         # HomeAgent's documents/*.json (the drop-in), listed after fsmem's units
-        legacy = [(legacy_id(f), "") for f, _ in legacy_doc_files(self.reader.root)] \
-            if name == "documents" else []
+        legacy = self.legacy_documents() if name == "documents" else []
         units = legacy[::-1] + units   # shown newest first: fsmem's units, then HomeAgent's
         pages = max(1, -(-len(units) // PAGE_SIZE))
         if page > pages:
