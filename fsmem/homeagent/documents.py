@@ -489,9 +489,10 @@ def read_blob(root: str, m: LegacyMedia) -> tuple[bytes, str] | None:
 
 
 def legacy_texts(doc: LegacyDoc) -> list[str]:
-    """What the index searches of a legacy document: summary, content, tags, entities."""
+    """What the index searches of a legacy document: summary, content, tags, entities, and
+    its blocks with a payload (a vector-only block is kept, but nothing of it is indexed)."""
     return searched_texts(doc.summary, doc.content, doc.tags, doc.entities,
-                          [(m.text, m.mime) for m in doc.media])
+                          [(m.text, m.mime) for m in doc.media if m.payload])
 
 
 def searched_texts(summary: str, content: str, tags: list[str], entities: list[str],
