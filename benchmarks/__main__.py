@@ -142,7 +142,9 @@ def _fleet_section() -> list[str]:
 #: benchmarks with a run of their own (a model, a browser, a 10k-unit store built once), whose
 #: document is repeated here: file under docs/ -> the section's title
 OWN_RUNS = {"BENCHMARKS-search.md": "The store's embedder at 10k units",
-            "BENCHMARKS-web.md": "The web view (benchmarks/bench_web.py)"}
+            "BENCHMARKS-web.md": "The web view (benchmarks/bench_web.py)",
+            "BENCHMARKS-hosts.md": "One store on JuiceFS and on local ext4 (benchmarks/bench_hosts.py)",
+            "BENCHMARKS-retrieval3.md": "Retrieval round three (benchmarks/eval_retrieval3.py)"}
 
 
 def _own_run_sections() -> list[str]:

@@ -25,6 +25,7 @@ _WHERE: dict[str, str] = {   # public name -> the module that defines it
     "FsmemError": "format.errors", "InvalidName": "format.errors",
     "MissingDependency": "format.errors", "NotFound": "format.errors",
     "StorageError": "format.errors", "StoreLocked": "format.errors",
+    "UnsafeFilesystem": "format.errors",
     "Memory": "memory.facade",
     "Reader": "memory.reader",
     "NotAStore": "format.layout",
@@ -47,7 +48,7 @@ __all__ = [
     "Hit", "Finding", "Timestamp", "ToolDef", "ChannelDef", "Plugins", "FORMAT_VERSION",
     "FsmemError", "FormatError", "ChecksumMismatch", "NotFound", "StoreLocked", "InvalidName",
     "AlreadyExists", "AmbiguousDigest", "StorageError", "Graph", "Triple", "RuleDistiller",
-    "LLMDistiller", "DistillError", "MissingDependency", "render", "budget_split", "BudgetSplit",
+    "LLMDistiller", "DistillError", "MissingDependency", "UnsafeFilesystem", "render", "budget_split", "BudgetSplit",
     "TokenEstimator", "HeuristicEstimator", "RuneEstimator", "TiktokenEstimator",
 ]
 
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
         NotFound,
         StorageError,
         StoreLocked,
+        UnsafeFilesystem,
     )
     from fsmem.format.layout import NotAStore
     from fsmem.format.model import (

@@ -12,10 +12,16 @@ import wave
 import zlib
 from io import BytesIO
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 SOURCE = Path(__file__).resolve().parent.parent
+
+# One OpenBLAS thread in the workers and every child they start (the CLI does the same): its
+# thread pool's start costs each process ~0.1 s of CPU, and the suite starts hundreds on two
+# cores (fsmem's matrix products are small: one thread is as fast).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _package_root() -> Path:
@@ -165,7 +171,8 @@ def crash_points(total: int, sample: int, seed: int = 16) -> list[int]:
 
 
 def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int = 400,
-                env: dict[str, str] | None = None, sample: int = 16
+                env: dict[str, str] | None = None, sample: int = 16,
+                focus: "Callable[[str], list[int]] | None" = None
                 ) -> tuple[int, subprocess.CompletedProcess]:
     """Crash ``child`` (python code, argv[1] = a fresh copy of ``template``) at its Nth mutating
     fs call, then call ``check(root, label)`` on the copy (reopening it runs recovery); what the
@@ -173,7 +180,9 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
 
     A clean run counts the calls (and is checked too); then each chosen point N (all of them
     under FSMEM_STRESS=1, else ``sample`` seeded ones) runs in a fork of one preloaded
-    interpreter and must really crash there. Returns (number of calls, the clean run)."""
+    interpreter and must really crash there. ``focus(clean stdout)``: more points, always run
+    (the calls a test cares about, which the child printed). Returns (number of calls, the
+    clean run)."""
     import json
     import shutil
     from fsmem.format import fsops as _fsops
@@ -191,6 +200,8 @@ def crash_sweep(tmp_path: Path, template: Path, child: str, check, *, limit: int
     assert 0 < total < limit, f"{total} fs calls"
     check(clean, "no crash")
     points = crash_points(total, sample)
+    if focus is not None:
+        points = sorted({*points, *(n for n in focus(proc.stdout) if 0 < n <= total)})
     roots = {n: tmp_path / f"crash{n}" for n in points}
     for root in roots.values():
         shutil.copytree(template, root, symlinks=True)

@@ -98,10 +98,18 @@ def redis_server(workdir: Path) -> Iterator[str]:
             proc.wait()
 
 
+#: the mount flags fsmem asks of JuiceFS for many hosts (fsmem.store.filesystems)
+NO_METADATA_CACHES = ["--attr-cache", "0", "--entry-cache", "0", "--dir-entry-cache", "0",
+                      "--negative-entry-cache", "0"]
+
+
 @contextmanager
-def juicefs(workdir: Path, mounts: int = 2, *, meta: str = "auto") -> Iterator[list[Path]]:
+def juicefs(workdir: Path, mounts: int = 2, *, meta: str = "auto",
+            caches: bool = False) -> Iterator[list[Path]]:
     """One JuiceFS volume (object store: a local directory) mounted ``mounts`` times, each
-    mount point a "host". ``meta``: "redis", "sqlite", or "auto" (Redis where installed)."""
+    mount point a "host". ``meta``: "redis", "sqlite", or "auto" (Redis where installed).
+    ``caches``: JuiceFS's default kernel metadata caches (1 s; fsmem refuses a writer there,
+    docs/RELIABILITY.md §10); without, the mount fsmem asks of many hosts (every cache 0)."""
     exe = need("juicefs")
     if meta == "auto":
         meta = "redis" if shutil.which("redis-server") else "sqlite"
@@ -116,7 +124,8 @@ def juicefs(workdir: Path, mounts: int = 2, *, meta: str = "auto") -> Iterator[l
         try:
             for k, point in enumerate(points):
                 point.mkdir()
-                got = subprocess.run([exe, "mount", "-d", "--no-usage-report", "--log",
+                flags = [] if caches else NO_METADATA_CACHES
+                got = subprocess.run([exe, "mount", "-d", "--no-usage-report", *flags, "--log",
                                       str(workdir / f"mount{k}.log"), url, str(point)],
                                      capture_output=True, text=True, timeout=120)
                 assert got.returncode == 0, got.stderr[-2000:]

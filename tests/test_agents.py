@@ -200,8 +200,8 @@ def test_a_format_3_store_is_the_default_agent_unchanged_until_written(tmp_path:
     assert reader.layout.store_id() == ""
     assert sorted((str(p.relative_to(root)), p.stat().st_mtime_ns)
                   for p in root.rglob("*")) == before
-    kitchen = Memory.open(root, agent="kitchen")   # the first writer: marker 4 with an id
-    assert json.loads(marker.read_text())["format"] == 4 and kitchen.layout.store_id()
+    kitchen = Memory.open(root, agent="kitchen")   # the first writer: marker 5 with an id
+    assert json.loads(marker.read_text())["format"] == 5 and kitchen.layout.store_id()
     assert {h.unit_id for h in kitchen.query("note before agents", 3, count=False)} == {a}
     assert kitchen.timeline() == []   # the old L1 is the default agent's
     assert len(Memory.open(root).timeline()) == 1

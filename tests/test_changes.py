@@ -343,6 +343,6 @@ def test_a_format_2_store_opens_and_its_first_writer_starts_the_feed(root):
     assert sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*")) == before
     mem = Memory.open(root)
     new = mem.commit("a new note about the granary roof")
-    assert json.loads(marker.read_text())["format"] == 4
+    assert json.loads(marker.read_text())["format"] == 5
     assert [(r.kind, r.unit) for r in mem.changes()] == [("publish", new)]
     assert sorted(_top(mem, "granary")) == sorted(ids + [new])

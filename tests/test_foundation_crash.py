@@ -151,12 +151,10 @@ with mem.store.locked():
     time.sleep(3)
 """], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
     assert holder.stdout.readline().strip() == "held"
-    t0 = time.monotonic()
-    with pytest.raises(StoreLocked, match="lock"):
+    with pytest.raises(StoreLocked, match="lock: held by another writer for more than 0.3s"):
         Memory.open(root, lock_timeout=0.3)
-    assert time.monotonic() - t0 >= 0.3
+    mem = Memory.open(root, lock_timeout=120)  # waits for the holder to let go, then gets it
     holder.wait(timeout=30)
-    mem = Memory.open(root, lock_timeout=5)  # free again: the waiter gets it
     assert mem.commit("after") in mem.units("documents")
 
 
@@ -173,9 +171,10 @@ def _einval_renameat2(monkeypatch) -> None:
     monkeypatch.setattr(fsmem.store.store, "_renameat2_cache", {})   # probe again, per test
 
 
-def test_renameat2_einval_at_publish_falls_back_to_a_mkdir_claim(root, monkeypatch):
+def test_renameat2_einval_at_publish_falls_back_to_a_plain_rename_under_the_lock(root, monkeypatch):
     """renameat2 works at open (the probe) and answers EINVAL at publish: the publish falls
-    back to the mkdir claim, and a taken name is still refused with nothing replaced."""
+    back to a plain rename under the lock, and a taken name is still refused with nothing
+    replaced."""
     mem = Memory.open(root)
     assert mem.store.noreplace
     _einval_renameat2(monkeypatch)

@@ -55,7 +55,7 @@ def test_unit_directory_is_browsable(mem):
     with open(os.path.join(unit, f"{digest_txt}.txt"), encoding="utf-8") as fh:
         assert fh.read() == "你好，世界"
     manifest = json.load(open(os.path.join(unit, "manifest.json")))
-    assert manifest["format"] == FORMAT_VERSION == 4 and manifest["id"] == uid
+    assert manifest["format"] == FORMAT_VERSION == 5 and manifest["id"] == uid
     mode = os.stat(os.path.join(unit, f"{digest_png}.png")).st_mode
     assert not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
     marker = json.load(open(os.path.join(mem.root, ".fsmem", "marker.json")))

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import traceback
 from pathlib import Path
 
@@ -93,10 +92,9 @@ def test_hostile_set_through_the_live_daemon(tmp_path):
         assert d.proc.poll() is None, d
         os.unlink(foreign / "manifest.json")
         foreign.rmdir()
-        t0 = time.monotonic()
     finally:
-        rc = d.stop()
-    assert rc == 0 and time.monotonic() - t0 < 20, d  # SIGTERM answered promptly
+        rc = d.stop(timeout=60)   # SIGTERM answered (a generous deadline, not a measurement)
+    assert rc == 0, d
     assert "Traceback" not in d.err.read_text(), d
     _check_outcomes(root, entries, _by_name(d.records()))
 

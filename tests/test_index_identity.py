@@ -218,3 +218,97 @@ def test_an_index_saved_before_manifest_keys_loads_without_a_rebuild(root):
     assert open(os.path.join(index_dir, "CURRENT")).read().strip() == gen   # not rebuilt
     assert list(mem.index.mkeys) == [0]
     mem.close()
+
+
+def test_the_same_store_through_another_mount_keeps_every_identity(tmp_path):
+    """Issue 28 item 4: a unit's identity holds no device number, so the store seen through a
+    second mount (another device: bindfs, a FUSE passthrough, as one JuiceFS volume mounted on
+    two hosts) is the same store to the index: nothing is indexed again or even re-checked.
+    (``mount --bind`` keeps the device number, so it could not show this.)"""
+    from fsmem import Reader
+    from fsmem.search.index_entry import unit_ident
+    from fuse_mounts import bindfs
+    src = tmp_path / "store"
+    mem = Memory.open(src, durability="off", auto_prune=False)
+    uids = [mem.commit(f"document {i} about subject{i % 3}", summary=f"d{i}")
+            for i in range(12)]
+    assert mem.index.save()
+    mem.close()
+    with bindfs(src, tmp_path / "mnt") as mnt:
+        assert os.stat(src).st_dev != os.stat(mnt).st_dev   # two devices, one store
+        for u in uids:
+            assert unit_ident(str(src / "documents" / u)) == \
+                unit_ident(str(mnt / "documents" / u)) is not None, u
+        reader = Reader.open(mnt)
+        index = reader.index
+        assert index.sync(force=True) == {"added": 0, "removed": 0}
+        assert index.last_sync == {"kept": 0, "reindexed": 0}   # every identity the same
+        assert [h.unit_id for h in reader.query("subject1", 3, count=False)]
+        reader.close()
+
+
+def _whole_second(path: str, t: int) -> None:
+    os.utime(path, ns=(t * 10**9, t * 10**9))
+
+
+def test_whole_second_times_fall_back_to_the_manifest_key(root):
+    """Issue 28 item 4: where a filesystem keeps whole seconds (sshfs), inode, size and mtime
+    cannot tell two versions of a manifest apart: the identity then folds in the manifest's
+    key. A manifest rewritten in place (same inode, same size, its whole-second mtime put
+    back, the directory untouched) is indexed again; an unchanged one is not."""
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    uid = mem.commit("the garden gate squeaks at dawn", summary="gate")
+    other = mem.commit("the bakery opens at seven", summary="bread")
+    mem.close()
+    t = int(os.stat(root).st_mtime) - 100
+    for u in (uid, other):
+        _whole_second(os.path.join(root, "documents", u, "manifest.json"), t)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert mem.reconcile(full=True) == {"added": 0, "removed": 0}
+    assert mem.index.last_sync == {"kept": 2, "reindexed": 0}   # new mtimes, same manifests
+    assert mem.index.save()
+    mem.close()
+
+    mem = Memory.open(root, durability="off", auto_prune=False)   # unchanged: kept as it is
+    assert mem.reconcile(full=True) == {"added": 0, "removed": 0}
+    assert mem.index.last_sync == {"kept": 0, "reindexed": 0}
+    mem.close()
+
+    man = os.path.join(root, "documents", uid, "manifest.json")
+    ino, size = os.stat(man).st_ino, os.stat(man).st_size
+    data = open(man, "rb").read()
+    assert data.count(b'"gate"') == 1
+    with open(man, "r+b") as fh:   # in place: the same inode, the directory untouched
+        fh.write(data.replace(b'"gate"', b'"yard"'))
+    _whole_second(man, t)
+    assert (os.stat(man).st_ino, os.stat(man).st_size) == (ino, size)
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    assert not [f for f in mem.fsck() if uid in str(f)]   # a valid unit
+    mem.reconcile(full=True)
+    assert mem.index.last_sync == {"kept": 0, "reindexed": 1}
+    assert _hits(mem, "yard") == [uid]
+    assert _hits(mem, "bread") == [other]
+    mem.close()
+
+
+def test_l1_cache_with_whole_second_times_checks_the_manifest(root):
+    """The L1 cache's stamp of a unit directory (inode, mtime, ctime; never the device)
+    folds in the manifest's key where a time is a whole second: a manifest rewritten in
+    place under such a stamp is read again; an unchanged unit is still a cache hit."""
+    from fsmem import Event
+    from fsmem.memory.l1cache import _cache_of, load_context
+    mem = Memory.open(root, durability="off", auto_prune=False)
+    mem.append(Event(source="alpha", input="the kettle sings", response="tea is ready"))
+    [unit] = load_context(mem)
+    _whole_second(unit.path, int(os.stat(unit.path).st_mtime) - 100)
+    assert [u.manifest.events[0].source for u in load_context(mem)] == ["alpha"]
+    cache = _cache_of(mem)
+    hits = cache.hits
+    assert [u.manifest.events[0].source for u in load_context(mem)] == ["alpha"]
+    assert cache.hits == hits + 1   # unchanged: not read again
+    man = os.path.join(unit.path, "manifest.json")
+    data = open(man, "rb").read()
+    with open(man, "r+b") as fh:   # in place: the directory's times do not move
+        fh.write(data.replace(b'"alpha"', b'"omega"'))
+    assert [u.manifest.events[0].source for u in load_context(mem)] == ["omega"]
+    mem.close()

@@ -128,19 +128,22 @@ def test_a_cache_built_while_a_writer_changes_the_index_is_not_kept(store):
     thread adds an entry meanwhile and clears the cache; the query then stores what it built.
     That build misses the new entry: taken for current, every later query would rank without
     it (the divergence the concurrent-writes test below saw, 1 run in ~10). Arranged here in
-    that order, deterministically; afterwards every query equals a fresh Memory's."""
+    that order: since the index's changes wait for the searches in progress (Index.mutex),
+    the commit cannot land inside the build (it waits until the query is done); afterwards
+    every query equals a fresh Memory's."""
     from fsmem.search import index as index_mod
     mem = Memory.open(store, auto_prune=False, ranker="fusion", durability="off")
     idx = mem.index
     mem.commit("The boiler pressure dropped again after the valve was replaced", source="notes")
     real = index_mod._PendingRows.build.__func__
     built, added = threading.Event(), threading.Event()
+    overlapped: list[bool] = []
 
     def slow_build(cls, i):   # the index's own build, only its timing is arranged
         out = real(cls, i)
         if threading.current_thread().name == "query":
             built.set()
-            assert added.wait(10)
+            overlapped.append(added.wait(2))   # did the commit land inside the build?
         return out
     index_mod._PendingRows.build = classmethod(slow_build)
     try:
@@ -152,6 +155,7 @@ def test_a_cache_built_while_a_writer_changes_the_index_is_not_kept(store):
         t.join()
     finally:
         index_mod._PendingRows.build = classmethod(real)
+    assert overlapped == [False]   # the change waited for the search
     assert uid in {e.unit_id for e in idx._pending_rows().entries}
     got = {q: _run(mem, q, "fusion") for q in QUERIES}
     mem.close()

@@ -416,9 +416,8 @@ def test_lost_events_are_caught_by_the_periodic_rescan(tmp_path):
     d = Daemon(root, "--rescan", "1", env={"FSMEM_WATCH_DROP_EVENTS": "1"})
     try:
         files = drop_burst(inbox, 50)
-        t0 = time.monotonic()
-        wait_for(lambda: len(d.outcomes()) >= 50, 10, d)
-        assert time.monotonic() - t0 > 0.3  # found by a scan, not by an event
+        # every inbox event is dropped (FSMEM_WATCH_DROP_EVENTS): what is found, a scan found
+        wait_for(lambda: len(d.outcomes()) >= 50, 60, d)
     finally:
         assert d.stop() == 0
     assert_each_once(root, files)
@@ -497,9 +496,7 @@ def test_sigterm_stops_cleanly_and_the_rest_is_taken_later(tmp_path):
     files = drop_burst(inbox, 800)
     d = Daemon(root)
     wait_for(lambda: len(d.outcomes()) >= 30, 60, d)
-    t0 = time.monotonic()
-    assert d.stop(signal.SIGTERM) == 0
-    assert time.monotonic() - t0 < 10
+    assert d.stop(signal.SIGTERM, timeout=60) == 0   # a generous deadline, not a measurement
     assert_clean(root)  # nothing half-made, no claim left behind
     assert once(root).returncode == 0
     assert_each_once(root, files)
@@ -522,9 +519,7 @@ def test_cp_mv_rm_of_unit_directories_are_reconciled(tmp_path):
             def ok() -> bool:
                 ids = indexed_ids(root)
                 return ids is None or (moving in ids) == present
-            t0 = time.monotonic()
-            wait_for(ok, 2.0, d)
-            assert time.monotonic() - t0 < 2.0
+            wait_for(ok, 60, d)   # a generous deadline, not a measurement
         reflected(True)
         subprocess.run(["rm", "-r", str(root / "documents" / moving)], check=True)
         reflected(False)
@@ -843,3 +838,23 @@ def test_once_lists_documents_at_start_only_when_its_mtime_moved(tmp_path, monke
     Watcher(Memory.open(root)).run(once=True)
     assert len(listings) == 1
     assert uid in indexed_ids(root)
+
+
+def test_a_polling_watch_names_the_units_another_writer_committed(tmp_path):
+    """FSMEM_WATCH_POLL=1 (what a shared filesystem chooses by itself): no inotify on the
+    layers; the change feed is read every second, and the reconcile record names the units
+    another writer committed and removed."""
+    root, inbox = store(tmp_path)
+    d = Daemon(root, "--rescan", "3600", env={"FSMEM_WATCH_POLL": "1"})
+    try:
+        assert [r["polling"] for r in d.records() if "watching" in r] == [True]
+        other = Memory.open(root)
+        uid = other.commit("a note from another writer about the attic fan")
+        wait_for(lambda: any(uid in r.get("reconciled", {}).get("units", {}).get("added", [])
+                             for r in d.records()), 60, d)
+        other.remove(uid)
+        wait_for(lambda: any(uid in r.get("reconciled", {}).get("units", {}).get("removed", [])
+                             for r in d.records()), 60, d)
+        other.close()
+    finally:
+        assert d.stop() == 0, d

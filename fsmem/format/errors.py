@@ -13,6 +13,7 @@ __all__ = [
     "AmbiguousDigest",
     "StorageError",
     "MissingDependency",
+    "UnsafeFilesystem",
 ]
 
 
@@ -37,6 +38,11 @@ class NotFound(FsmemError, KeyError):
 
 class StoreLocked(FsmemError):
     """Another process holds the store's writer lock past the timeout."""
+
+
+class UnsafeFilesystem(FsmemError):
+    """A writer refused: the store's filesystem cannot keep the writer lock's promise
+    (fsmem.store.filesystems); the message names it and the override."""
 
 
 class InvalidName(FsmemError, ValueError):

@@ -44,7 +44,9 @@ def set_recorder(log: list[tuple] | None) -> None:
     """Append every mutating call to ``log`` (None stops recording). Entries: ("open", id,
     path, created, append), ("write", id, bytes), ("fsync", id), ("fsync_dir", path),
     ("syncfs",), ("rename", src, dst), ("link", src, dst), ("unlink", path), ("mkdir", path),
-    ("rmdir", path), ("utime", path, ns), ("mark", label); paths are absolute."""
+    ("rmdir", path), ("utime", path, ns), ("mark", label); paths are absolute. A flush of a
+    wave (``flush_many``) is logged when it completes, with a third field: the log position
+    where it started (a single ``fsync``/``fsync_dir`` starts and completes at its entry)."""
     global _log
     _log = log
     _fd_open.clear()
@@ -308,8 +310,10 @@ def flush_many(files: Sequence[str], dirs: Sequence[str]) -> None:
     raises the first failure after all have finished (nothing is left in flight).
 
     The wave is one "fsync" call for the fault hook (one barrier: it fails or succeeds as a
-    whole, and is never retried); the recorder logs ("fsync", open id) for each file and
-    ("fsync_dir", path) for each directory, in the order given."""
+    whole, and is never retried); once it has completed, the recorder logs ("fsync", open
+    id, start) for each file and ("fsync_dir", path, start) for each directory, in the order
+    given, ``start`` being the log position where the wave started: calls recorded between
+    the two (while the flushes were in flight) are not made durable by them."""
     flush_many_start(files, dirs)()
 
 
@@ -323,12 +327,17 @@ def flush_many_start(files: Sequence[str], dirs: Sequence[str]) -> Callable[[], 
             fd = os.open(path, flags | os.O_DIRECTORY if is_dir else flags)
             opened.append((fd, is_dir, os.fspath(path)))
         _enter("fsync")
+        # Recorded when the wave completes, each entry with the log position where it
+        # started: it makes durable what was done before its start, and nothing done while
+        # it was in flight (a rename issued then is not ordered after it).
+        started = len(_log) if _log is not None else 0
+        done: list[tuple] = []
         if _log is not None:
             for _fd, is_dir, path in opened:
                 if is_dir:
-                    _rec("fsync_dir", _abs(path))
+                    done.append(("fsync_dir", _abs(path), started))
                 elif _abs(path) in _path_open:   # else its inode predates the recording
-                    _rec("fsync", _path_open[_abs(path)])
+                    done.append(("fsync", _path_open[_abs(path)], started))
         if _sync_file_range is not None:
             for fd, is_dir, _path in opened:
                 if not is_dir:   # a hint: an error here shows again in the fdatasync
@@ -353,6 +362,8 @@ def flush_many_start(files: Sequence[str], dirs: Sequence[str]) -> Callable[[], 
                 raise OSError(exc.errno, f"fsync: {exc.strerror}", path) from exc
             if exc is not None:
                 raise exc
+        for entry in done:   # (only a wave that succeeded made anything durable)
+            _rec(*entry)
     return wait
 
 
@@ -409,7 +420,7 @@ def rename_noreplace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """renameat2(RENAME_NOREPLACE): EEXIST if ``dst`` exists, even as an empty directory.
 
     Raises OSError(EINVAL/ENOSYS) where the filesystem or libc lacks it; callers probe with
-    ``renameat2_supported`` and fall back to a mkdir claim under the store lock.
+    ``renameat2_supported`` and fall back to a plain rename under the store lock.
     """
     _enter("rename")
     if _renameat2 is None:

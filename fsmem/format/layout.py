@@ -23,6 +23,7 @@ from typing import Callable, Iterator, Literal, TypeVar
 import msgspec
 
 from fsmem.format.errors import FormatError, FsmemError, NotFound
+from fsmem.format.hosts import Owner, lease_fresh, lease_seconds, parse_owner, pid_alive
 from fsmem.format.model import (
     AGENT_RE,
     FORMAT_VERSION,
@@ -82,30 +83,37 @@ T = TypeVar("T")
 STAGING_GRACE_S = 24 * 3600
 
 
-def staging_owner(name: str) -> int | None:
-    """The pid in a staging entry's name ``<unit-id>~<pid>~<random>``, or None."""
+def staging_owner(name: str) -> Owner | None:
+    """The owner in a staging entry's name ``<unit-id>~<pid>@<host>~<random>`` (format 5;
+    ``<unit-id>~<pid>~<random>`` before: this host's), or None."""
     parts = name.split("~")
-    if len(parts) == 3 and parts[1].isdigit():
-        return int(parts[1])
-    return None
+    return parse_owner(parts[1]) if len(parts) == 3 else None
 
 
-def owner_dead(pid: int | None, path: str) -> bool:
-    """An entry whose process is gone (or, with no pid, that is older than a day)."""
-    if pid is not None and pid != os.getpid():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
-    elif pid == os.getpid():
+def owner_dead(owner: Owner | int | None, path: str, leases_dir: str | None = None) -> bool:
+    """An entry whose owner is gone. This host's: its process is gone (never our own: another
+    thread may be using it); another host's (format 5): that host's lease in ``leases_dir``
+    expired (or it has none) and the entry is older than a lease; no owner known: older than
+    a day."""
+    if isinstance(owner, int):
+        owner = Owner(owner)
+    if owner is not None and not owner.local:
+        if leases_dir is None or lease_fresh(leases_dir, owner.host):
+            return False
+        return _older_than(path, lease_seconds())
+    if owner is not None and owner.pid == os.getpid():
         return False  # another thread of ours may be using it right now
+    if owner is not None and not pid_alive(owner.pid):
+        return True
+    return _older_than(path, STAGING_GRACE_S)
+
+
+def _older_than(path: str, seconds: float) -> bool:
     try:
         age = time.time() - os.lstat(path).st_mtime
     except FileNotFoundError:
         return False
-    return age > STAGING_GRACE_S
+    return age > seconds
 
 
 class NotAStore(NotFound):
@@ -246,6 +254,7 @@ class Layout:
         self.index_dir = os.path.join(self.meta, "index")
         self.trash_dir = os.path.join(self.meta, "trash")
         self.lock_path = os.path.join(self.meta, "lock")
+        self.leases_dir = os.path.join(self.meta, "leases")   # format 5: one file a host
         self.marker_path = os.path.join(self.meta, "marker.json")
 
     # -- what this directory is -------------------------------------------------------------
@@ -273,6 +282,9 @@ class Layout:
         if self.has_marker():
             self.read_marker()
             return
+        if os.path.lexists(self.marker_path):   # a FIFO, a directory, a symlink: never read
+            raise NotAStore(f"not an fsmem store: {self.root} ({self.marker_path} is not a "
+                            "regular file; `fsmem fsck --fix` rewrites it)")
         if not self.is_homeagent_dir():
             raise NotAStore(f"not an fsmem store: {self.root} (run fsmem init)")
 
@@ -410,9 +422,10 @@ class Layout:
         return lost
 
     def staging_is_dead(self, name: str) -> bool:
-        """A staging entry left by a process that is gone (or, unknown owner, older than a
-        day): safe to clean up."""
-        return owner_dead(staging_owner(name), os.path.join(self.staging, name))
+        """A staging entry left by a process that is gone (another host's: that host's lease
+        expired; unknown owner: older than a day): safe to clean up."""
+        return owner_dead(staging_owner(name), os.path.join(self.staging, name),
+                          self.leases_dir)
 
     # -- consistent views -------------------------------------------------------------------
     def view(self, layers: tuple[str, ...] | None = None, *, only: str | None = None) -> View:

@@ -24,7 +24,7 @@ __all__ = [
     "check_name", "NAME_RE", "AGENT_RE", "DEFAULT_AGENT", "check_agent", "Scope", "SCOPES",
 ]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 HASH_ALGORITHM = "blake3"
 
 Modality = Literal["text", "image", "audio", "video", "file"]

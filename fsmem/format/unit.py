@@ -26,6 +26,7 @@ from fsmem.format.blocks import (
     write_block_from_fd,
 )
 from fsmem.format.errors import FormatError, NotFound
+from fsmem.format.hosts import owner_token
 from fsmem.format.layout import read_small
 from fsmem.format.media import image_size, modality_of
 from fsmem.format.model import (
@@ -65,8 +66,9 @@ class Written(NamedTuple):
 
 
 def staging_name(unit_id: str) -> str:
-    """``<unit-id>~<pid>~<random>``: recovery can tell whose it is and whether it is alive."""
-    return f"{unit_id}~{os.getpid()}~{os.urandom(6).hex()}"
+    """``<unit-id>~<pid>@<host>~<random>`` (format 5; ``fsmem.format.hosts``): recovery can
+    tell whose it is and whether it is alive, on this host or another."""
+    return f"{unit_id}~{owner_token()}~{os.urandom(6).hex()}"
 
 
 def block_path(unit_dir: str, ref: BlockRef) -> str:

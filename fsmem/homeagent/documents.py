@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from fsmem.format.blocks import DIGEST_RE
 from fsmem.format.errors import FormatError, FsmemError, NotFound
+from fsmem.format.layout import read_small
 from fsmem.format.media import modality_of, sniff_mime
 from fsmem.format.model import NAME_RE, BlockRef, Event, EventRecord
 from fsmem.format.timestamps import Timestamp
@@ -332,8 +333,9 @@ def allow_record(root: str) -> None:
     from fsmem.format import fsops as fsops  # here: readers (stats, ls) never load ctypes for it
     root = os.path.realpath(root)
     try:
-        fd = fsops.open_(os.path.join(root, ".fsmem", RECORD),
-                         os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = fsops.open_(os.path.join(root, ".fsmem", RECORD),   # (a FIFO: ENXIO, no hang)
+                         os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644)
         fsops.close(fd)
     except OSError as exc:
         log.debug("cannot make %s: %s", RECORD, exc)
@@ -343,10 +345,10 @@ def _recorded_names(root: str) -> set[str]:
     got = _recorded.get(root)
     if got is None:
         try:
-            with open(os.path.join(root, ".fsmem", RECORD), encoding="utf-8",
-                      errors="replace") as fh:
-                got = {line.split("\t", 1)[0] for line in fh if line.strip()}
-        except OSError:
+            text = read_small(os.path.join(root, ".fsmem", RECORD), 64 << 20).decode(
+                "utf-8", "replace")
+            got = {line.split("\t", 1)[0] for line in text.splitlines() if line.strip()}
+        except (OSError, FsmemError):   # none, or not a regular file: a courtesy record
             got = set()
         _recorded[root] = got
     return got
@@ -383,7 +385,8 @@ def _once(root: str, name: str, record: str, message: str) -> None:
         fd = os.open(os.path.join(root, ".fsmem", RECORD), os.O_WRONLY | os.O_APPEND
                      | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            os.write(fd, f"{name}\t{record}\n".encode())
+            if stat.S_ISREG(os.fstat(fd).st_mode):   # never into a FIFO someone reads
+                os.write(fd, f"{name}\t{record}\n".encode())
         finally:
             os.close(fd)
         _recorded[root].add(name)

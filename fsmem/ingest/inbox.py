@@ -36,6 +36,7 @@ from fsmem.ingest import notes
 from fsmem.ingest.inbox_dirs import _display, _InboxDirs, ignored_name, special_reason
 from fsmem.memory.facade import Memory
 from fsmem.search import analyze
+from fsmem.store.derived import make_room
 
 __all__ = ["Ingestor", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "TEXT_PART", "EVENTS_CAP",
            "TERM_MEMO_MAX", "ignored_name", "trim_term_memos"]
@@ -147,7 +148,7 @@ class _Ledger:
             return
         except FormatError as exc:  # derived: a FIFO or a monster in its place is rebuilt
             log.warning("%s; rebuilding the ledger from the manifests", exc)
-            os.unlink(self.path)
+            make_room(self.path, self.mem.store.meta)   # a directory: into quarantine
             self.rebuild(_StoreScan(self.mem))
             return
         for line in raw.decode("ascii", "replace").splitlines():

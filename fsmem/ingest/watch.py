@@ -27,7 +27,6 @@ from typing import Any, Callable
 from fsmem.format import fsops as fsops
 from fsmem.format.errors import FsmemError, StoreLocked
 from fsmem.format.layout import read_small
-from fsmem.format.unit import damaged
 from fsmem.ingest.inbox import (
     DEFAULT_SIZE_CAP,
     Ingestor,
@@ -53,6 +52,9 @@ from fsmem.ingest.inbox_dirs import (
     walk_tree,
 )
 from fsmem.memory.facade import Memory
+from fsmem.store.filesystems import polling_needed
+from fsmem.store.derived import make_room
+from fsmem.memory.opening import WATCH_MARK, quarantine_torn_since
 
 __all__ = ["Watcher", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "DEFAULT_RESCAN_S",
            "ignored_name"]
@@ -61,6 +63,7 @@ __all__ = ["Watcher", "Outcome", "Rejected", "DEFAULT_SIZE_CAP", "DEFAULT_RESCAN
 log = logging.getLogger("fsmem.watch")
 
 DEFAULT_RESCAN_S = 30.0
+POLL_S = 1.0   # how often a polling watch looks (inbox and change feed): see Watcher.polling
 SETTLE_S = 0.25           # a file's stat unchanged this long (and no writer) = complete
 SETTLE_DIR_S = 1.0        # same for a dropped unit directory
 SETTLE_NO_LEASE_S = 1.0   # where leases are unavailable, wait longer...
@@ -126,6 +129,13 @@ class Watcher:
         self._slice = _LockSlice(mem.store, LOCK_SLICE_S)
         self.durable = mem.store.sync
         self._settled = False   # the start-up check of an interrupted run's mark is done
+        # Polling where inotify cannot see other hosts' writes (a shared or unknown
+        # filesystem, fsmem.store.filesystems), or FSMEM_WATCH_POLL=1: watchdog's polling
+        # observer on the inbox, and the layers caught up from the change feed every
+        # POLL_S (O(changes): what a writer on any host recorded, one stat when nothing did).
+        self.polling = (os.environ.get("FSMEM_WATCH_POLL") == "1"
+                        or polling_needed(mem.store.root))
+        self._next_poll = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------
     def run(self, *, once: bool = False) -> dict[str, int]:
@@ -195,7 +205,9 @@ class Watcher:
 
     def _lock(self) -> int:
         path = os.path.join(self.mem.store.meta, "watch.lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        make_room(path, self.mem.store.meta)   # a FIFO or a directory there: set aside
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -222,6 +234,7 @@ class Watcher:
 
         # lazy: start-up, loaded only when used (+ctypes, watchdog, tempfile)
         from watchdog.observers import Observer
+        from watchdog.observers.polling import PollingObserver  # lazy: as Observer
 
         q = self._queue
         # FSMEM_WATCH_DROP_EVENTS=1 loses every inbox event, as an inotify queue overflow
@@ -239,8 +252,13 @@ class Watcher:
         # IN_OPEN/IN_CLOSE_NOWRITE from our own lease probes. Fewer events, less GIL contention.
         moves = [ev.FileMovedEvent, ev.DirMovedEvent, ev.FileDeletedEvent, ev.DirDeletedEvent,
                  ev.DirCreatedEvent]
-        observer = Observer()
         handler = Handler()
+        if self.polling:   # (a polled layer of 100k units would be 100k stats a second)
+            observer = PollingObserver(timeout=POLL_S)
+            observer.schedule(handler, self.dirs.inbox, recursive=False)
+            observer.start()
+            return observer
+        observer = Observer()
         observer.schedule(handler, self.dirs.inbox, recursive=False,
                           event_filter=[*moves, ev.FileCreatedEvent, ev.FileClosedEvent])
         for path in self._layer_dirs:
@@ -271,6 +289,9 @@ class Watcher:
                     log.warning("%s: still being written; left for the next run",
                                 _display(name))
                 return
+            if not once and self.polling and now >= self._next_poll:
+                self._next_poll = now + POLL_S   # other hosts' units, from the feed
+                self._reconcile()
             if not once and (now >= next_rescan or (had and not self._candidates)):
                 # periodic, and right after a burst: events lost to a queue overflow
                 next_rescan = now + self.rescan_s
@@ -604,7 +625,7 @@ class Watcher:
     # publish of a run, moved forward after each batch's syncfs (unsynced: a lost update only
     # leaves an older, safer time), removed at a clean exit.
     def _mark_path(self) -> str:
-        return os.path.join(self.mem.store.meta, "watch-unflushed")
+        return os.path.join(self.mem.store.meta, WATCH_MARK)
 
     def _mark(self, *, sync: bool, now_ns: int | None = None) -> None:
         stamp = str((time.time_ns() if now_ns is None else now_ns) - _CTIME_SLACK_NS).encode()
@@ -632,18 +653,7 @@ class Watcher:
         store = self.mem.store
         if since is not None:
             with store.locked():
-                for layer in ("documents", self.mem.l1):
-                    for uid, path in store.list_layer(layer).items():
-                        try:
-                            if os.lstat(path).st_ctime_ns < since:
-                                continue
-                        except OSError:
-                            continue
-                        problems = damaged(path, uid)
-                        if problems:
-                            log.warning("%s: unit %s left torn by an interrupted run (%s)",
-                                        self.mem.root, uid, problems[0])
-                            store.quarantine(path, f"torn-{uid}")
+                quarantine_torn_since(store, ("documents", self.mem.l1), since)
         self._settled = True
         if not self.durable:
             return lambda: None
@@ -709,14 +719,26 @@ class Watcher:
         reconcile = getattr(self.mem, "reconcile", None)
         if reconcile is None:
             return
-        stats = dict(reconcile(full=bool(changed) or full) or {})
-        if changed or any(stats.values()) or self._stored_since_save:
+        index = getattr(self.mem, "_index", None)
+        if index is not None:   # the units it finds, for the record (a rebuild: counts only)
+            index.noticed = []
+        try:
+            stats: dict[str, Any] = dict(reconcile(full=bool(changed) or full) or {})
+        finally:
+            noticed = (index.noticed or []) if index is not None else []
+            if index is not None:
+                index.noticed = None
+        last = dict((uid, change) for change, uid in noticed)
+        stats["units"] = {"added": sorted(u for u, c in last.items() if c == "added"),
+                          "removed": sorted(u for u, c in last.items() if c == "removed")}
+        counted = stats.get("added") or stats.get("removed")
+        if changed or counted or self._stored_since_save:
             try:
                 self.mem.index.save()  # the snapshot on disk, not only the one in memory
                 self._stored_since_save = 0
             except OSError as exc:  # derived: not saved now, saved at the next reconcile
                 log.warning("index snapshot not saved (%s); reads go on", exc)
-        if changed or any(stats.values()):
+        if changed or counted:
             self.on_reconcile({**stats, "changed": changed or []})
 
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -294,6 +296,11 @@ _DIGESTS = {"type": "array", "items": {"type": "string", "pattern": "^[0-9a-fA-F
 _NOT_BLANK = r"\S"   # a text that must hold more than whitespace: the schema says so itself
 
 
+# The largest age a caller may name: over a century, far past any store's first event, and
+# small enough that hours * 3600 stays an exact, finite float (1e308 overflowed the distill).
+MAX_AGE_HOURS = 1_000_000
+
+
 def _s(description: str, **kw: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **kw}
 
@@ -497,6 +504,7 @@ TOOLS: tuple[ToolSpec, ...] = (
              {"dry_run": {"type": "boolean", "default": True,
                           "description": "report only; change nothing"},
               "max_age_hours": {"type": "number", "default": 72, "minimum": 0,
+                                "maximum": MAX_AGE_HOURS,
                                 "description": "cold when last accessed this long ago"},
               "max_access": _i("cold when accessed at most this often", 2, 0, 1_000_000)},
              (), read_only_if="dry_run", output=_O_DISTILL, run=_q_distill),
@@ -605,7 +613,38 @@ def validate(name: str, arguments: "dict[str, Any] | str | None") -> tuple[ToolS
     error = best_match(validator.iter_errors(arguments))
     if error is not None:
         raise BadArgument(f"{name}: {_problem(error)}")
+    problem = _unstorable(arguments, [])
+    if problem:
+        raise BadArgument(f"{name}: {problem}")
     return spec, _completed(arguments, spec.schema)
+
+
+def _unstorable(value: Any, path: list[Any]) -> str:
+    """What JSON Schema lets through but no tool can take: a number that is not finite (NaN
+    passes every ``minimum``/``maximum``; JSON has neither) or a string that is not Unicode
+    text (a lone surrogate, which a model's JSON may carry as ``\\ud800``, cannot be written as
+    UTF-8). Empty when there is none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{_where(path) or 'arguments'}: {value!r} is not a finite number"
+    if isinstance(value, str):
+        bad = _SURROGATE.search(value)
+        if bad:
+            return (f"{_where(path) or 'arguments'}: not Unicode text: a lone surrogate "
+                    f"U+{ord(bad.group()):04X} at character {bad.start()}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            problem = _unstorable(key, path) or _unstorable(item, [*path, key])
+            if problem:
+                return problem
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            problem = _unstorable(item, [*path, i])
+            if problem:
+                return problem
+    return ""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 __all__.append("validate")

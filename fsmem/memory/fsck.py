@@ -9,20 +9,22 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from fsmem.format.errors import FsmemError
-from fsmem.format.layout import Layout, Vanished, View, writer_alive
+from fsmem.format.hosts import LockRecord, host_id, read_lock_record, record_alive
+from fsmem.format.layout import Layout, Vanished, View, read_small, writer_alive
 from fsmem.format.model import check_name
 from fsmem.format.unit import is_stray, verify_unit
 
 if TYPE_CHECKING:   # a plain check (a reader) never loads the writer's modules
     from fsmem.store.store import Store
 
-__all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker"]
+__all__ = ["Finding", "fsck", "fsck_fix", "FindingKind", "repair_marker", "lock_holder",
+           "Holder"]
 
 FindingKind = Literal[
     "damaged-unit", "unexpected-entry", "duplicate-unit", "duplicate-event", "stray-staging",
     "pending-journal", "legacy", "legacy-unreadable", "legacy-rewritten", "media-missing",
     "quarantined-foreign", "graph-damaged", "graph-dangling", "bad-marker", "derived-vector",
-    "update-chain",
+    "update-chain", "in-progress", "partial-snapshot", "damaged-file",
 ]
 # Files a HomeAgent memory directory keeps inside documents/ (read by the legacy reader).
 _LEGACY_SUFFIXES = (".json",)
@@ -49,9 +51,16 @@ def fsck(layout: Layout, *, read_data: bool = True) -> list[Finding]:
     """Check every unit in every layer and the .fsmem area, read-only and lock-free: nothing
     is repaired, created or written. A journaled change that a live writer is applying is
     checked in its after state; one left by a dead writer is a ``pending-journal`` finding."""
+    # lazy: start-up, loaded only when used
+    from fsmem.memory.fsck_checks import check_files, check_partial
+    partial = check_partial(layout)
+    if partial:   # an interrupted snapshot: one finding, not one per unit it lacks
+        return [Finding(kind=k, path=p, detail=d) for k, p, d in partial]
+
     def check(view: View) -> list[Finding]:
         return _check(layout, view, read_data)
-    return layout.consistent(check)
+    return layout.consistent(check) + [Finding(kind=k, path=p, detail=d)
+                                       for k, p, d in check_files(layout)]
 
 
 def fsck_fix(store: Store, *, read_data: bool = True,
@@ -215,9 +224,48 @@ def _entry_problem(entry: os.DirEntry, layer: str) -> str:
     return ""
 
 
+class Holder(msgspec.Struct, kw_only=True):
+    """The writer lock's holder as its lock file records it (format 5), and whether it is
+    alive: on this host its process (pid and start time) or /proc/locks, on another host
+    that host's lease (``fsmem.format.hosts``)."""
+
+    record: LockRecord
+    alive: bool
+    local: bool
+
+    def __str__(self) -> str:
+        r = self.record
+        where = "this host" if self.local else f"host {r.host}"
+        state = "alive" if self.alive else "gone"
+        how = "" if self.local else (", its lease fresh" if self.alive else
+                                     ", its lease expired")
+        return f"pid {r.pid} on {where} ({r.hostname or '?'}), {state}{how}"
+
+
+def lock_holder(layout: Layout) -> Holder | None:
+    """Who holds the writer lock, from ``.fsmem/lock`` (None when no writer holds it, or the
+    holder recorded nothing: an fsmem before format 5). Read-only: no lock is taken."""
+    try:
+        record = read_lock_record(read_small(layout.lock_path, 4096))
+    except (OSError, FsmemError):
+        return None
+    if record is None:
+        return None
+    local = record.host == host_id()
+    alive = record_alive(record, layout.leases_dir)
+    if local and not alive:   # its pid gone; a lock /proc/locks still shows is alive
+        alive = bool(writer_alive(layout.lock_path))
+    return Holder(record=record, alive=alive, local=local)
+
+
 def _check_meta(layout: Layout, view: View) -> list[Finding]:
     findings: list[Finding] = []
-    live_writer = writer_alive(layout.lock_path)
+    holder = lock_holder(layout)
+    # A record naming another host's live writer wins over /proc/locks, which on a shared
+    # filesystem shows this host's locks only (and none at all of FUSE or network ones).
+    remote = holder is not None and holder.alive and not holder.local
+    live_writer = not remote and (writer_alive(layout.lock_path) or (
+        holder is not None and holder.alive))
     pending = {p[0] for e in view.pending for p in e.publish}
     try:
         staged = sorted(os.listdir(layout.staging))
@@ -238,9 +286,15 @@ def _check_meta(layout: Layout, view: View) -> list[Finding]:
         return findings   # its journal entries are being applied right now
     _, bad = layout.pending_journals()
     for entry in view.pending:
-        findings.append(Finding(kind="pending-journal",
-                                path=os.path.join(layout.journal_dir, f"{entry.id}.json"),
-                                detail=f"an interrupted {entry.op}; the next writer completes it"))
+        path = os.path.join(layout.journal_dir, f"{entry.id}.json")
+        if remote:   # another host's writer, applying it
+            findings.append(Finding(kind="in-progress", path=path, detail=(
+                f"a {entry.op} in progress on host {holder.record.host} (lock held by "
+                f"{holder}); that writer completes it")))
+            continue
+        gone = f" (the lock's last holder, {holder}, left it)" if holder is not None else ""
+        findings.append(Finding(kind="pending-journal", path=path, detail=(
+            f"an interrupted {entry.op}{gone}; the next writer completes it")))
     for path, problem in bad:
         findings.append(Finding(kind="pending-journal", path=path,
                                 detail=f"undecodable ({problem}); fsck --fix quarantines it"))
@@ -256,6 +310,10 @@ def _repair(store: Store, finding: Finding) -> None:
     if finding.kind == "derived-vector":   # derived data: the writer refills the cache
         os.unlink(path)
         finding.fixed = "removed"
+        return
+    if finding.kind == "damaged-file":   # derived: set aside, the writers rebuild it
+        from fsmem.store.derived import make_room  # lazy: start-up, loaded only when used
+        finding.fixed = make_room(path, store.meta) or "already a regular file"
         return
     if finding.kind == "stray-staging":
         if os.path.isdir(path) and not os.path.islink(path):
@@ -289,11 +347,13 @@ _LEFT = {
     "legacy-rewritten": "HomeAgent's file, and fsmem's unit of its older version: both kept",
     "media-missing": "the unit is whole: its record of the block is all there is to keep",
     "pending-journal": "recovery did not settle it; the next writer retries",
+    "in-progress": "a live writer on another host is applying it",
     "duplicate-event": "both units are readable: a unit is never quarantined for one event",
     "quarantined-foreign": "the files are the user's: move out what is yours, then delete it",
     "graph-damaged": "fsck never rewrites graph.db: restore it from a snapshot",
     "graph-dangling": "fsck never rewrites graph.db",
     "update-chain": "every unit of the chain is whole: remove the version not wanted (fsmem rm)",
+    "partial-snapshot": "an interrupted snapshot: delete the directory, take the snapshot again",
 }
 
 

@@ -8,8 +8,10 @@ is in the main file); nothing here creates or writes a file, except ``rewrite_ma
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import logging
 import os
+import stat
 import time
 import uuid
 from typing import TYPE_CHECKING
@@ -21,7 +23,8 @@ from fsmem.format.timestamps import Timestamp
 if TYPE_CHECKING:   # loaded where used: a store without graph.db, a plain check, need neither
     import sqlite3
 
-__all__ = ["check_graph", "rewrite_marker", "GRAPH_DANGLING_LIMIT"]
+__all__ = ["check_graph", "rewrite_marker", "GRAPH_DANGLING_LIMIT", "check_files",
+           "check_partial"]
 
 log = logging.getLogger("fsmem.fsck_checks")
 
@@ -107,7 +110,8 @@ def rewrite_marker(layout: Layout) -> str:
         log.error("%s: damaged, and %s does not look like an fsmem store: not rewritten",
                   layout.marker_path, layout.root)
         return ""
-    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -132,3 +136,105 @@ def rewrite_marker(layout: Layout) -> str:
         os.close(fd)
     log.warning("%s: damaged marker moved to %s; a new one written", layout.marker_path, kept)
     return f"rewritten (the damaged one kept as {kept})"
+
+
+# The files of .fsmem/ (and graph.db) that must be regular files where they exist: derived or
+# state files that fsmem writes (docs/FORMAT.md section 6, ``damaged-file``). Patterns are
+# relative to .fsmem/ (graph.db, in the store root, is checked on its own).
+_FILES = ("access.log", "access.state", "access.*.log", "epoch", "lock", "watch.lock",
+          "config.toml", "inbox.ledger", "legacy-reported", "legacy-report.json", "pins.json",
+          "pins@*.json", "maintenance", "changes/ID", "changes/*.jsonl", "index/CURRENT",
+          "index/SEEN", "index/gen-*/*", "index-stablemem/CURRENT", "index-stablemem/gen-*/*")
+_META_DIRS = ("staging", "journal", "quarantine", "trash", "snapshot-pins", "vectors",
+              "changes", "index", "index-stablemem")
+_DIRS = ("changes", "index", "index/gen-*", "index-stablemem", "index-stablemem/gen-*")
+
+
+def _match(rel: str, pattern: str) -> bool:
+    """fnmatch, one path level per level (its ``*`` would match a "/" too)."""
+    return rel.count("/") == pattern.count("/") and fnmatch.fnmatch(rel, pattern)
+
+
+def _what(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def check_files(layout: Layout) -> list[tuple[str, str, str]]:
+    """[(kind, path, detail)]: ``damaged-file`` for each store file that is not a regular
+    file (a FIFO, a directory, a symlink...): readers ignore it, writers set it aside and
+    rebuild it, ``fsck --fix`` sets it aside (a directory into quarantine). Lstat only:
+    nothing is opened."""
+    out = []
+
+    def walk(rel: str) -> list[tuple[str, os.stat_result]]:
+        base = os.path.join(layout.meta, rel)
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return []
+        found = []
+        for name in sorted(names):
+            try:
+                found.append((os.path.join(rel, name) if rel else name,
+                              os.lstat(os.path.join(base, name))))
+            except OSError:
+                continue
+        return found
+
+    entries = walk("")
+    for sub in ("changes", "index", "index-stablemem"):
+        entries += walk(sub)
+    entries += [e for sub in ("index", "index-stablemem") for rel, st in walk(sub)
+                if stat.S_ISDIR(st.st_mode) and fnmatch.fnmatch(rel, sub + "/gen-*")
+                for e in walk(rel)]
+    for rel, st in entries:
+        if rel in _META_DIRS:
+            if not stat.S_ISDIR(st.st_mode):
+                out.append(("damaged-file", os.path.join(layout.meta, rel), f"{_what(st.st_mode)} "
+                            "where fsmem keeps a directory; fsck --fix removes it (it holds "
+                            "nothing) and the next writer makes the directory"))
+            continue
+        if stat.S_ISREG(st.st_mode) or any(_match(rel, d) for d in _DIRS) \
+                and stat.S_ISDIR(st.st_mode):
+            continue
+        if any(_match(rel, f) for f in _FILES) or any(_match(rel, d) for d in _DIRS):
+            out.append(("damaged-file", os.path.join(layout.meta, rel), _detail(rel, st)))
+    graph = os.path.join(layout.root, "graph.db")
+    try:
+        st = os.lstat(graph)
+        if not stat.S_ISREG(st.st_mode):
+            out.append(("damaged-file", graph, _detail("graph.db", st)))
+    except OSError:
+        pass
+    return out
+
+
+def _detail(rel: str, st: os.stat_result) -> str:
+    what = _what(st.st_mode)
+    if rel in ("lock", "marker.json"):
+        return f"{what} where fsmem keeps a regular file; no writer can work until it is " \
+               "removed (fsck --fix sets it aside when it can take the lock)"
+    if rel in ("config.toml", "graph.db"):
+        return f"{what} where fsmem keeps a regular file; fsck --fix sets it aside (a " \
+               "directory into .fsmem/quarantine/)"
+    return f"{what} where fsmem keeps a derived file; readers ignore it, writers rebuild " \
+           "it; fsck --fix sets it aside (a directory into .fsmem/quarantine/)"
+
+
+def check_partial(layout: Layout) -> list[tuple[str, str, str]]:
+    """[(kind, path, detail)]: ``partial-snapshot`` when this directory is the copy of a
+    snapshot that never completed (fsmem.store.snapshot): the only finding then."""
+    if not os.path.lexists(os.path.join(layout.meta, "partial-snapshot.json")):
+        return []   # (fsmem.store.snapshot.PARTIAL_MARKER): a check loads no writer module
+    # lazy: start-up, loaded only when used
+    from fsmem.store.snapshot import PARTIAL_MARKER, partial_info
+    info = partial_info(layout.root)
+    if not info:
+        return []
+    return [("partial-snapshot", os.path.join(layout.meta, PARTIAL_MARKER),
+             f"{info}: incomplete, not a store to use; delete this directory and take the "
+             "snapshot again")]

@@ -3,10 +3,12 @@
 Every append asks prune whether L1 is over capacity, and a prune ranks every L1 event: without
 this cache each turn re-read, BLAKE3-verified and re-tokenised all of ``context/``. A published
 unit directory is immutable, so a unit read once stays valid for as long as its directory is the
-same directory: same device, inode, mtime and ctime. ctime cannot be set from user space (``cp
--a``, ``touch -d`` and ``utime`` all set it to now), so a unit removed and copied back under the
-same id, even onto a reused inode with its mtime preserved, is read again. Another process's
-writes change the listing or these stamps and are picked up the same way. Nothing here writes.
+same directory: same inode, mtime and ctime. ctime cannot be set from user space (``cp -a``,
+``touch -d`` and ``utime`` all set it to now), so a unit removed and copied back under the same
+id, even onto a reused inode with its mtime preserved, is read again. Where a time is a whole
+second (a filesystem that keeps no more, as sshfs) the manifest's key joins the stamp. Never
+the device: one shared volume mounted twice is two devices. Another process's writes change the
+listing or these stamps and are picked up the same way. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -29,12 +31,28 @@ __all__ = ["L1Cache", "load_context", "context_timeline", "dir_stamp", "event_te
            "seed_written", "note_written"]
 
 Stamp = tuple[int, int, int, int]
+_SECOND = 1_000_000_000
 
 
 def dir_stamp(path: str) -> Stamp:
-    """What identifies one published version of a directory: (dev, inode, mtime, ctime)."""
+    """What identifies one published version of a unit directory: (inode, mtime, ctime,
+    manifest key where a time is a whole second, else 0)."""
     st = os.stat(path, follow_symlinks=False)
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, _ambiguous_key(path, st))
+
+
+def _ambiguous_key(path: str, st: os.stat_result) -> int:
+    """0 where the directory's times have a sub-second part (they tell versions apart);
+    else its manifest's key (-1 if it cannot be read: matches no cached stamp)."""
+    if st.st_mtime_ns % _SECOND and st.st_ctime_ns % _SECOND:
+        return 0
+    from fsmem.format.errors import FsmemError  # lazy: start-up, loaded only when used
+    # lazy: start-up, loaded only when used (+blake3)
+    from fsmem.format.unit import read_manifest_key
+    try:
+        return read_manifest_key(path)
+    except (OSError, FsmemError):
+        return -1
 
 
 @dataclass
@@ -75,7 +93,9 @@ class L1Cache:
                 except OSError:
                     pass
                 else:
-                    if (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == entry.stamp:
+                    key = entry.stamp[3]
+                    if (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, key) == entry.stamp and (
+                            not key or _ambiguous_key(path, st) == key):
                         self.hits += 1
                         out.append(entry.unit)
                         continue
@@ -107,7 +127,7 @@ class L1Cache:
             return None
         entry = _Entry(stamp or (0, 0, 0, 0), unit, with_vectors)
         try:
-            if stamp is not None and dir_stamp(path) == stamp:   # unchanged while read
+            if stamp is not None and stamp[3] != -1 and dir_stamp(path) == stamp:   # unchanged
                 self._entries[path] = entry
         except OSError:
             pass
@@ -191,7 +211,7 @@ def seed_written(mem: "Reader", path: str, written: "Written") -> None:
         stamp = dir_stamp(path)
     except OSError:
         return
-    unit = Loaded(manifest.id, path, manifest, rows, stamp[2])
+    unit = Loaded(manifest.id, path, manifest, rows, stamp[1])
     cache = _cache_of(mem)
     cache.note_written(manifest.id, written.texts)
     terms = {ev.id: got for ev in manifest.events

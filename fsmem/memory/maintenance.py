@@ -12,9 +12,11 @@ the caller never saw finds the event already stored and stores nothing.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import stat
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -87,8 +89,11 @@ def _mark_owed(store: "Store", why: str) -> None:
     """Record the debt (best effort: on a full disk the next write retries anyway)."""
     path = _owed_path(store)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)   # (a FIFO: ENXIO, no hang)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
             os.write(fd, why.encode("utf-8", "replace")[:4096])
         finally:
             os.close(fd)

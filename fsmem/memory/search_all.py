@@ -15,15 +15,19 @@ the same corpus statistics. An update hides the version it supersedes in every l
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import TYPE_CHECKING, Any, Sequence
 
+from fsmem.format.errors import FsmemError
 from fsmem.format.views import Fact, Hit
 
 if TYPE_CHECKING:
     from fsmem.search.index import Index
 
 Reader = Any   # fsmem.memory.reader.Reader (which imports this module: no cycle)
+
+log = logging.getLogger("fsmem.search_all")
 
 __all__ = ["SEARCH_LAYERS", "search", "layer_indexes"]
 
@@ -136,7 +140,11 @@ def _graph_facts(mem: "Reader", text: str) -> list[Fact]:
         return []
     out: dict[tuple[str, str, str], Fact] = {}
     for word in words:
-        recall = mem.graph.search(word, limit=_FACTS_PER_WORD)
+        try:
+            recall = mem.graph.search(word, limit=_FACTS_PER_WORD)
+        except FsmemError as exc:   # a damaged graph.db (fsck reports it): units still found
+            log.warning("graph facts not searched: %s", exc)
+            return list(out.values())
         for rel in recall.relations:
             key = (rel.source_name, rel.relation_type, rel.target_name)
             if key in out:

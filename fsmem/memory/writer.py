@@ -40,6 +40,7 @@ from fsmem.memory.reader import MEDIA_STORE, Loaded, Reader
 from fsmem.search.embed import Embedder
 from fsmem.search.lazy_vectors import stores_vectors
 from fsmem.search.ranking import DEFAULT_RANKER  # not from the index: an append never loads it
+from fsmem.search.speakers import spoken_text
 from fsmem.store.store import Store, new_unit_id
 
 __all__ = ["Writer", "as_event", "check_strings", "with_changes", "shared_embedder"]
@@ -377,11 +378,13 @@ class Writer(Reader):
                 texts.append((f"{event_id}:{ref.digest}", compute_text))
             return ref
 
+        # what the embedder reads names the speaker ("Caroline: ..."), as the index does
         if draft.input:
-            text_block(draft.input, "input", compute.source_text(draft.source, draft.input))
+            text_block(draft.input, "input", spoken_text(
+                draft.source, compute.source_text(draft.source, draft.input)))
         if draft.response:
-            text_block(draft.response, "response",
-                       compute.source_text(draft.source, draft.response))
+            text_block(draft.response, "response", spoken_text(
+                draft.source, compute.source_text(draft.source, draft.response)))
         results = []
         for tr in draft.tool_results:
             check_strings(tool_name=tr.name, tool_output=tr.output)

@@ -33,7 +33,7 @@ from fsmem.search.lazyre import lazy_compile
 
 __all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "analyze", "date_text", "term_hashes",
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
-           "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS"]
+           "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS", "field_terms"]
 
 ANALYZER_VERSION = 4   # part of the index version: a change here rebuilds saved indexes
 # Word pair terms grow with a text's length (nearly one per word) where word terms grow with its
@@ -517,6 +517,14 @@ def trim_memos(limit: int) -> None:
     for table in (_stems, _hashes, _tokens, _date_memo):
         if len(table) > limit:
             table.clear()
+
+
+def field_terms(hashes: np.ndarray, tag: int) -> np.ndarray:
+    """Terms of a field (the speaker of a row: ``fsmem.search.speakers``) from the hashes of
+    the words in it: each hash mixed with the field's ``tag``, pair bit set (a field term, like
+    a pair term, is extra evidence: no part of a row's length or a query's idf mass)."""
+    keys = np.asarray(hashes, np.uint64) ^ np.uint64(((tag * _PAIR_MUL) & _M64) | 1)
+    return _mix_array(keys) | np.uint64(PAIR_BIT)
 
 
 def is_pair(hashes: np.ndarray) -> np.ndarray:

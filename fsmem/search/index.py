@@ -16,13 +16,14 @@ A missing, truncated or corrupt snapshot is rebuilt from the directories.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import stat
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -34,11 +35,13 @@ from fsmem.search import ranking
 from fsmem.search.analyze import (
     cjk_unigram_mask,
     date_text,
+    hash_terms,
     is_pair,
     term_hashes,
 )
 from fsmem.search.index_entry import (
     IndexEntry,
+    add_row_terms,
     _ident,
     _row_lengths,
     _Rows,
@@ -63,6 +66,14 @@ from fsmem.search.index_files import (
 from fsmem.search.lazy_vectors import embed_rows, missing_text_rows, on_demand
 from fsmem.search.query_vectors import query_vector
 from fsmem.search.ranking import DEFAULT_RANKER
+from fsmem.search.speakers import (
+    names_speaker,
+    query_speaker_terms,
+    speaker_of,
+    speaker_terms,
+)
+from fsmem.search.when import may_name_dates
+from fsmem.search.when import resolve as resolve_dates
 from fsmem.store.changes import (
     ChangesTruncated,
     dir_stamp,
@@ -159,6 +170,10 @@ class Index(IndexFiles):
         # First use of the arrays (checksums, vectors a bm25 writer did not store) changes
         # the index: one thread at a time. A query's own state never lives on the index.
         self._first_use = threading.Lock()
+        # Threaded hosts (an MCP HTTP server): searches run side by side, a change of the
+        # index (an add, a compaction that replaces the arrays a search reads, a search's
+        # catch-up) runs alone. Lock order: the writer lock, then this one.
+        self.mutex = _SharedLock()
 
     def _clear(self) -> None:
         if getattr(self, "_dense_check", None) is not None:
@@ -166,6 +181,9 @@ class Index(IndexFiles):
         self._dense_check: tuple[str, int, str] | None = None
         self._close_post_check()   # (path, fd, digest) of each postings file not yet checked
         self.ids: list[str] = []
+        # (change, unit id) of every add and remove while a caller collects them (watch's
+        # rescan reports the units it found); None: not collected.
+        self.noticed: list[tuple[str, str]] | None = None
         self.row_of: dict[str, int] = {}
         self.inos = np.zeros(0, np.int64)
         self.mkeys = np.zeros(0, np.int64)   # manifest_key of each unit row (0: unknown)
@@ -226,13 +244,28 @@ class Index(IndexFiles):
         """Bring the index in step with ``documents/`` in O(changes): the change feed's
         records since the index's position (fsmem.store.changes), each unit they name looked
         at again (one stat); one listing only when the feed cannot prove that nothing else
-        (a plain file tool, an older fsmem, a crash) changed the directory, or ``force``."""
+        (a plain file tool, an older fsmem, a crash) changed the directory, or ``force``.
+        A save it calls for runs after the index's mutex is released (``save`` takes the
+        writer lock first: one order of the two locks). Nothing changed (two stats, no
+        HomeAgent file to look at): no change of the index, so searches in progress go on."""
+        if not force and not self.legacy_idents \
+                and dir_stamp(self.layout.layer_dir(self.layer)) == self._doc_stamp \
+                and feed_stamp(self.layout.meta, self._feed_hint) == self._feed_seen:
+            return {"added": 0, "removed": 0}
+        with self.mutex:
+            stats, save = self._sync(force)
+        if save:
+            self.save()
+        return stats
+
+    def _sync(self, force: bool) -> tuple[dict[str, int], bool]:
+        save = False
         docs = self.layout.layer_dir(self.layer)
         now = dir_stamp(docs)
         fstamp = feed_stamp(self.layout.meta, self._feed_hint)
         rewritten = self._legacy_rewritten()
         if not force and not rewritten and now == self._doc_stamp and fstamp == self._feed_seen:
-            return {"added": 0, "removed": 0}
+            return {"added": 0, "removed": 0}, save
         fr = None
         if self._feed_pos >= 0:
             try:
@@ -261,11 +294,10 @@ class Index(IndexFiles):
         self._feed_seen = feed_stamp(self.layout.meta, self._feed_hint) if caught_up else None
         if added or removed or kept:
             self._unsaved += added + removed + kept
-            if self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20):
-                self.save()
+            save = self.writable and self._unsaved >= max(_SAVE_EVERY, len(self.ids) // 20)
         elif moved and self.writable and self._gen and not self._unsaved:
             self._unsaved_pos = True   # only the position moved: saved at the next save
-        return {"added": added, "removed": removed}
+        return {"added": added, "removed": removed}, save
 
     _LEGACY_CHECK_S = 0.5
 
@@ -590,13 +622,21 @@ class Index(IndexFiles):
         # agent's context: both neighbour across units (ranking.conversation_key).
         session = manifest.meta.get("session", "") or (
             "\0context" if manifest.meta.get("is_archived_context") == "true" else "")
+        # The speaker (a source that reads as a name, fsmem.search.speakers) is a field of
+        # the row: its name as a word when the text does not begin with it, plus speaker terms.
+        speakers = [speaker_of(ev.source) for ev in manifest.events]
         pieces += [(ev.id, ev.timestamp.ns,
                     ranking.conversation_key(ev.source, ev.role, session),
-                    ranking.event_kind(ev.role, session), event_texts(
-                        self.mem.plugins, path, ev, text_of)
+                    ranking.event_kind(ev.role, session, sp), _with_speaker(sp, event_texts(
+                        self.mem.plugins, path, ev, text_of))
                     + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
-                   for ev in manifest.events]
+                   for ev, sp in zip(manifest.events, speakers)]
         terms, tfs, rows.ptr = term_rows([p[4] for p in pieces])
+        if any(speakers):
+            skip = len(pieces) - len(speakers)   # the summary row (if any) comes first
+            terms, tfs, rows.ptr = add_row_terms(
+                terms, tfs, rows.ptr, [None] * skip + [speaker_terms(sp) if sp else None
+                                                       for sp in speakers])
         for ev_id, _t, key, _k, _x in pieces:
             rows.ids.append(ev_id)
             rows.keys.append(key)
@@ -664,6 +704,8 @@ class Index(IndexFiles):
 
     def add(self, entry: IndexEntry) -> None:
         """Queue an entry; it is searchable at once and folded into the arrays in batches."""
+        if self.noticed is not None:
+            self.noticed.append(("added", entry.unit_id))
         self._drop(entry.unit_id)
         self.pending[entry.unit_id] = entry
         self._dirty_added[entry.unit_id] = entry
@@ -679,6 +721,8 @@ class Index(IndexFiles):
         """A unit left documents/. An update that moved on (recalled into L1, distilled into
         L3) still hides the version it updates: its link is kept (``moved_supersedes``)
         while the unit is in some layer (checked again when the arrays are folded)."""
+        if self.noticed is not None:
+            self.noticed.append(("removed", unit_id))
         e = self.pending.get(unit_id)
         old = e.supersedes if e is not None else self.supersedes.get(unit_id, "")
         if old and (row := self.row_of.get(unit_id)) is not None and not self.alive[row]:
@@ -837,8 +881,11 @@ class Index(IndexFiles):
             np.array([self.key_of[k] for k in e.rows.keys], np.int32) for e in new])
         self.ev_kind = np.concatenate([self.ev_kind[ev_keep]] + [e.rows.kind for e in new])
         self.ev_unit = np.repeat(np.arange(len(counts)), counts)
+        ids = [self.ids[i] for i in keep] + [e.unit_id for e in new]   # (as _compact sets)
+        rank = np.argsort(np.argsort(np.array(ids)), kind="stable") if ids else \
+            np.zeros(0, np.int64)   # each unit's place in id order: ties of equal times
         self.ev_prev, self.ev_next = ranking.link_neighbours(
-            self.ev_unit, self.ev_key, self.ev_time, self.ev_kind)
+            self.ev_unit, self.ev_key, self.ev_time, self.ev_kind, tie=rank[self.ev_unit])
 
     # -- search -------------------------------------------------------------------------
     def search(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
@@ -858,6 +905,11 @@ class Index(IndexFiles):
             self._reexamine(stale)
             found = self.search_events(text, top_k, ranker, who=who, others=others)
             stale = self._stale({u for u, _s, _m in found})
+        return self._hit_list(found, stale)
+
+    def _hit_list(self, found: list[tuple[str, float, list[str]]], stale: set[str]
+                  ) -> list[Hit]:
+        """``hits``' Hit of each unit found (one consistent read of the index)."""
         hits = []
         for unit_id, score, matched in found:
             if unit_id in stale:
@@ -867,7 +919,9 @@ class Index(IndexFiles):
                 summary, events = self.summaries[row], int(self.nevents[row])
                 created = self.created_at(row)
             else:
-                e = self.pending[unit_id]
+                e = self.pending.get(unit_id)
+                if e is None:   # removed by another thread since the search found it
+                    continue
                 summary, events = e.summary, e.events
                 created = Timestamp(e.created_ns, e.created_off)
             hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
@@ -922,7 +976,10 @@ class Index(IndexFiles):
                                    idf_mass)
             if weight is None:
                 weight = self._fusion_weight(cov)
-            dense = self.dense_rows(text, pend)
+            # an anchor's words ("the trip" of "two weeks before the trip") describe another
+            # event than the one asked about: left out of the dense query too
+            dense = self.dense_rows(self._relative_dates(text, pend)[1] if ranker != "dense"
+                                    else text, pend)
             reach = self._reach(text, pend) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach,
@@ -945,6 +1002,29 @@ class Index(IndexFiles):
                  self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
                 for i in best]
 
+    def _relative_dates(self, text: str, pend: "_PendingRows") -> tuple[list[str], str]:
+        """The date terms of the query's relative dates (``fsmem.search.when``): from the
+        newest live event (the conversation's "now"), or from the time of the row that best
+        matches the words after "before"/"after" (the anchor: "two weeks before the trip");
+        and the query to rank lexically: without the anchor's words."""
+        if not may_name_dates(text):
+            return [], text
+        times = np.concatenate([self.ev_time, pend.time]) if pend.n else self.ev_time
+        ev_alive = np.concatenate([self._event_alive()[0], np.ones(pend.n, bool)])
+        if not len(times) or not ev_alive.any():
+            return [], text
+        live_times = times[ev_alive]
+
+        def anchor(words: str) -> int | None:
+            sc = self._bm25_rows(words, pend)[0]
+            if not len(sc) or float(sc.max()) <= 0:
+                return None
+            return int(times[int(np.argmax(np.where(ev_alive, sc, -1)))])
+        try:
+            return resolve_dates(text, int(live_times.max()), 0, anchor)
+        except (OverflowError, ValueError):   # a time beyond datetime's years: no dates
+            return [], text
+
     def _prepare(self, ranker: str) -> None:
         """Before a search reads the arrays: the checksums of a mapped snapshot's (a damaged
         one is rebuilt) and, for a ranker that reads vectors, the vectors a bm25 writer did not
@@ -955,6 +1035,14 @@ class Index(IndexFiles):
                 embed_index(self)
             if ranker != "dense":
                 self.post
+
+    def _needs_prepare(self, ranker: str) -> bool:
+        """Whether ``_prepare`` would change the index for ``ranker`` (then it runs as a
+        change, before the search reads anything)."""
+        if ranker != "bm25" and (self.dense_absent or self._dense_check is not None or (
+                on_demand(self.mem) and (self.unembedded or not self.dense_scanned))):
+            return True
+        return ranker != "dense" and self._post_check is not None
 
     def _fusion_weight(self, cov: float) -> float:
         """The dense weight of "fusion" for a query of lexical coverage ``cov``."""
@@ -1027,18 +1115,34 @@ class Index(IndexFiles):
 
     def bm25_rows(self, text: str, pend: "_PendingRows | None" = None,
                   others: "Sequence[Index]" = ()) -> tuple[np.ndarray, float]:
+        """``_bm25_rows`` with the query's relative dates resolved (``_relative_dates``)."""
+        self.post   # checked (and rebuilt if damaged) before anything is taken from it
+        pend = pend or self._pending_rows()
+        dates, text = self._relative_dates(text, pend)
+        return self._bm25_rows(text, pend, others, dates)
+
+    def _bm25_rows(self, text: str, pend: "_PendingRows | None" = None,
+                   others: "Sequence[Index]" = (), dates: Sequence[str] = ()
+                   ) -> tuple[np.ndarray, float]:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
         compacted rows first, then the pending ones (rows of removed units score 0), and the
         sum of the query terms' idf (``ranking.coverage``): returned, never kept on the
-        index, which the queries of other threads share."""
+        index, which the queries of other threads share. Besides its own terms, a query
+        matches the speaker field (``fsmem.search.speakers``: a word of the query naming a
+        row's speaker, at ``ranking.SPEAKER_WEIGHT``) and the date terms ``dates`` (its
+        relative dates resolved, ``fsmem.search.when``, at ``ranking.DATE_WEIGHT``); neither
+        counts in the idf mass."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
         scores = np.zeros(n_base + pend.n, np.float32)
         # with counts: numpy >= 2.3's plain np.unique imports numpy.ma (~10 ms of a CLI query)
-        q_terms = np.unique(term_hashes([text]), return_counts=True)[0]
-        if not len(q_terms):
+        own = np.unique(term_hashes([text]), return_counts=True)[0]
+        if not len(own):
             return scores, 0.0
+        spk = query_speaker_terms(own)
+        day = hash_terms(dates) if dates else np.zeros(0, np.uint64)
+        q_terms = np.unique(np.concatenate([own, spk, day]), return_counts=True)[0]
         ev_alive, all_alive = self._event_alive()
         hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
         if not all_alive:   # rows of removed units: no score, not counted in df
@@ -1060,8 +1164,11 @@ class Index(IndexFiles):
         avgdl = max(total / max(n_live, 1), 1e-9)
         idf = np.log1p((n_live - df + 0.5) / (df + 0.5)).astype(np.float32)
         pair = is_pair(q_terms)
-        mass = float(idf[~pair].sum())   # coverage: the words' evidence, not their pairs'
-        idf[pair] *= np.float32(ranking.PAIR_WEIGHT)
+        mine = np.isin(q_terms, own)
+        mass = float(idf[~pair & mine].sum())   # coverage: the words' evidence only
+        idf[pair & mine] *= np.float32(ranking.PAIR_WEIGHT)
+        idf[np.isin(q_terms, spk) & ~mine] *= np.float32(ranking.SPEAKER_WEIGHT)
+        idf[np.isin(q_terms, day) & ~mine] *= np.float32(ranking.DATE_WEIGHT)
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores, mass
@@ -1107,6 +1214,147 @@ class Index(IndexFiles):
         return c[1]
 
 
+
+
+class _SharedLock:
+    """Many searches at once, or one change of the index: a change waits for the searches
+    in progress, and new searches wait behind a waiting change (no change starves).
+    Re-entrant: the changing thread may search and change again inside its change; a
+    searching thread may search again, and may change the index (a damaged snapshot found
+    mid-search is rebuilt) once the other searches are done."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer: int | None = None
+        self._depth = 0
+        self._waiting = 0
+        self._upgrader: int | None = None
+        self._mine = threading.local()   # this thread's search depth
+
+    def __enter__(self) -> "_SharedLock":   # ``with index.mutex:`` is a change
+        self.acquire_exclusive()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release_exclusive()
+
+    def acquire_exclusive(self) -> None:
+        me = threading.get_ident()
+        if self._writer == me:
+            self._depth += 1
+            return
+        upgrade = bool(getattr(self._mine, "n", 0))   # a search that must change the index
+        with self._cond:                                # (a damaged snapshot found mid-read)
+            if upgrade and self._upgrader is not None:   # two would wait for each other
+                raise RuntimeError("index: two searches found it damaged at once; try again")
+            self._waiting += 1
+            if upgrade:
+                self._upgrader = me
+            try:   # (an upgrading search waits for the other searches, not for itself)
+                while self._writer is not None or self._readers > int(upgrade):
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+                if upgrade:
+                    self._upgrader = None
+            self._writer, self._depth = me, 1
+
+    def release_exclusive(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            with self._cond:
+                self._writer = None
+                self._cond.notify_all()
+
+    def inside(self) -> bool:
+        """Whether this thread holds the lock already (shared or exclusive)."""
+        return self._writer == threading.get_ident() or bool(getattr(self._mine, "n", 0))
+
+    def acquire_shared(self) -> bool:
+        """False when this thread is already inside (nothing to release)."""
+        if self._writer == threading.get_ident() or getattr(self._mine, "n", 0):
+            self._mine.n = getattr(self._mine, "n", 0) + 1
+            return False
+        with self._cond:
+            while self._writer is not None or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        self._mine.n = 1
+        return True
+
+    def release_shared(self, counted: bool) -> None:
+        self._mine.n -= 1
+        if counted:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+
+def _changes(method: Callable) -> Callable:
+    """``method`` run as a change of its index (``Index.mutex`` held exclusively)."""
+    @functools.wraps(method)
+    def run(self: Index, *args: Any, **kw: Any) -> Any:
+        with self.mutex:
+            return method(self, *args, **kw)
+    return run
+
+
+def _reads(method: Callable) -> Callable:
+    """``method`` run as a search of its index (``Index.mutex`` shared)."""
+    @functools.wraps(method)
+    def run(self: Index, *args: Any, **kw: Any) -> Any:
+        counted = self.mutex.acquire_shared()
+        try:
+            return method(self, *args, **kw)
+        finally:
+            self.mutex.release_shared(counted)
+    return run
+
+
+def _searches(method: Callable, ranker_at: int | None) -> Callable:
+    """``method`` run as a search (``_reads``), its first-use work (``Index._prepare``: a
+    snapshot's checksums, vectors computed for a ranker that reads them) done first as a
+    change, until a search finds nothing left to prepare while it holds the lock.
+    ``ranker_at``: where the ranker is among the arguments (None: ``dense`` or ``bm25``, the
+    method's own name)."""
+    @functools.wraps(method)
+    def run(self: Index, *args: Any, **kw: Any) -> Any:
+        if ranker_at is None:
+            ranker = method.__name__.removesuffix("_scores")
+        else:
+            ranker = args[ranker_at] if len(args) > ranker_at else kw.get("ranker",
+                                                                          DEFAULT_RANKER)
+        while True:
+            if self._needs_prepare(ranker) and not self.mutex.inside():
+                with self.mutex:
+                    self._prepare(ranker)
+            counted = self.mutex.acquire_shared()
+            if not counted or not self._needs_prepare(ranker):
+                break
+            self.mutex.release_shared(counted)   # a change came between: prepare again
+        try:
+            return method(self, *args, **kw)
+        finally:
+            self.mutex.release_shared(counted)
+    return run
+
+
+# Everything that changes the index, and everything that reads its arrays and pending
+# entries (rebuild and save are left out: a rebuild fills an index no other thread has yet;
+# save takes the writer lock, then the mutex, itself).
+for _name in ("add", "add_unit", "add_legacy", "remove", "refresh_vectors", "_compact",
+              "_reexamine"):
+    setattr(Index, _name, _changes(getattr(Index, _name)))
+for _name in ("zero_vector_units", "superseded", "superseded_by", "owner_of", "created_at",
+              "legacy_file", "_hit_list", "_stale"):
+    setattr(Index, _name, _reads(getattr(Index, _name)))
+for _name, _at in (("search", 2), ("search_events", 2), ("dense_scores", None),
+                   ("bm25", None)):
+    setattr(Index, _name, _searches(getattr(Index, _name), _at))
+
+
 @dataclass
 class _PendingRows:
     """Pending entries' event rows, numbered after the compacted rows."""
@@ -1126,6 +1374,7 @@ class _PendingRows:
     fix: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (
         np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
         np.zeros(0, np.int64))
+    time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # row times (ns)
 
     @classmethod
     def build(cls, idx: Index) -> "_PendingRows":
@@ -1148,38 +1397,72 @@ class _PendingRows:
             post = _Postings(uniq, np.append(first, len(terms)).astype(np.int64),
                              rows[order].astype(np.int32), tfs[order].astype(np.float32))
             lens = np.concatenate([_row_lengths(e) for e in entries])
+        if entries or (n_base and not idx._event_alive()[1]):
             prev, nxt, extra, fix = cls._links(idx, entries, counts, n_base)
+        time = np.concatenate([e.rows.time for e in entries]) if entries \
+            else np.zeros(0, np.int64)
         return cls(entries, [e.unit_id for e in entries],
                    [i for e in entries for i in e.rows.ids], starts, n, lens, post,
-                   prev, nxt, extra, fix)
+                   prev, nxt, extra, fix, time)
 
     @staticmethod
     def _links(idx: Index, entries: list[IndexEntry], counts: np.ndarray, n_base: int
                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], tuple]:
-        """Neighbours of pending rows: one sort of the pending rows plus the compacted turns
-        of the same keys near them in time; and the compacted rows whose neighbour that sort
-        makes a pending row (their compacted link to the row beyond is stale: a compaction
-        would link them to the pending row instead)."""
-        key_of = dict(idx.key_of)
-        keys = np.array([key_of.setdefault(k, len(key_of)) for e in entries
-                         for k in e.rows.keys], np.int64)
-        time = np.concatenate([e.rows.time for e in entries])
-        kind = np.concatenate([e.rows.kind for e in entries])
+        """Neighbours of pending rows, and the compacted rows whose links the changes since
+        the last compaction altered, as a compaction would link them (so a live index scores
+        what a rebuilt one does): one sort of the pending rows plus the live compacted rows
+        of their groups near them or near a removed unit's row.
+
+        A pending row, or a removed compacted one, is a seed. It can change
+        the links of rows up to two windows away (a spoken row changes whether its neighbours,
+        one window away, are in a dialogue, so their links on the far side); those rows are
+        relinked whole, and to relink them exactly the sort takes the rows two windows
+        further. Returns the pending rows' (prev, next) in global numbers, the (compacted,
+        pending) edges, and the compacted rows' new (rows, prev, rows, next)."""
+        w = ranking.WINDOW_NS
+        if entries:
+            key_of = dict(idx.key_of)
+            keys = np.array([key_of.setdefault(k, len(key_of)) for e in entries
+                             for k in e.rows.keys], np.int64)
+            time = np.concatenate([e.rows.time for e in entries])
+            kind = np.concatenate([e.rows.kind for e in entries])
+        else:
+            keys = time = np.zeros(0, np.int64)
+            kind = np.zeros(0, idx.ev_kind.dtype)
         unit = len(idx.ids) + np.repeat(np.arange(len(entries)), counts)
-        turn = kind == ranking.KIND_TURN
         cand = np.zeros(0, np.int64)
-        if turn.any() and n_base:
-            lo, hi = time[turn].min() - ranking.WINDOW_NS, time[turn].max() + ranking.WINDOW_NS
-            cand = np.flatnonzero((idx.ev_kind == ranking.KIND_TURN)
-                                  & idx.alive[idx.ev_unit]   # never a removed unit's row
-                                  & np.isin(idx.ev_key, keys[turn])
-                                  & (idx.ev_time >= lo) & (idx.ev_time <= hi))
+        whole = np.zeros(0, bool)
+        if n_base:
+            # a row's links depend on the rows of its sort group only (its key; every spoken
+            # row is one group): ranking.link_neighbours
+            def group(key: np.ndarray, kd: np.ndarray) -> np.ndarray:
+                return np.where(kd == ranking.KIND_SPOKEN, np.int64(-1), key.astype(np.int64))
+            ev_alive = idx._event_alive()[0]
+            ev_group = group(idx.ev_key, idx.ev_kind)
+            dead = ~ev_alive
+            seeds = np.sort(np.concatenate([time, idx.ev_time[dead]]).astype(np.int64))
+            seed_groups = np.unique(np.concatenate([group(keys, kind), ev_group[dead]]))
+            if len(seeds):
+                at = np.searchsorted(seeds, idx.ev_time)   # distance to the nearest seed
+                after = seeds[np.minimum(at, len(seeds) - 1)]
+                before = seeds[np.maximum(at - 1, 0)]
+                dist = np.minimum(np.abs(after - idx.ev_time), np.abs(idx.ev_time - before))
+                cand = np.flatnonzero(ev_alive & (dist <= 4 * w)
+                                      & np.isin(ev_group, seed_groups))
+                whole = dist[cand] <= 2 * w
         glob = np.concatenate([cand, n_base + np.arange(len(keys))])
+        if not len(glob):
+            empty = np.zeros(0, np.int64)
+            return empty, empty, (empty, empty), (empty, empty, empty, empty)
+        # ties of equal times ordered by unit id, as a compaction orders them
+        row_ids = np.array([idx.ids[int(u)] for u in idx.ev_unit[cand]]
+                           + [e.unit_id for e, c in zip(entries, counts) for _ in range(c)])
         p, q = ranking.link_neighbours(
             np.concatenate([idx.ev_unit[cand], unit]),
             np.concatenate([idx.ev_key[cand].astype(np.int64), keys]),
             np.concatenate([idx.ev_time[cand], time]),
-            np.concatenate([idx.ev_kind[cand], kind]))
+            np.concatenate([idx.ev_kind[cand], kind]),
+            tie=np.unique(row_ids, return_inverse=True)[1])
         glob_ext = np.append(glob, -1)
         prev, nxt = glob_ext[p], glob_ext[q]
         m = len(cand)
@@ -1190,13 +1473,23 @@ class _PendingRows:
         is_a = (pend_next >= 0) & (pend_next < n_base)
         extra = (np.concatenate([pend_prev[is_b], pend_next[is_a]]),
                  np.concatenate([own[is_b], own[is_a]]))
+        # compacted rows near a seed, relinked whole where their links changed
         cprev, cnext = prev[:m], nxt[:m]
-        fp, fn = cprev >= n_base, cnext >= n_base
+        fp = whole & (cprev != idx.ev_prev[cand])
+        fn = whole & (cnext != idx.ev_next[cand])
         fix = (cand[fp], cprev[fp], cand[fn], cnext[fn])
         return pend_prev, pend_next, extra, fix
 
 
 fuse = ranking.fuse
+
+
+def _with_speaker(speaker: str, texts: list[str]) -> list[str]:
+    """An event's texts with its speaker's name as one more, unless its text names it first
+    ("Caroline: ..."), so a plain turn and a transcript line hold the same words."""
+    if not speaker or any(names_speaker(speaker, t) for t in texts[:1]):
+        return texts
+    return [speaker] + texts
 
 
 class _Joined:

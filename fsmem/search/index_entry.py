@@ -12,8 +12,9 @@ import blake3
 import numpy as np
 
 from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
+from fsmem.format.errors import FsmemError
 from fsmem.format.model import NAME_RE
-from fsmem.format.unit import block_path
+from fsmem.format.unit import MANIFEST, block_path, read_manifest_key
 from fsmem.search import ranking
 from fsmem.search.analyze import is_pair, term_hashes, term_hashes_rows
 from fsmem.search.index_files import _Postings
@@ -21,8 +22,8 @@ from fsmem.search.index_files import _Postings
 if TYPE_CHECKING:
     from fsmem.format.plugins import Plugins
 
-__all__ = ["IndexEntry", "unit_ident", "clamp_ns", "term_counts", "term_rows", "event_texts",
-           "bm25_scores", "fold_postings", "dir_names"]
+__all__ = ["IndexEntry", "unit_ident", "clamp_ns", "term_counts", "term_rows", "add_row_terms",
+           "event_texts", "bm25_scores", "fold_postings", "dir_names", "whole_second"]
 
 _I64 = (-(1 << 63), (1 << 63) - 1)
 K1, B = ranking.K1, ranking.B
@@ -72,26 +73,45 @@ class _Rows:
                    [""], np.array([ranking.KIND_PSEUDO], np.int8))
 
 
-def _ident(st: os.stat_result, dir_st: os.stat_result | None = None) -> int:
+_SECOND = 1_000_000_000
+
+
+def whole_second(ns: int) -> bool:
+    """A time with no sub-second part: from a filesystem that keeps whole seconds (sshfs
+    reports them so), where two versions written within one second look alike."""
+    return ns % _SECOND == 0
+
+
+def _ident(st: os.stat_result, dir_st: os.stat_result | None = None, mkey: int = 0) -> int:
     """What identifies one version of a file: inode, size and mtime (a hard link, as in a
-    snapshot, is the same file), plus for a unit its directory's device, inode and ctime.
-    ``cp -a`` preserves mtime and ext4 reuses a freed inode at once, so inode+size+mtime can
-    collide after ``rm -r`` + ``cp -a``; a directory's ctime cannot be set from user space
-    and is fresh whenever the directory is created or renamed. Folded into one int64."""
+    snapshot, is the same file), plus for a unit its directory's inode and ctime, and
+    ``mkey`` (the manifest key) where the times are whole seconds. ``cp -a`` preserves mtime
+    and ext4 reuses a freed inode at once, so inode+size+mtime can collide after ``rm -r`` +
+    ``cp -a``; a directory's ctime cannot be set from user space and is fresh whenever the
+    directory is created or renamed, unless the filesystem keeps whole seconds only. Never
+    the device: two mounts of one shared volume (JuiceFS) are two devices for one unit.
+    Folded into one int64."""
     text = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
     if dir_st is not None:
-        text += f":{dir_st.st_dev}:{dir_st.st_ino}:{dir_st.st_ctime_ns}"
+        text += f":{dir_st.st_ino}:{dir_st.st_ctime_ns}"
+    if mkey:
+        text += f":{mkey}"
     h = blake3.blake3(text.encode()).digest(8)
     return int.from_bytes(h, "little", signed=True)
 
 
 def unit_ident(path: str) -> int | None:
-    """The identity of a unit directory: its own and its manifest's (None if it has none)."""
+    """The identity of a unit directory: its own and its manifest's (None if it has none, or
+    it cannot be read). Where the manifest's mtime or the directory's ctime is a whole second
+    the times cannot tell two versions apart, so the manifest's key (BLAKE3 of its bytes, read
+    through the safe-open helper) is part of it."""
     try:
         dir_st = os.stat(path, follow_symlinks=False)
-        return _ident(os.stat(os.path.join(path, "manifest.json"), follow_symlinks=False),
-                      dir_st)
-    except OSError:
+        st = os.stat(os.path.join(path, MANIFEST), follow_symlinks=False)
+        mkey = read_manifest_key(path) \
+            if whole_second(st.st_mtime_ns) or whole_second(dir_st.st_ctime_ns) else 0
+        return _ident(st, dir_st, mkey)
+    except (OSError, FsmemError):
         return None
 
 
@@ -145,6 +165,29 @@ def term_rows(rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     counts = np.diff(np.append(starts, len(hashes))).astype(np.float32)
     ptr = np.searchsorted(row[starts], np.arange(len(rows) + 1)).astype(np.int64)
     return hashes[starts], counts, ptr
+
+
+def add_row_terms(terms: np.ndarray, tfs: np.ndarray, ptr: np.ndarray,
+                  extra: "list[np.ndarray | None]") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``term_rows``' arrays with ``extra[i]`` (unique hashes, count 1 each; None: none) added
+    to row i, each row's terms still ascending and unique (an extra term a row holds already
+    keeps its count)."""
+    rows = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    add = [(i, x) for i, x in enumerate(extra) if x is not None and len(x)]
+    if not add:
+        return terms, tfs, ptr
+    x_terms = np.concatenate([x for _i, x in add]).astype(np.uint64)
+    x_rows = np.concatenate([np.full(len(x), i, np.int64) for i, x in add])
+    all_terms = np.concatenate([terms, x_terms])
+    all_rows = np.concatenate([rows, x_rows])
+    all_tfs = np.concatenate([tfs, np.ones(len(x_terms), np.float32)])
+    order = np.lexsort((np.arange(len(all_terms)), all_terms, all_rows))
+    all_terms, all_rows, all_tfs = all_terms[order], all_rows[order], all_tfs[order]
+    keep = np.ones(len(all_terms), bool)
+    keep[1:] = (all_terms[1:] != all_terms[:-1]) | (all_rows[1:] != all_rows[:-1])
+    all_terms, all_rows, all_tfs = all_terms[keep], all_rows[keep], all_tfs[keep]
+    new_ptr = np.searchsorted(all_rows, np.arange(len(ptr))).astype(np.int64)
+    return all_terms, all_tfs.astype(np.float32), new_ptr
 
 
 def event_texts(plugins: "Plugins", path: str, ev,

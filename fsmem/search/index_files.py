@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from fsmem.format.errors import FsmemError, StoreLocked
 from fsmem.format.layout import open_regular, read_small
 from fsmem.search import ranking
 from fsmem.search.analyze import ANALYZER_VERSION, cjk_unigram_hashes
+from fsmem.store.derived import make_room
 
 __all__ = ["IndexFiles", "INDEX_VERSION", "StrTable"]
 
@@ -36,7 +36,9 @@ log = logging.getLogger("fsmem.index")
 # 5: unit ids, event ids and summaries in mapped string tables, not in meta.json
 # 6: the change-feed position in meta.json; delta files beside the arrays; no dense array
 #    when the saver's ranker does not read it
-INDEX_VERSION = 6 * 1000 + ANALYZER_VERSION
+# 7: a row's speaker (fsmem.search.speakers) as a word and speaker field terms; spoken rows
+#    (ranking.KIND_SPOKEN) neighbour the turns of other speakers
+INDEX_VERSION = 7 * 1000 + ANALYZER_VERSION
 _ARRAYS = ("inos", "mkeys", "u_owner", "dense", "created", "nevents", "u_ptr", "ev_len",
            "ev_time", "ev_key", "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows",
            "p_tfs")
@@ -502,9 +504,7 @@ class IndexFiles:
                 if name == "dense" and not meta.dense:
                     arrays[name] = None
                     continue
-                if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would hang the mmap
-                    raise ValueError(f"{path}: not a regular file")
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = open_regular(path)   # never a FIFO (it would hang the mmap), a link
                 base_bytes += os.fstat(fd).st_size
                 if name == "dense":
                     # The largest array (154 MB at 100k units of 384-d vectors; unread by
@@ -612,7 +612,8 @@ class IndexFiles:
         try:
             if not os.path.isdir(self.dir):   # stablemem's, on its first save (index.Index)
                 os.mkdir(self.dir)
-            with self.mem.store.locked():   # never two savers, never a saver and a GC
+            # never two savers, never a saver and a GC; then no search or change meanwhile
+            with self.mem.store.locked(), self.mutex:
                 if self._can_delta():
                     self._save_delta()
                 else:
@@ -684,7 +685,8 @@ class IndexFiles:
                 shutil.rmtree(os.path.join(self.dir, old), ignore_errors=True)
             elif old == "SEEN":   # an older release's record: the feed replaces it
                 try:
-                    os.unlink(os.path.join(self.dir, old))
+                    if not make_room(os.path.join(self.dir, old), self.mem.store.meta):
+                        os.unlink(os.path.join(self.dir, old))
                 except OSError:
                     pass
         self._base_bytes = sum(e.stat().st_size for e in os.scandir(gen))
@@ -722,6 +724,7 @@ class IndexFiles:
                      legacy_idents=dict(self.legacy_idents))
         with open(os.path.join(gen, "meta.json"), "wb") as fh:
             fh.write(msgspec.json.encode(meta))
+        make_room(os.path.join(self.dir, "CURRENT"), self.mem.store.meta)   # never onto a dir
         _write_renamed(os.path.join(self.dir, f"CURRENT.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"),
                        os.path.join(self.dir, "CURRENT"), gen_name.encode("ascii"))
 

@@ -8,7 +8,9 @@ Neighbours: two events are neighbours when they are adjacent in time among the e
 same conversation key (the unit's ``meta["session"]`` when set, else their source; the default
 user/agent sources of one chat share a key), at most ``WINDOW_NS`` apart, and either in the
 same unit or both conversation turns (events with a role, or of a unit with a session).
-Independent documents committed in a burst have neither: they are never neighbours.
+Events with neither whose source is a speaker (``KIND_SPOKEN``: plain ``commit(text,
+source="Caroline")`` turns) are ordered as one group and neighbour where speakers alternate.
+Independent documents committed in a burst have none of these: they are never neighbours.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
-           "KIND_EVENT", "KIND_TURN", "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE",
+           "KIND_EVENT", "KIND_TURN", "KIND_SPOKEN", "SPEAKER_WEIGHT", "DATE_WEIGHT",
+           "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE",
            "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
            "cjk_share", "reach", "DEFAULT_RANKER"]
@@ -49,6 +52,14 @@ REACH_POWER = 2.5
 FULL_COVERAGE = 0.5
 
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
+KIND_SPOKEN = 2   # an event without role or session whose source is a speaker (a plain
+                  # ``commit(text, source="Caroline")`` turn): neighbours in a dialogue only
+# A query word naming the speaker of a row (``fsmem.search.speakers``) counts at this share of
+# its idf, on top of the word itself (which the turns addressing that person hold too).
+SPEAKER_WEIGHT = 0.5
+# A day a query's relative date points at (``fsmem.search.when``) counts at this share of the
+# day term's idf.
+DATE_WEIGHT = 3.0
 _DEFAULT_CHAT = ("user", "agent", "assistant")
 
 
@@ -63,25 +74,47 @@ def conversation_key(source: str, role: str, session: str = "") -> str:
     return source
 
 
-def event_kind(role: str, session: str = "") -> int:
-    """A turn (may neighbour events of other units) has a role or belongs to a session."""
-    return KIND_TURN if role or session else KIND_EVENT
+def event_kind(role: str, session: str = "", speaker: str = "") -> int:
+    """A turn (may neighbour events of other units) has a role or belongs to a session; an
+    event of neither spoken by a ``speaker`` may neighbour the turns of other speakers."""
+    if role or session:
+        return KIND_TURN
+    return KIND_SPOKEN if speaker else KIND_EVENT
 
 
 def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: np.ndarray,
-                    window_ns: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(prev, next) row of each row (-1: none), from one sort by (key, time)."""
+                    window_ns: int | None = None, tie: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(prev, next) row of each row (-1: none), from one stable sort by (key, time, tie):
+    ``tie`` orders rows of equal key and time (the rank of their unit's id), so a live index
+    and one rebuilt from the directories, whose rows come in other orders, link the same
+    neighbours; rows of one unit stay in event order.
+
+    Spoken rows (``KIND_SPOKEN``: their key is their speaker's source) are sorted as one
+    group: two adjacent ones are neighbours when their speakers differ (a dialogue), or when
+    both are part of a dialogue (one speaker's two turns in a row). A burst of documents
+    from one source never is."""
     window_ns = WINDOW_NS if window_ns is None else window_ns
     n = len(unit)
     prev = np.full(n, -1, np.int32)
     nxt = np.full(n, -1, np.int32)
     if n < 2:
         return prev, nxt
-    order = np.lexsort((time, key))
+    key = np.asarray(key, np.int64)
+    spoken = kind == KIND_SPOKEN
+    group = np.where(spoken, np.int64(-1), key)   # keys are codes >= 0
+    order = np.lexsort((time, group) if tie is None else (tie, time, group))
     a, b = order[:-1], order[1:]
-    ok = (key[a] == key[b]) & (time[b] - time[a] <= window_ns) \
-        & (kind[a] != KIND_PSEUDO) & (kind[b] != KIND_PSEUDO) \
-        & ((unit[a] == unit[b]) | ((kind[a] == KIND_TURN) & (kind[b] == KIND_TURN)))
+    near = (group[a] == group[b]) & (time[b] - time[a] <= window_ns) \
+        & (kind[a] != KIND_PSEUDO) & (kind[b] != KIND_PSEUDO)
+    ok = near & ((unit[a] == unit[b]) | ((kind[a] == KIND_TURN) & (kind[b] == KIND_TURN)))
+    both = near & spoken[a] & spoken[b]
+    if both.any():
+        change = both & (key[a] != key[b])
+        talk = np.zeros(n, bool)
+        talk[a[change]] = True
+        talk[b[change]] = True
+        ok |= both & (change | (talk[a] & talk[b]))
     prev[b[ok]] = a[ok]
     nxt[a[ok]] = b[ok]
     return prev, nxt

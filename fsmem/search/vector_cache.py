@@ -33,7 +33,10 @@ import numpy as np
 from fsmem.format import blocks as blockfiles  # module attribute: tests count its reads
 from fsmem.format.blocks import hash_bytes
 from fsmem.format.errors import FsmemError
+from fsmem.format.layout import read_small
 from fsmem.format.unit import block_path, read_manifest
+from fsmem.store.derived import make_room, problem
+from fsmem.search.speakers import spoken_text
 
 if TYPE_CHECKING:
     from fsmem.format.model import Manifest
@@ -56,6 +59,7 @@ class VectorCache:
     def __init__(self, meta_dir: str, fingerprint: str, dim: int, *,
                  durable: bool = False) -> None:
         self.dir = cache_dir(meta_dir, fingerprint, dim)
+        self._meta = meta_dir
         self.dim = dim
         self.durable = durable
         self._size = 4 * dim
@@ -72,20 +76,11 @@ class VectorCache:
 
     def get(self, key: str) -> np.ndarray | None:
         """The cached vector, or None (absent, not a regular file, wrong size)."""
+        path = self._path(key)
         try:
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | os.O_CLOEXEC)
-        except OSError:
+            data = read_small(path, self._size)
+        except (OSError, FsmemError):   # absent, not a regular file, too big: recomputed
             return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != self._size:
-                return None
-            data = os.read(fd, self._size + 1)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
         if len(data) != self._size:
             return None
         return np.frombuffer(data, dtype="<f4").astype(np.float32)
@@ -99,14 +94,17 @@ class VectorCache:
         sub = os.path.dirname(self._path(key))
         os.makedirs(sub, exist_ok=True)
         tmp = os.path.join(sub, f".tmp-{os.getpid()}-{threading.get_ident()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
+        if os.path.lexists(tmp) and problem(tmp):   # never written through (a FIFO...)
+            make_room(tmp, self._meta)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, data)
             if self.durable:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        make_room(self._path(key), self._meta)   # a directory: quarantined
         os.replace(tmp, self._path(key))
 
 
@@ -123,8 +121,8 @@ def unit_texts(plugins: Any, path: str, manifest: "Manifest") -> list[tuple[str,
             text = data.decode("utf-8", "replace")
             if ref.role == "tool_output":
                 text = plugins.tool_text(ev.source, tool_of.get(ref.digest, ""), text)
-            else:
-                text = plugins.source_text(ev.source, text)
+            else:   # as the commit embedded it: "<speaker>: <text>" (fsmem.search.speakers)
+                text = spoken_text(ev.source, plugins.source_text(ev.source, text))
             if text.strip():
                 out.append((f"{ev.id}:{ref.digest}", text))
     return out

@@ -24,8 +24,10 @@ from typing import Iterable, Mapping
 
 import msgspec
 
-from fsmem.format.layout import read_small
+from fsmem.format.errors import FsmemError
+from fsmem.format.layout import open_regular, read_small
 from fsmem.format.model import NAME_RE
+from fsmem.store.derived import make_room
 
 __all__ = ["AccessLog", "AccessStats"]
 
@@ -71,8 +73,9 @@ class AccessLog:
         # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops
         try:
+            make_room(self.path, self.meta)   # a FIFO or a directory there: taken away
             fd = fsops.open_(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o666)
+                             | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
             os.close(fd)
         except OSError as exc:
             log.debug("%s: cannot create: %s", self.path, exc)
@@ -94,6 +97,9 @@ class AccessLog:
                 log.warning("%s: access not counted: %s", self.path, exc)
             return False
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):   # a FIFO someone reads: not ours
+                log.warning("%s: not a regular file; access not counted", self.path)
+                return False
             fsops.write_all(fd, data)   # one write: O_APPEND keeps concurrent lines whole
             return True
         except OSError as exc:
@@ -130,7 +136,7 @@ class AccessLog:
             return _state_decoder.decode(read_small(os.path.join(self.meta, STATE), 1 << 30))
         except FileNotFoundError:
             return _State()
-        except (OSError, msgspec.DecodeError, ValueError) as exc:
+        except (OSError, FsmemError, msgspec.DecodeError, ValueError) as exc:
             log.warning("%s: unreadable access state (%s); counting from the logs",
                         os.path.join(self.meta, STATE), exc)
             return _State()
@@ -146,17 +152,14 @@ class AccessLog:
         """The bytes of a log from ``offset`` on (a regular file only, capped at 1 GiB)."""
         path = os.path.join(self.meta, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = open_regular(path, cap=1 << 30)
         except FileNotFoundError:
             return b""
-        except OSError as exc:
-            log.warning("%s: unreadable access log: %s", name, exc)
+        except (OSError, FsmemError) as exc:
+            log.warning("%s: unreadable access log (%s); not counted", path, exc)
             return b""
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 30:
-                log.warning("%s: not a regular file of at most 1 GiB; not read", path)
-                return b""
             chunks, pos = [], offset
             while pos < st.st_size:
                 chunk = os.pread(fd, st.st_size - pos, pos)
@@ -177,8 +180,10 @@ class AccessLog:
         it did. The caller holds the writer lock."""
         # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops
+        for name in (LOG, STATE, *self._sealed()):   # a FIFO or a directory: taken away
+            make_room(os.path.join(self.meta, name), self.meta)
         try:
-            size = os.stat(self.path).st_size
+            size = os.lstat(self.path).st_size
         except FileNotFoundError:
             size = 0
         sealed = self._sealed()
@@ -226,10 +231,22 @@ class AccessLog:
         # lazy: start-up, loaded only when used (+ctypes, struct)
         from fsmem.format import fsops as fsops
         path = os.path.join(self.meta, STATE)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(msgspec.json.encode(state))
+        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o644)
+        try:
+            fsops.write_all(fd, msgspec.json.encode(state))
+            # the data before the name, and the name before a folded log goes (a compaction
+            # is rare: the log has grown past COMPACT_BYTES)
+            fsops.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        make_room(path, self.meta)   # never a rename onto a directory
         fsops.replace(tmp, path)
+        fsops.fsync_dir(self.meta)
 
 
 def _stamp(path: str) -> tuple[int, int, int]:

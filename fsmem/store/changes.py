@@ -32,6 +32,7 @@ import msgspec
 from fsmem.format import fsops as fsops
 from fsmem.format.errors import FormatError, FsmemError
 from fsmem.format.layout import LAYERS, open_regular, read_small
+from fsmem.store.derived import make_room, problem
 
 __all__ = ["MARKS", "Change", "ChangesTruncated", "FeedRead", "FeedWriter", "Settled",
            "dir_stamp", "layer_stamps", "read_changes", "read_recent", "feed_stamp", "feed_id",
@@ -180,6 +181,17 @@ def read_changes(meta_dir: str, since: int = 0, *, hint: tuple[str, int] = ("", 
             fd = open_regular(path)
         except FileNotFoundError:   # compacted away meanwhile: the later ones still hold ours
             continue
+        except (OSError, FsmemError) as exc:
+            # A damaged segment (a FIFO, a directory...): its records are lost. Before a
+            # later segment, the caller is told to list once; the newest one is skipped (the
+            # layers' stamps no longer match the last end mark read: a consumer lists once).
+            log.warning("%s: unreadable change feed segment (%s); its records are skipped",
+                        path, exc)
+            later = [f for f, _n in segs if f > first]
+            if later:
+                raise ChangesTruncated(f"{path}: unreadable segment ({exc})", later[0]) \
+                    from exc
+            continue
         try:
             size = os.fstat(fd).st_size
             at = at if at <= size else 0
@@ -325,6 +337,7 @@ class FeedWriter:
     def _open(self) -> None:
         """Open the newest segment for appending (the feed created if missing); find the
         last sequence number from its tail and cut a torn last line."""
+        self._repair()
         if not os.path.isdir(self.dir):
             try:
                 fsops.mkdir(self.dir)
@@ -366,6 +379,24 @@ class FeedWriter:
             raise
         self._fd, self._path, self._next = fd, path, last + 1
         self._size = os.fstat(fd).st_size
+
+    def _repair(self) -> None:
+        """A feed whose ID or a segment is not a regular file (a FIFO, a directory) is set
+        aside whole (``make_room``: into quarantine) and started again with a new id: every
+        consumer then lists once (``ChangesTruncated``); nothing is written through it."""
+        what = problem(self.dir)
+        if what and what != "a directory":
+            make_room(self.dir, os.path.dirname(self.dir))
+            return
+        if not what:
+            return
+        bad = [n for n in (_ID_FILE, *(n for _f, n in _segments(self.dir)))
+               if problem(os.path.join(self.dir, n))]
+        if bad:
+            log.warning("%s: %s not a regular file; the feed starts again", self.dir,
+                        ", ".join(bad))
+            make_room(self.dir, os.path.dirname(self.dir))
+            self._next, self._size, self._path = 0, 0, ""
 
     def _create(self, first: int) -> None:
         path = os.path.join(self.dir, _seg_name(first))

@@ -20,9 +20,9 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser from PyPI
     import tomli as tomllib
 
-import stat
 
 from fsmem.format.errors import FormatError, InvalidName
+from fsmem.format.layout import read_small
 from fsmem.format.model import check_agent
 
 __all__ = ["DEFAULTS", "ENV", "EMBEDDER_NAMES", "RANKER_NAMES", "EMBEDDER_EXTRAS", "CONFIG_NAME", "config_path", "load_config", "parse_value",
@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     # ranker "auto": bm25 with the hashed embedder, fusion with a real one.
     "embedder": "hash",
     "ranker": "auto",
+    # Filesystem types a writer may use though fsmem refuses them (fsmem.store.filesystems):
+    # comma-separated, e.g. "fuse.sshfs", or "any". For one host only.
+    "allow_fs": "",
 }
 #: key -> environment variable that overrides the file.
 ENV: dict[str, str] = {
@@ -54,6 +57,7 @@ ENV: dict[str, str] = {
     "homeagent_files": "FSMEM_HOMEAGENT_FILES",
     "embedder": "FSMEM_EMBEDDER",
     "ranker": "FSMEM_RANKER",
+    "allow_fs": "FSMEM_ALLOW_FS",
 }
 #: the names of the embedders (fsmem.search.embedders.EMBEDDERS makes them) and rankers
 EMBEDDER_NAMES = ("hash", "e5-small", "minilm")
@@ -102,18 +106,11 @@ def _read_text(path: str) -> str | None:
     """The config file's text, opened safely (no symlink, no FIFO, a size cap); None when
     there is none."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        raw = read_small(path, _MAX_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise FormatError(f"{path}: cannot open: {exc.strerror}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BYTES:
-            raise FormatError(f"{path}: not a regular file under {_MAX_BYTES} bytes")
-        raw = os.read(fd, _MAX_BYTES + 1)
-    finally:
-        os.close(fd)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -197,7 +194,8 @@ def set_config(root: str | os.PathLike[str], key: str, value: Any) -> str:
 def _write_text(path: str, text: str) -> str:
     """One config file, atomically: temp file, fsync, rename, fsync of .fsmem/."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
     try:
         os.write(fd, text.encode())
         os.fsync(fd)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from typing import Iterable
 
 import msgspec
 
 from fsmem.format import fsops as _fsops
-from fsmem.format.layout import layer_agent
+from fsmem.format.errors import FsmemError
+from fsmem.format.layout import layer_agent, read_small
 from fsmem.store.store import Store
 
 __all__ = ["PINS_FILE", "read_pins", "pin_units", "tick_pins"]
@@ -46,17 +46,12 @@ def read_pins(store: Store, layer: str = "context") -> dict[str, int]:
     safely, read-only."""
     path = _pins_path(store, layer)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        data = read_small(path, _PINS_CAP)
+    except FileNotFoundError:
         return {}
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _PINS_CAP:
-            log.warning("%s: not a small regular file; ignoring pins", path)
-            return {}
-        data = os.read(fd, _PINS_CAP + 1)
-    finally:
-        os.close(fd)
+    except (OSError, FsmemError) as exc:
+        log.warning("%s: ignoring pins: %s", path, exc)
+        return {}
     try:
         return dict(_pins_decoder.decode(data).pins)
     except msgspec.DecodeError as exc:

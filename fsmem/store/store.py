@@ -28,11 +28,17 @@ from typing import Callable, Iterator, Literal
 from fsmem.format import fsops as fsops
 from fsmem.format.blocks import block_filename
 from fsmem.format.errors import AlreadyExists, FormatError, FsmemError, NotFound, StoreLocked
-from fsmem.format.layout import LAYERS, JournalEntry, Layer, Layout, owner_dead, valid_layer
+from fsmem.format.hosts import LOCK_RECORD_WIDTH, Owner, lock_record, owner_token, parse_owner
+from fsmem.format.layout import (LAYERS, JournalEntry, Layer, Layout, owner_dead, staging_owner,
+                                 valid_layer)
 from fsmem.format.model import FORMAT_VERSION, HASH_ALGORITHM, Marker, check_name, encode_pretty
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import MANIFEST, VECTORS, UnitBuilder, read_manifest, verify_unit
+from fsmem.store import leases
 from fsmem.store.changes import FeedWriter
+from fsmem.store.config import effective
+from fsmem.store.filesystems import check_writer
+from fsmem.store.derived import make_room
 
 __all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id",
            "foreign_entries", "FOREIGN_LABEL", "SyncStrategy", "SYNC_STRATEGIES"]
@@ -62,6 +68,8 @@ class Store(Layout):
     The read side (paths, listings, consistent views) is ``Layout``; readers use it alone.
     """
 
+    _remote_lock: bool | None = None   # the lock file on FUSE/NFS (``_note_holder``)
+
     def __init__(self, root: str, *, durability: Durability = "full",
                  lock_timeout: float = 10.0, create: bool = True) -> None:
         if durability not in ("full", "off"):
@@ -83,6 +91,10 @@ class Store(Layout):
         self._thread_lock = threading.RLock()
         # The change feed (fsmem.store.changes): a record per unit change, written before it.
         self.feed = FeedWriter(self.root, self.meta)
+        # Before anything is created: a writer on a filesystem whose lock excludes nothing
+        # is refused (readers never come here).
+        self.mount = check_writer(self.root, self.lock_path,
+                                  str(effective(self.root).get("allow_fs", "")))
         self._init_layout(create)
         self.noreplace = self._probe_renameat2()
 
@@ -90,6 +102,8 @@ class Store(Layout):
     def _init_layout(self, create: bool) -> None:
         if os.path.lexists(self.root) and not os.path.isdir(self.root):
             raise FormatError(f"{self.root}: exists and is not a directory")
+        if not self.has_marker() and os.path.lexists(self.marker_path):
+            self.require_readable()   # a FIFO or a directory there: an error naming it
         if not self.has_marker() and not create:
             raise NotFound(f"not an fsmem store: {self.root} (run fsmem init)")
         for path in (self.root, self.meta, self.staging, self.journal_dir, self.quarantine_dir,
@@ -119,7 +133,7 @@ class Store(Layout):
             _renameat2_cache[dev] = fsops.renameat2_supported(self.staging)
             if not _renameat2_cache[dev]:
                 log.warning("%s: renameat2(RENAME_NOREPLACE) unsupported; publishing with a "
-                            "mkdir claim under the store lock", self.root)
+                            "plain rename under the store lock", self.root)
         return _renameat2_cache[dev]
 
     @property
@@ -146,7 +160,7 @@ class Store(Layout):
         return self._lock_depth > 0
 
     def _acquire(self) -> None:
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = self._open_lock_file()
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.001
         while True:
@@ -161,6 +175,7 @@ class Store(Layout):
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
         self._lock_fd = fd
+        self._note_holder(fd)
         # Recovery runs holding the lock as one level of it: what it calls (a rename
         # fallback, a discard) re-enters the lock instead of taking it again.
         self._lock_depth += 1
@@ -173,9 +188,50 @@ class Store(Layout):
             raise
         self._lock_depth -= 1
 
+    def _open_lock_file(self) -> int:
+        """The lock file, opened without following a link or waiting on a FIFO. Anything but
+        a regular file there is refused with an error naming it: it is not set aside by
+        itself, since two writers doing so at once could each end up locking a file of its
+        own (remove it by hand; no writer can hold it)."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EMLINK):
+                raise FormatError(f"{self.lock_path}: not a regular file ({exc.strerror}); "
+                                  f"remove it, then open the store again") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise FormatError(f"{self.lock_path}: not a regular file; remove it, then open "
+                              f"the store again")
+        return fd
+
+    def _note_holder(self, fd: int) -> None:
+        """Format 5: record who holds the lock in the lock file (host, pid, start; read by
+        fsck on any host: /proc/locks shows no lock of a FUSE or network filesystem), and
+        keep this host's lease fresh (``fsmem.store.leases``). One pwrite, in place, not
+        flushed, except where the store is on a filesystem without a device of its own
+        (FUSE, NFS: major 0), whose other clients see a write once it is flushed. Advisory:
+        a failure is logged, never fails the operation."""
+        try:
+            os.pwrite(fd, lock_record(), 0)
+            if self._remote_lock is None:
+                self._remote_lock = os.major(os.fstat(fd).st_dev) == 0
+                leases.register(self)
+            if self._remote_lock:
+                os.fdatasync(fd)
+        except OSError as exc:
+            log.warning("%s: holder not recorded: %s", self.lock_path, exc)
+        leases.renew_if_due(self.leases_dir)
+
     def _release(self) -> None:
         self.feed.close_session()   # the end mark, before another writer may append
         if self._lock_fd is not None:
+            try:   # the record blanked before the lock goes: a record names a holder
+                os.pwrite(self._lock_fd, b" " * (LOCK_RECORD_WIDTH - 1) + b"\n", 0)
+            except OSError as exc:
+                log.warning("%s: holder record not cleared: %s", self.lock_path, exc)
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -253,6 +309,7 @@ class Store(Layout):
             _quiet_unlink(tmp)
             raise
         os.close(fd)
+        make_room(path, self.meta)   # a directory in its place: quarantined, never a rename onto it
         fsops.replace(tmp, path)
         if sync:
             fsops.fsync_dir(os.path.dirname(path))
@@ -366,15 +423,19 @@ class Store(Layout):
                 if exc.errno not in (errno.EINVAL, errno.ENOSYS):
                     raise
                 self.noreplace = False
-        with self.locked():  # fallback: claim the name with mkdir, then rename onto the claim
-            try:
-                fsops.mkdir(dst)
-            except FileExistsError as exc:
-                raise AlreadyExists(f"{dst}: already exists; nothing was replaced") from exc
+        # Fallback (GlusterFS, FUSE filesystems): under the writer lock, which every writer
+        # of the store takes, a name found free stays free until our rename; the rename is
+        # the one atomic step, so a crash leaves the unit staged or published, never an empty
+        # claim in its layer (an earlier mkdir-then-rename did). rename(2) itself refuses a
+        # directory that is not empty, and a unit directory never is.
+        with self.locked():
+            if os.path.lexists(dst):
+                raise AlreadyExists(f"{dst}: already exists; nothing was replaced")
             try:
                 fsops.rename(src, dst)
-            except BaseException:
-                _quiet_rmdir(dst)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                    raise AlreadyExists(f"{dst}: already exists; nothing was replaced") from exc
                 raise
 
     def move(self, unit_id: str, src_layer: str, dst_layer: str) -> str:
@@ -391,8 +452,11 @@ class Store(Layout):
             # needs no space, a full disk must not stop it.)
             self._bump_quietly(unit_id)
             self.rename_dir(src, dst)
-            if self.sync and self.sync_strategy == "batch":   # both parents in one wave
-                fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])
+            if self.sync and self.sync_strategy == "batch":
+                # the target's parent durable before the source's is flushed (a flush of the
+                # source alone may keep the old name's removal without the new name)
+                fsops.flush_many([], [os.path.dirname(dst)])
+                fsops.flush_many([], [os.path.dirname(src)])
             elif self.sync:
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))
@@ -421,7 +485,7 @@ class Store(Layout):
             log.warning("%s holds files fsmem did not write (%s): kept whole in %s",
                         path, ", ".join(foreign[:5]), dst)
             return
-        trash = os.path.join(self.trash_dir, f"{name}~{os.getpid()}~{uuid.uuid4().hex[:12]}")
+        trash = os.path.join(self.trash_dir, f"{name}~{owner_token()}~{uuid.uuid4().hex[:12]}")
         with self.locked():   # the record and its rename in one session of the feed
             if layer:
                 self.record("remove", layer, name, flush=self.sync if sync is None else sync)
@@ -449,9 +513,10 @@ class Store(Layout):
 
     # -- snapshot pins ------------------------------------------------------------------
     def pin(self) -> str:
-        """A pin file: while it exists (and its process lives) discarded units stay in trash."""
+        """A pin file, ``<pid>@<host>~<random>``: while it exists (and its process lives, or
+        on another host that host's lease is fresh) discarded units stay in trash."""
         os.makedirs(self.pins_dir, exist_ok=True)
-        path = os.path.join(self.pins_dir, f"{os.getpid()}~{uuid.uuid4().hex[:12]}")
+        path = os.path.join(self.pins_dir, f"{owner_token()}~{uuid.uuid4().hex[:12]}")
         fd = fsops.open_(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.close(fd)
         return path
@@ -466,13 +531,20 @@ class Store(Layout):
             names = os.listdir(self.pins_dir)
         except FileNotFoundError:
             return False
-        return any(not owner_dead(_pin_owner(n), os.path.join(self.pins_dir, n)) for n in names)
+        return any(not owner_dead(_pin_owner(n), os.path.join(self.pins_dir, n), self.leases_dir)
+                   for n in names)
 
     def _empty_trash(self) -> None:
+        """Delete what the trash holds, unless a snapshot pins it; another host's entries stay
+        while that host lives (its discard deletes them itself)."""
         if self.pinned():
             return
         for name in os.listdir(self.trash_dir):
             path = os.path.join(self.trash_dir, name)
+            owner = staging_owner(name)   # ``<unit-id>~<pid>@<host>~<random>``, as staging
+            if owner is not None and not owner.local \
+                    and not owner_dead(owner, path, self.leases_dir):
+                continue
             if os.path.isdir(path) and not os.path.islink(path):
                 fsops.rmtree(path)
             else:
@@ -529,6 +601,8 @@ class Store(Layout):
             src = os.path.join(self.staging, staged)
             dst = self.unit_dir(layer, unit_id)
             if os.path.isdir(src):
+                if _empty_dir(dst):   # an older fsmem's mkdir claim, left by a crash: the
+                    _quiet_rmdir(dst)  # unit was never published there; publish it now
                 if os.path.lexists(dst):
                     fsops.rmtree(src)
                 else:
@@ -544,10 +618,13 @@ class Store(Layout):
         if self.sync and self.sync_strategy == "syncfs":
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier
         elif self.sync and self.sync_strategy == "batch":
-            # One wave: a rename is one transaction of the filesystem's journal, so flushing
-            # its target and source directories at once cannot keep the old name's removal
-            # without the new name (recorded targets first, as the "fsync" order).
-            fsops.flush_many([], [*sorted(touched), self.staging])
+            # One wave: the new names and the removed units' layers, not staging/ (the
+            # publish renames' source). A flush in flight orders nothing: were staging/ in
+            # it, its flush could finish first and keep a staged unit's removal without its
+            # new name, and recovery would drop the entry while the removals stand, losing
+            # the events only that unit held. Unflushed, the rename is whole or absent (the
+            # staged unit still there, the entry applied again) until its target is durable.
+            fsops.flush_many([], sorted(touched) or [self.staging])
         elif self.sync:   # every rename of the entry made durable at once, before it goes;
             # targets before the staging directory: a rename whose source directory alone was
             # flushed may lose the object
@@ -622,6 +699,8 @@ class Store(Layout):
             self._empty_trash()
         if full and crashed:
             self._settle_duplicates()
+            if not self.noreplace:
+                self._drop_empty_claims()
 
     def _torn_staged(self, entry: JournalEntry) -> list[str]:
         """The staged units of ``entry`` still in staging that are not whole. Every one is
@@ -665,6 +744,19 @@ class Store(Layout):
                 fsops.rmtree(src)
         return True
 
+    def _drop_empty_claims(self) -> None:
+        """Remove the empty directories an older fsmem's fallback publish (mkdir, then rename
+        onto it) left in a layer when it crashed between the two: never a unit (a unit holds
+        its manifest), listed as one. Only on a store without no-replace rename, after a
+        crash: one listing of each unit directory."""
+        for layer in self.layers():
+            for unit_id in self.iter_units(layer):
+                path = self.unit_dir(layer, unit_id)
+                if _empty_dir(path):
+                    log.warning("recovery: %s is an empty directory left by an interrupted "
+                                "publish; removed", path)
+                    _quiet_rmdir(path)
+
     def _settle_duplicates(self) -> None:
         """A unit id in two layers (a crash mid-rename on some filesystems): keep the first
         valid copy in layer order context, documents, stablemem; quarantine the others."""
@@ -704,9 +796,9 @@ def foreign_entries(unit_dir: str) -> list[str]:
     return sorted(n for n in names if n not in known)
 
 
-def _pin_owner(name: str) -> int | None:
-    pid = name.split("~", 1)[0]
-    return int(pid) if pid.isdigit() else None
+def _pin_owner(name: str) -> Owner | None:
+    """The owner of a pin ``<pid>@<host>~<random>`` (``<pid>~<random>`` before format 5)."""
+    return parse_owner(name.split("~", 1)[0])
 
 
 def _default_sync_strategy() -> SyncStrategy:
@@ -733,6 +825,15 @@ def _quiet_unlink(path: str) -> None:
         fsops.unlink(path)
     except OSError:
         pass
+
+
+def _empty_dir(path: str) -> bool:
+    """A real directory (not a link) with nothing in it."""
+    try:
+        st = os.lstat(path)
+        return stat.S_ISDIR(st.st_mode) and not os.listdir(path)
+    except OSError:
+        return False
 
 
 def _quiet_rmdir(path: str) -> None:

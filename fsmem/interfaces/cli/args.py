@@ -104,7 +104,14 @@ def nonneg_int(text: str) -> int:
     return _int_arg(text, 0, "must not be negative")
 
 
-def _float_arg(text: str, positive: bool) -> float:
+# The largest number of seconds a flag takes (a year): time.sleep and the clocks overflow on
+# inf or 1e308; no interval or timeout of fsmem's is meant to be longer.
+MAX_SECONDS = 365 * 86400.0
+# The largest age in hours (as tools.MAX_AGE_HOURS: over a century).
+MAX_HOURS = 1_000_000.0
+
+
+def _float_arg(text: str, positive: bool, maximum: float = MAX_SECONDS) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -112,17 +119,19 @@ def _float_arg(text: str, positive: bool) -> float:
     if not (value > 0 if positive else value >= 0):   # NaN fails both
         raise argparse.ArgumentTypeError(
             f"must be {'more than 0' if positive else 'at least 0'}, got {text}")
+    if not value <= maximum:   # inf, 1e308
+        raise argparse.ArgumentTypeError(f"must be at most {maximum:g}, got {text}")
     return value
 
 
 def positive_float(text: str) -> float:
-    """A number > 0 (seconds between looks, a timeout)."""
+    """A number > 0 of seconds, at most a year (seconds between looks, a timeout)."""
     return _float_arg(text, True)
 
 
 def nonneg_float(text: str) -> float:
-    """A number >= 0 (an age in hours)."""
-    return _float_arg(text, False)
+    """A number >= 0 of hours, at most a million (an age)."""
+    return _float_arg(text, False, MAX_HOURS)
 
 
 def timestamp_arg(text: str) -> Any:

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from fsmem.interfaces.cli import sigint
 from fsmem.interfaces.cli.args import (
     Parser,
     UsageError,
@@ -788,15 +789,54 @@ def _legacy_summary(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one verb; never a traceback for a usage error, a closed pipe or Ctrl-C."""
+    """Run one verb; never a traceback for a usage error, a closed pipe or Ctrl-C.
+
+    Ctrl-C at any moment is the line ``fsmem: interrupted`` and exit 130 (the process's own
+    command, ``argv`` None, also covers its exit: fsmem.interfaces.cli.sigint)."""
     try:
-        return _main(argv)
+        if argv is None:
+            # The process is ours: one OpenBLAS thread (numpy is imported later, lazily). Its
+            # pool costs every start ~0.1 s of CPU, and fsmem's products are small.
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+            sigint.install()
+            sigint.catch_dropped()
+        try:
+            code = _main(argv)
+        except BrokenPipeError:
+            _quiet_stdout()
+            code = 0
+        if argv is None:
+            sigint.finish()
+        return code
     except KeyboardInterrupt:
-        print("fsmem: interrupted", file=sys.stderr)
+        sigint.say_interrupted()
+        if argv is None:
+            sigint.finish()
         return 130
-    except BrokenPipeError:
-        _quiet_stdout()
-        return 0
+
+
+def _write_in_flight(root: str) -> Callable[[], bool]:
+    """Whether this process has a write in flight on the store at ``root``: a unit of its own
+    staged (``<id>~<pid>@<host>~<random>``), or a journal entry not there when the verb began. A
+    Ctrl-C waits for it (fsmem.interfaces.cli.sigint.defer_while)."""
+    # lazy: start-up, loaded only when used (+msgspec)
+    from fsmem.format.layout import Layout, staging_owner
+    layout, pid = Layout(root), os.getpid()
+    try:
+        before = frozenset(os.listdir(layout.journal_dir))
+    except OSError:
+        before = frozenset()
+
+    def busy() -> bool:
+        try:
+            for name in os.listdir(layout.staging):
+                owner = staging_owner(name)   # ``<pid>@<host>`` (format 5) or a bare pid
+                if owner is not None and owner.local and owner.pid == pid:
+                    return True
+            return bool(set(os.listdir(layout.journal_dir)) - before)
+        except OSError:
+            return False
+    return busy
 
 
 def _quiet_stdout() -> None:
@@ -808,6 +848,7 @@ def _quiet_stdout() -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    argv_is_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv in (["--version"], ["-V"]):      # fast path: no parser, no library import
         print(version_string())
@@ -831,6 +872,8 @@ def _main(argv: Sequence[str] | None) -> int:
     import msgspec  # lazy: start-up, loaded only when used (+msgspec, uuid, decimal)
 
     from fsmem.format.errors import FsmemError  # lazy: start-up, loaded only when used
+    if argv_is_process:
+        sigint.defer_while(_write_in_flight(args.root))
     try:
         try:
             return args.fn(args)

@@ -11,6 +11,7 @@ import sys
 from typing import Any, Callable
 
 from fsmem._version import __version__
+from fsmem.format.errors import FsmemError
 from fsmem.interfaces.cli.args import UsageError
 
 __all__ = ["transcript", "layer_of", "confirm_remove", "config_verb", "doctor", "EXTRAS"]
@@ -171,6 +172,18 @@ def _lock_state(root: str) -> str:
         os.close(fd)
 
 
+def _filesystem(root: str) -> dict[str, str]:
+    """The store's filesystem as doctor reports it (fsmem.store.filesystems.describe)."""
+    # lazy: start-up, loaded only when used
+    from fsmem.store.config import effective
+    from fsmem.store.filesystems import describe  # lazy: as the line above
+    try:
+        allow = str(effective(root).get("allow_fs", ""))
+    except FsmemError:
+        allow = os.environ.get("FSMEM_ALLOW_FS", "")
+    return describe(root, allow)
+
+
 def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
     """Installed extras and whether each works offline, the store's format and health."""
     extras = {}
@@ -196,13 +209,16 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
         store = {"root": reader.root, "format_version": getattr(marker, "format", None),
                  "id": getattr(marker, "id", ""), "agents": agents,
                  "findings": len(findings), "lock": _lock_state(reader.root),
-                 "stats": reader.stats(), **reader.search_settings()}
+                 "stats": reader.stats(), **reader.search_settings(),
+                 "filesystem": _filesystem(reader.root)}
         ok = not findings
         lines += [f"store {store['root']}: format {store['format_version']}, "
                   f"fsck --quick: {'clean' if ok else str(len(findings)) + ' findings'}, "
                   f"writer lock {store['lock']}",
                   f"agents with an L1: {', '.join(agents)} (you are "
                   f"{reader.agent or 'default'})",
+                  "filesystem: {type} at {mount} ({kind}); writer {writer}; watch by {watch}"
+                  .format(**store["filesystem"]),
                   f"search: embedder {store['embedder']}, ranker {store['ranker']}"
                   + ("" if store["embedder_installed"] else
                      f" (not installed: pip install 'fsmem[{store['embedder_extra']}]')")]

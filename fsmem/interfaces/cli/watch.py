@@ -93,15 +93,21 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if args.json:
             print(msgspec.json.encode({"reconciled": stats}).decode(), flush=True)
         else:
-            print("reconciled index after " + (", ".join(stats["changed"]) or "a rescan"),
-                  flush=True)
+            units = stats.get("units", {})
+            found = "".join(f"; {what}: {' '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}"
+                            for what, ids in units.items() if ids)
+            print("reconciled index after " + (", ".join(stats["changed"]) or "a rescan")
+                  + found, flush=True)
 
     def started() -> None:
         told()
         if args.json:
-            print(msgspec.json.encode({"watching": mem.root}).decode(), flush=True)
+            print(msgspec.json.encode({"watching": mem.root, "polling": watcher.polling}
+                                      ).decode(), flush=True)
         else:
-            print(f"watching {mem.root}/inbox (Ctrl-C to stop)", flush=True)
+            how = (" by polling: inotify sees no other host's writes here"
+                   if watcher.polling else "")
+            print(f"watching {mem.root}/inbox{how} (Ctrl-C to stop)", flush=True)
 
     mem = Memory.open(args.root, create=False, agent=getattr(args, "agent", None))
     watcher = Watcher(mem, size_cap=args.size_cap, rescan_s=args.rescan, report=report,
