@@ -17,7 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_flow_criteria.py"]
+
+
+def _t(name: str, test: str) -> list[str]:
+    """The test that must turn red: ``tests/test_<name>.py::<test>`` (a parametrised test by
+    one case, ``test[case]``, where one case is enough). Naming the one test, not its file,
+    keeps the check inside CI's time: a mutant runs one test, not a file's worth before it."""
+    return [f"tests/test_{name}.py::{test}"]
 
 _ARCHIVE_LOOP = '''        for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
@@ -41,7 +47,8 @@ def _after_recall(body: str) -> str:
     return move + "\n" + "\n".join(pad + line for line in lines) + "\n" + rest
 
 
-MUTATIONS: dict[str, tuple[str, str, str]] = {
+# name: (file, old, new, tests)
+MUTATIONS: dict[str, tuple[str, str, str, list[str]]] = {
     "response truncated to 100 on archive": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         _blocks = []
         for ref in rec.blocks:
@@ -51,34 +58,43 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
             else:
                 builder.add_existing(unit.path, ref)
             _blocks.append(ref)
-        records.append(_ms.structs.replace(rec, blocks=_blocks))'''),
+        records.append(_ms.structs.replace(rec, blocks=_blocks))''',
+        _t("flow_criteria", "test_archive_keeps_full_timestamp_source_response_tools")),
     "tools_used dropped": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
-        records.append(_ms.structs.replace(rec, tools_used=[]) if archive else rec)'''),
+        records.append(_ms.structs.replace(rec, tools_used=[]) if archive else rec)''',
+        _t("flow_criteria", "test_archive_keeps_full_timestamp_source_response_tools")),
     "timestamp rounded to HH:MM": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         for ref in rec.blocks:
             builder.add_existing(unit.path, ref)
         _ts = Timestamp(rec.timestamp.ns // 60_000_000_000 * 60_000_000_000, rec.timestamp.offset)
-        records.append(_ms.structs.replace(rec, timestamp=_ts) if archive else rec)'''),
+        records.append(_ms.structs.replace(rec, timestamp=_ts) if archive else rec)''',
+        _t("flow_criteria", "test_archive_keeps_full_timestamp_source_response_tools")),
     "no text blocks (text only in a view)": ("fsmem/memory/prune.py", _ARCHIVE_LOOP, '''        import msgspec as _ms
         _keep = [r for r in rec.blocks if not (archive and r.modality == "text")]
         for ref in _keep:
             builder.add_existing(unit.path, ref)
-        records.append(_ms.structs.replace(rec, blocks=_keep, tool_results=[]) if archive else rec)'''),
+        records.append(_ms.structs.replace(rec, blocks=_keep, tool_results=[]) if archive else rec)''',
+        _t("flow_criteria", "test_archive_keeps_full_timestamp_source_response_tools")),
     "input and response merged into one block": ("fsmem/memory/writer.py", '''        if draft.input:
-            text_block(draft.input, "input", compute.source_text(draft.source, draft.input))
+            text_block(draft.input, "input", spoken_text(
+                draft.source, compute.source_text(draft.source, draft.input)))
         if draft.response:''', '''        if draft.input or draft.response:
             _merged = draft.input + " → " + draft.response
-            text_block(_merged, "input", compute.source_text(draft.source, _merged))
-        if False:'''),
+            text_block(_merged, "input", spoken_text(
+                draft.source, compute.source_text(draft.source, _merged)))
+        if False:''',
+        _t("flow_criteria", "test_archive_keeps_full_timestamp_source_response_tools")),
     "recall uses the document's created_at as the event time": (
         "fsmem/memory/recall.py", _RECALL_MOVE, _after_recall(
-            "_m.events = [_ms.structs.replace(e, timestamp=_m.created_at) for e in _m.events]")),
+            "_m.events = [_ms.structs.replace(e, timestamp=_m.created_at) for e in _m.events]"),
+        _t("flow_criteria", "test_recall_restores_each_event_at_its_original_timestamp")),
     "recall does not carry the blocks": ("fsmem/memory/recall.py", _RECALL_MOVE, _after_recall('''
 _m.events = [_ms.structs.replace(e, blocks=[b for b in e.blocks if b.modality == "text"]) for e in _m.events]
 import os as _os
-[_os.unlink(_os.path.join(_p, n)) for n in _os.listdir(_p) if not n.endswith((".txt", ".json", ".npy"))]''')),
+[_os.unlink(_os.path.join(_p, n)) for n in _os.listdir(_p) if not n.endswith((".txt", ".json", ".npy"))]'''),
+        _t("flow_criteria", "test_recall_carries_the_blocks")),
     "recall truncates text to 2000 characters": ("fsmem/memory/recall.py", _RECALL_MOVE, _after_recall('''
 from fsmem.format.blocks import write_block as _wb
 _evs = []
@@ -94,43 +110,41 @@ for _e in _m.events:
                 _b = _ms.structs.replace(_b, digest=_d, size=len(_t[:2000].encode()))
         _bl.append(_b)
     _evs.append(_ms.structs.replace(_e, blocks=_bl))
-_m.events = _evs''')),
+_m.events = _evs'''),
+        _t("flow_criteria", "test_long_response_with_sentinel_comes_back_whole")),
 }
 
-
-POWERLOSS = ["tests/test_powerloss.py"]
-FLOW_CRASH = ["tests/test_flow_crash.py"]
-HARDENING = ["tests/test_hardening.py"]
-CHANGES = ["tests/test_changes.py"]
-SIDE_BY_SIDE = ["tests/test_homeagent_side_by_side.py"]
-AGENTS = ["tests/test_agents.py"]
-HA_EXPORT = ["tests/test_homeagent_export.py"]
-CLI_EDGES = ["tests/test_cli_edges.py"]
 
 # name: (file, old, new, tests)
 DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "watch: a torn unit left by a power loss before the batch's syncfs is not settled": (
-        "fsmem/ingest/watch.py", """\
-                            store.quarantine(path, f"torn-{uid}")""", """\
-                            pass""", POWERLOSS),
+        "fsmem/memory/opening.py", """\
+                store.quarantine(path, f"torn-{uid}")""", """\
+                pass""",
+        _t("powerloss", "test_ingest_power_loss_before_the_batch_flush_leaves_no_torn_unit")),
     "recover: a journal entry naming a torn staged unit is applied": ("fsmem/store/store.py",
-        "            torn = self._torn_staged(entry) + ", "            torn = [] + ", POWERLOSS),
+        "            torn = self._torn_staged(entry) + ", "            torn = [] + ",
+        _t("powerloss", "test_a_failed_append_burst_is_never_half_stored")),
     "recover and readers: a journal entry whose staged units are lost is applied": (
         "fsmem/format/layout.py", "                lost.append(staged)", "                pass",
-        POWERLOSS),
+
+        _t("powerloss", "test_a_pruning_turn_survives_power_loss[batch]")),
     "append: its prune in a journal entry of its own (four barriers, not two)": (
         "fsmem/memory/appending.py", "        combined = mem.auto_prune and mem.context_protected >= 1",
-        "        combined = False", ["tests/test_speed_append.py"]),
+        "        combined = False",
+        _t("speed_append", "test_a_pruning_append_is_one_journal_entry_and_two_barriers")),
     "publish: no fsync of the parent directory after the rename": ("fsmem/store/store.py", """\
                 try:
                     fsops.fsync_dir(os.path.dirname(dst))
                 except OSError:""", """\
                 try:
                     pass
-                except OSError:""", POWERLOSS),
+                except OSError:""",
+        _t("powerloss", "test_commit_and_append_survive_power_loss[syncfs]")),
     "publish: no syncfs before the rename": ("fsmem/store/store.py", """\
                     fsops.syncfs(self.staging)  # every block, the manifest, the directories""",
-                                             "                    pass", POWERLOSS),
+                                             "                    pass",
+        _t("powerloss", "test_commit_and_append_survive_power_loss[syncfs]")),
     # Not listed: "publish: no fsync of the staging directory before the rename" (fsync
     # strategy) survives and is equivalent under the model: the unit's own directory and files
     # are fsync'd, the rename is made durable by the target's fsync, and publish fsyncs staging
@@ -139,25 +153,29 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         if self.sync:
             fsops.fsync_dir(self.path)""", """\
         if self.sync:
-            pass""", POWERLOSS),
+            pass""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
     "unit: no fsync of the manifest (fsync strategy)": ("fsmem/format/unit.py", """\
             if self.sync:
                 fsops.fsync(fd)
         finally:""", """\
             pass
-        finally:""", POWERLOSS),
+        finally:""",
+        _t("powerloss", "test_commit_and_append_survive_power_loss[fsync]")),
     "block: no fsync of a block file (fsync strategy)": ("fsmem/format/blocks.py", """\
         if len(data):
             fsops.write_all(fd, data)
         if sync:
             fsops.fsync(fd)""", """\
         if len(data):
-            fsops.write_all(fd, data)""", POWERLOSS),
+            fsops.write_all(fd, data)""",
+        _t("powerloss", "test_commit_and_append_survive_power_loss[fsync]")),
     "journal: staged units not flushed before the entry (the syncfs suspect)": (
         "fsmem/store/store.py", """\
             self.write_file_atomic(path, encode_pretty(entry), sync=False)
             fsops.syncfs(self.journal_dir)""", """\
-            self.write_file_atomic(path, encode_pretty(entry), sync=True)""", POWERLOSS),
+            self.write_file_atomic(path, encode_pretty(entry), sync=True)""",
+        _t("powerloss", "test_a_pruning_turn_survives_power_loss[syncfs]")),
     "journal: staging directory not fsynced before the entry (fsync strategy)": (
         "fsmem/store/store.py", """\
             if self.sync:
@@ -166,54 +184,68 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             self.write_file_atomic(path, encode_pretty(entry), sync=True)""", """\
             if self.sync:
                 self.feed.flush()
-            self.write_file_atomic(path, encode_pretty(entry), sync=True)""", POWERLOSS),
+            self.write_file_atomic(path, encode_pretty(entry), sync=True)""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
     "journal: entry written without fsync": (
         "fsmem/store/store.py", "self.write_file_atomic(path, encode_pretty(entry), sync=True)",
-        "self.write_file_atomic(path, encode_pretty(entry), sync=False)", POWERLOSS),
+        "self.write_file_atomic(path, encode_pretty(entry), sync=False)",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
     "atomic file: data not fsynced before the rename": ("fsmem/store/store.py", """\
             if sync:
                 fsops.fsync(fd)
         except BaseException:""", """\
             pass
-        except BaseException:""", POWERLOSS),
+        except BaseException:""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
     "atomic file: directory not fsynced after the rename": ("fsmem/store/store.py", """\
         fsops.replace(tmp, path)
         if sync:
             fsops.fsync_dir(os.path.dirname(path))""", """\
-        fsops.replace(tmp, path)""", POWERLOSS),
+        fsops.replace(tmp, path)""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
     "journal apply: published parents not fsynced": ("fsmem/store/store.py", """\
             for parent in [*sorted(touched), self.staging]:
                 fsops.fsync_dir(parent)""", """\
             for parent in [self.staging]:
-                fsops.fsync_dir(parent)""", POWERLOSS),
+                fsops.fsync_dir(parent)""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
     "journal apply (syncfs): renames and removals not flushed": ("fsmem/store/store.py", """\
             fsops.syncfs(self.staging)  # every rename and removal of the entry: one barrier""",
-                                                                 "            pass", POWERLOSS),
+                                                                 "            pass",
+        _t("powerloss", "test_a_failed_append_burst_is_never_half_stored")),
     "publish (batch): no flush of the staged unit before the rename": ("fsmem/store/store.py", """\
                 wait = self.flush_staged_start([builder.path], files, dirs)""", """\
-                wait = lambda: None""", POWERLOSS),
+                wait = lambda: None""",
+        _t("powerloss", "test_commit_and_append_survive_power_loss[batch]")),
     "publish (batch): the layer directory not flushed after the rename": ("fsmem/store/store.py", """\
             wait = fsops.flush_many_start([], [os.path.dirname(dst)])""", """\
-            wait = fsops.flush_many_start([], [])""", POWERLOSS),
+            wait = fsops.flush_many_start([], [])""",
+        _t("powerloss", "test_commit_and_append_survive_power_loss[batch]")),
     "batch wave: the files' data not flushed (only the directories)": ("fsmem/store/store.py", """\
         return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
-        return fsops.flush_many_start([], [*paths, self.staging, *dirs])""", POWERLOSS),
+        return fsops.flush_many_start([], [*paths, self.staging, *dirs])""",
+        _t("powerloss", "test_commit_and_append_survive_power_loss[batch]")),
     "batch wave: the staged unit's directory not flushed": ("fsmem/store/store.py", """\
         return fsops.flush_many_start(names, [*paths, self.staging, *dirs])""", """\
-        return fsops.flush_many_start(names, [self.staging, *dirs])""", POWERLOSS),
+        return fsops.flush_many_start(names, [self.staging, *dirs])""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[batch]")),
     "journal (batch): staged units not flushed with the entry": ("fsmem/store/store.py", """\
             self.flush_staged([os.path.join(self.staging, staged)""", """\
-            self.flush_staged([] and [os.path.join(self.staging, staged)""", POWERLOSS),
+            self.flush_staged([] and [os.path.join(self.staging, staged)""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[batch]")),
     "journal (batch): entry not in the wave": ("fsmem/store/store.py", """\
                               files=(path, *files), dirs=(self.journal_dir, *dirs))""", """\
-                              files=files, dirs=dirs)""", POWERLOSS),
+                              files=files, dirs=dirs)""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[batch]")),
     "journal apply (batch): published parents not flushed": ("fsmem/store/store.py", """\
-            fsops.flush_many([], [*sorted(touched), self.staging])""", """\
-            fsops.flush_many([], [self.staging])""", POWERLOSS),
+            fsops.flush_many([], sorted(touched) or [self.staging])""", """\
+            fsops.flush_many([], [self.staging])""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[batch]")),
     "journal apply (prune): removal of an original not fsynced": ("fsmem/store/store.py", """\
                 self.discard(path, sync=False, defer=defer_trash, record=False)
                 touched.add(os.path.dirname(path))""", """\
-                self.discard(path, sync=False, defer=defer_trash, record=False)""", POWERLOSS),
+                self.discard(path, sync=False, defer=defer_trash, record=False)""",
+        _t("powerloss", "test_an_explicit_prune_survives_power_loss[batch]")),
     # Not listed: "journal apply: entry removal not fsynced" is equivalent (a journal entry
     # that comes back after a power loss is applied again, and applying is idempotent:
     # targets already published are skipped, removed units are already gone), so under
@@ -224,42 +256,157 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
                 fsops.fsync_dir(os.path.dirname(dst))
                 fsops.fsync_dir(os.path.dirname(src))""", """\
             elif False:
-                pass""", POWERLOSS),
+                pass""",
+        _t("powerloss", "test_recall_survives_power_loss[fsync]")),
     "move (recall, batch): parents not flushed": ("fsmem/store/store.py", """\
-                fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])""", """\
-                pass""", POWERLOSS),
+                fsops.flush_many([], [os.path.dirname(dst)])
+                fsops.flush_many([], [os.path.dirname(src)])""", """\
+                pass""",
+        _t("powerloss", "test_recall_survives_power_loss[batch]")),
+    # issue 29: found by the crash states of the real syscall trace (tests/crashstates.py)
+    "publish (batch): the rename issued before the data flush completes": (
+        "fsmem/store/store.py", """\
+                wait = self.flush_staged_start([builder.path], files, dirs)
+                try:
+                    if prepare is not None:
+                        prepare()
+                finally:
+                    wait()
+                self.feed.flushed()""", """\
+                wait = self.flush_staged_start([builder.path], files, dirs)
+                if prepare is not None:
+                    prepare()
+                self.rename_dir(builder.path, dst)
+                wait()
+                self.feed.flushed()
+                self._flush_published(dst, overlap)
+                return dst""",
+        _t("powerloss", "test_a_batch_commit_flushes_every_file_in_one_wave_before_the_rename")),
+    "journal apply (batch): staging/ (the publish source) flushed in the targets' wave": (
+        "fsmem/store/store.py", """\
+            fsops.flush_many([], sorted(touched) or [self.staging])""", """\
+            fsops.flush_many([], [*sorted(touched), self.staging])""",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
+    "move (batch): both parents in one wave (distill, recall)": ("fsmem/store/store.py", """\
+                fsops.flush_many([], [os.path.dirname(dst)])
+                fsops.flush_many([], [os.path.dirname(src)])""", """\
+                fsops.flush_many([], [os.path.dirname(dst), os.path.dirname(src)])""",
+
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation[recall]")),
+    "remove/discard: no fsync of the parent directory": ("fsmem/store/store.py", """\
+        if self.sync if sync is None else sync:
+            fsops.fsync_dir(os.path.dirname(path))
+        if not defer and not self.pinned():""", """\
+        if not defer and not self.pinned():""",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation[remove]")),
+    "atomic file (marker, journal): the data fsync after the rename": ("fsmem/store/store.py", """\
+            if sync:
+                fsops.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _quiet_unlink(tmp)
+            raise
+        os.close(fd)
+        make_room(path, self.meta)   # a directory in its place: quarantined, never a rename onto it
+        fsops.replace(tmp, path)""", """\
+            pass
+        except BaseException:
+            os.close(fd)
+            _quiet_unlink(tmp)
+            raise
+        make_room(path, self.meta)   # a directory in its place: quarantined, never a rename onto it
+        fsops.replace(tmp, path)
+        if sync:
+            fsops.fsync(fd)
+        os.close(fd)""",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
+    "config: the data fsync after the rename": ("fsmem/store/config.py", """\
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)""", """\
+        os.write(fd, text.encode())
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.replace(tmp, path)
+    os.fsync(fd)
+    os.close(fd)""",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
+    "legacy recall: the JSON moved aside without its parents' fsyncs": (
+        "fsmem/homeagent/documents.py", """\
+    if mem.store.sync:
+        fsops.fsync_dir(os.path.dirname(src))
+        fsops.fsync_dir(base)
+    return dst""", """\
+    return dst""",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
+    "access state: the data fsync after the rename": ("fsmem/store/access.py", """\
+            fsops.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        make_room(path, self.meta)   # never a rename onto a directory
+        fsops.replace(tmp, path)""", """\
+            pass
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        make_room(path, self.meta)   # never a rename onto a directory
+        fsops.replace(tmp, path)
+        fsops.fsync_dir(self.meta)
+        _fd = os.open(path, os.O_RDONLY)
+        os.fsync(_fd)
+        os.close(_fd)""",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
     # item 15
     "legacy recall: the JSON unlinked before the unit is published": ("fsmem/homeagent/documents.py", """\
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""", """\
     fsops.unlink(path)
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""",
-        ["tests/test_legacy_crash.py"]),
+
+        _t("legacy_crash", "test_crash_sweep_adoption_legacy_recall_and_cold_conversion")),
     # h16: recall, turn and distill after their durable point
     "recall: the pin and the prune after the moves fail the recall": ("fsmem/memory/recall.py", """\
     after_write(mem.store, lambda: _pin(mem, moved),
                 lambda: prune(query=query) if mem.auto_prune else None)""", """\
     _pin(mem, moved)
     if mem.auto_prune:
-        prune(query=query)""", HARDENING),
+        prune(query=query)""",
+        _t("hardening", "test_recall_fails_with_nothing_moved_or_succeeds[28]")),
     "recall: a later hit's failure fails the recall": ("fsmem/memory/recall.py", """\
             if not moved and not uid:
                 raise""", """\
-            raise""", HARDENING),
+            raise""",
+        _t("hardening", "test_recall_fails_with_nothing_moved_or_succeeds[28]")),
     "distill: a failure after a graph commit fails the run": ("fsmem/memory/stablemem.py", """\
                 if not report.committed:
                     raise""", """\
-                raise""", HARDENING),
+                raise""",
+        _t("hardening",
+           "test_distill_that_fails_after_a_unit_is_distilled_succeeds_with_what_it_did")),
     "turn: a response that cannot be stored leaves the input stored": ("fsmem/memory/turn.py", """\
     ids, archived, outcome = append_burst(""", """\
     for _ev in events[:-1]:
         mem._append_draft(_ev)
-    ids, archived, outcome = append_burst(""", HARDENING),
+    ids, archived, outcome = append_burst(""",
+        _t("hardening", "test_turn_whose_response_cannot_be_stored_fails_with_nothing_stored")),
     "discard: delete in place instead of one rename out of sight": ("fsmem/store/store.py", """\
             fsops.rename(path, trash)
         if self.sync if sync is None else sync:""", """\
             fsops.rmtree(path)
             return
-        if self.sync if sync is None else sync:""", FLOW_CRASH + POWERLOSS),
+        if self.sync if sync is None else sync:""",
+        _t("flow_crash", "test_crash_point_sweep_multi_group_prune_pinned_recall")),
     # issue 27: the change feed
     "feed: a move's record written after its rename": ("fsmem/store/store.py", """\
             self.record("move", dst_layer, unit_id, src=src_layer)
@@ -271,186 +418,299 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
             self.rename_dir(src, dst)""", """\
             self._bump_quietly(unit_id)
             self.rename_dir(src, dst)
-            self.record("move", dst_layer, unit_id, src=src_layer)""", CHANGES + FLOW_CRASH),
+            self.record("move", dst_layer, unit_id, src=src_layer)""",
+        _t("changes",
+           "test_each_change_by_another_process_is_in_the_next_query_and_once_in_the_feed")),
     "feed: a publish writes no record": ("fsmem/store/store.py", """\
             self.feed.note("publish", layer, builder.unit_id, op=op)""", """\
-            pass""", CHANGES),
+            pass""",
+        _t("changes",
+           "test_each_change_by_another_process_is_in_the_next_query_and_once_in_the_feed")),
     "feed: a journaled change writes no records": ("fsmem/store/store.py", """\
         for _staged, layer, unit_id in entry.publish:
             self.feed.note("publish", layer, unit_id, op=entry.op)""", """\
         for _staged, layer, unit_id in []:
-            self.feed.note("publish", layer, unit_id, op=entry.op)""", CHANGES),
+            self.feed.note("publish", layer, unit_id, op=entry.op)""",
+        _t("changes",
+           "test_each_change_by_another_process_is_in_the_next_query_and_once_in_the_feed")),
     "feed: a session's begin stamp not compared (plain-tool edits trusted)": (
         "fsmem/store/changes.py", """\
             ok = ok and r.dirs.get(layer) == expect""", """\
-            ok = ok""", CHANGES),
+            ok = ok""",
+        _t("changes", "test_a_plain_tool_change_between_two_writers_is_found")),
     "index: a hit trusted without checking its unit's identity": ("fsmem/search/index.py", """\
         return {u for u in unit_ids if not self.legacy_file(u)""", """\
-        return set() and {u for u in unit_ids if not self.legacy_file(u)""", CHANGES),
+        return set() and {u for u in unit_ids if not self.legacy_file(u)""",
+        _t("changes", "test_a_manifest_truncated_in_place_is_never_a_hit")),
     "index: a postings chunk read by a search without its checksum": (
         "fsmem/search/index_files.py", """\
         if post.check is not None:
             post.check(lo, hi)
         out.append""", """\
-        out.append""", ["tests/test_index_open.py"]),
+        out.append""",
+        _t("index_open", "test_damaged_postings_are_found_on_first_search")),
     "index: embed_index drops a unit another thread indexed meanwhile": (
         "fsmem/search/index.py", "    index.unembedded.difference_update(todo)",
-        "    index.unembedded.clear()", ["tests/test_search_threads.py"]),
+        "    index.unembedded.clear()",
+        _t("search_threads",
+           "test_a_unit_indexed_while_vectors_are_computed_is_kept_for_the_next_call")),
     "index: a unit the feed names as gone is kept": ("fsmem/search/index.py", """\
             if ident is None:
                 if have is not None:""", """\
             if ident is None:
-                if have is None:""", CHANGES),
+                if have is None:""",
+        _t("changes",
+           "test_each_change_by_another_process_is_in_the_next_query_and_once_in_the_feed")),
     "l1cache: an appended unit's terms tokenised from its blocks read back": (
         "fsmem/memory/l1cache.py",
         "self.written.get(pairs[i][0].unit_id))",
         "None)",
-        ["tests/test_speed_l1cache.py"]),
+
+        _t("speed_l1cache", "test_appends_and_their_prunes_read_no_block_back[append]")),
     # issue 34: agent namespaces
     "agents: every agent writes, ranks and prunes one shared L1": (
         "fsmem/memory/reader.py", "        self.l1 = l1_layer(self.agent)",
-        '        self.l1 = "context"', AGENTS),
+        '        self.l1 = "context"',
+        _t("agents", "test_each_agent_has_its_own_l1_and_prunes_only_its_own")),
     "agents: another agent's private unit is a hit": ("fsmem/search/index.py",
         "        if private and agent != self.viewer:\n            return False",
-        "        if False:\n            return False", AGENTS),
+        "        if False:\n            return False",
+        _t("agents", "test_l2_is_shared_private_units_are_their_owners_and_scopes_filter")),
     "agents: an archive unit mixes the agents of its events": ("fsmem/memory/prune.py",
         "        parts.setdefault((m.agent, m.private, m.meta.get(\"supersedes\", \"\")), [])"
-        ".append(pair)", "        parts.setdefault(('', False, ''), []).append(pair)", AGENTS),
+        ".append(pair)", "        parts.setdefault(('', False, ''), []).append(pair)",
+        _t("agents", "test_a_recalled_shared_unit_goes_to_the_recallers_l1_and_back_as_its_owners")),
     "agents: an archive unit is the pruning agent's, not its events'": (
         "fsmem/memory/prune.py", "                            agent=pairs[0][0].manifest.agent,",
-        "                            agent=mem.agent,", AGENTS),
+        "                            agent=mem.agent,",
+        _t("agents", "test_a_recalled_shared_unit_goes_to_the_recallers_l1_and_back_as_its_owners")),
     "agents: a recall moves into the default agent's L1": ("fsmem/memory/recall.py",
-        _RECALL_MOVE, _RECALL_MOVE.replace("mem.l1", '"context"', 1), AGENTS),
+        _RECALL_MOVE, _RECALL_MOVE.replace("mem.l1", '"context"', 1),
+        _t("agents", "test_a_recalled_shared_unit_goes_to_the_recallers_l1_and_back_as_its_owners")),
     "agents: any agent's write ticks every pin": ("fsmem/store/pins.py",
         '    name = PINS_FILE if layer == "context" else f"pins@{layer_agent(layer)}.json"',
-        "    name = PINS_FILE", AGENTS),
+        "    name = PINS_FILE",
+        _t("agents", "test_pins_are_per_agent")),
     "agents: an updated unit stays a hit": ("fsmem/search/index.py",
         "        if superseded:\n            for old in superseded:",
-        "        if False:\n            for old in superseded:", AGENTS),
+        "        if False:\n            for old in superseded:",
+        _t("agents", "test_update_keeps_history_and_hides_the_old_version")),
     "agents: a private unit distilled into the shared graph": ("fsmem/memory/stablemem.py",
-        "    if doc.private:   # L3 is shared", "    if False:   # L3 is shared", AGENTS),
+        "    if doc.private:   # L3 is shared", "    if False:   # L3 is shared",
+        _t("agents", "test_distill_leaves_private_units_in_l2")),
     "agents: the owners of units not saved with the index": ("fsmem/search/index_files.py",
         '        self.u_owner = arrays["u_owner"]',
-        '        self.u_owner = np.zeros(len(arrays["u_owner"]), np.int32)', AGENTS),
+        '        self.u_owner = np.zeros(len(arrays["u_owner"]), np.int32)',
+        _t("agents", "test_l2_is_shared_private_units_are_their_owners_and_scopes_filter")),
     "agents: an update that left documents/ no longer hides the old version": (
         "fsmem/search/index.py", "        if elsewhere:\n            self.moved_supersedes[unit_id] = old",
-        "        if False:\n            self.moved_supersedes[unit_id] = old", AGENTS),
+        "        if False:\n            self.moved_supersedes[unit_id] = old",
+        _t("agents", "test_an_update_recalled_into_l1_and_pruned_back_still_hides_the_old_version")),
     "agents: the archive unit of a pruned update forgets what it updates": (
         "fsmem/memory/prune.py", '            meta["supersedes"] = pairs[0][0].manifest.meta["supersedes"]',
-        "            pass", AGENTS),
+        "            pass",
+        _t("agents", "test_an_update_recalled_into_l1_and_pruned_back_still_hides_the_old_version")),
     "homeagent export: context.json events in arrival order, not timestamp order": (
         "fsmem/ingest/homeagent_export.py", "        events.sort(key=lambda e: e[:3])",
-        "        events.sort(key=lambda e: (e[1], e[2]))", HA_EXPORT),
+        "        events.sort(key=lambda e: (e[1], e[2]))",
+        _t("homeagent_export", "test_export_has_homeagent_shapes")),
     "homeagent export: an adopted block loses its HomeAgent id": (
         "fsmem/ingest/homeagent_export.py", "    if ref.legacy_id:\n        return ref.legacy_id",
-        "    if False:\n        return ref.legacy_id", HA_EXPORT),
+        "    if False:\n        return ref.legacy_id",
+        _t("homeagent_export", "test_adopted_documents_keep_their_ids_blocks_and_fields")),
     # issue 32: HomeAgent side by side (fsck, warnings, the report)
     "homeagent side by side: fsck --fix quarantines a damaged HomeAgent document": (
         "fsmem/memory/fsck.py", "    if left is not None:\n        finding.left = left",
-        "    if False:\n        finding.left = left", SIDE_BY_SIDE),
+        "    if False:\n        finding.left = left",
+        _t("homeagent_side_by_side", "test_fsck_fix_moves_nothing_of_homeagents")),
     "homeagent side by side: fsck --fix exits 0 with a finding left": (
         "fsmem/interfaces/cli/main.py", "        return 0 if all(f.fixed for f in findings) else 1",
-        "        return 0", SIDE_BY_SIDE),
+        "        return 0",
+        _t("homeagent_side_by_side", "test_fsck_fix_moves_nothing_of_homeagents")),
     "homeagent side by side: a warning per legacy document on every command": (
         "fsmem/homeagent/documents.py", '    log.info("%s", message)',
-        '    log.warning("%s", message)', SIDE_BY_SIDE),
+        '    log.warning("%s", message)',
+        _t("homeagent_side_by_side", "test_a_read_verb_prints_one_summary_line[verb0]")),
     "homeagent side by side: verify-legacy trusts a changed file": (
         "fsmem/homeagent/report.py", '        elif now[rel]["blake3"] == digest:',
-        "        elif True:", SIDE_BY_SIDE),
+        "        elif True:",
+        _t("homeagent_side_by_side", "test_verify_legacy_after_adopt")),
     # issue 32: HomeAgent side by side
     "homeagent: a rewritten document is left out of the index": (
         "fsmem/search/index.py",
         '            if st.state == "same":   # a unit holds these bytes',
         '            if st.state != "plain":   # a unit holds these bytes',
-        ["tests/test_homeagent_corunning.py"]),
+
+        _t("homeagent_corunning",
+           "test_a_document_homeagent_rewrites_after_a_recall_is_found_reported_and_kept")),
     "homeagent: HomeAgent's in-place rewrites not looked for": (
         "fsmem/search/index.py", "        if not self.legacy_idents:\n            return set()",
-        "        if True:\n            return set()", ["tests/test_homeagent_corunning.py"]),
+        "        if True:\n            return set()",
+        _t("homeagent_corunning", "test_a_store_that_keeps_homeagent_files_never_moves_them")),
     "homeagent: a block whose media is gone dropped on recall": (
         "fsmem/homeagent/documents.py",
         "            refs.append(block_ref(_absent_ref(m, mem.root, created), m, mem.root))",
-        "            pass", ["tests/test_homeagent_corunning.py"]),
+        "            pass",
+        _t("homeagent_corunning",
+           "test_recall_keeps_vector_only_blocks_and_blocks_whose_media_is_gone")),
     "homeagent: a vector-only block dropped on recall": (
         "fsmem/homeagent/documents.py",
         '        if not m.payload:   # a vector-only block: an empty block file, every field kept\n'
         '            ref = builder.add_bytes(b"", m.mime or "application/octet-stream",\n'
         '                                    role="attachment", created_at=created)\n'
         '            refs.append(block_ref(ref, m, mem.root))\n            continue',
-        "        if not m.payload:\n            continue", ["tests/test_homeagent_corunning.py"]),
+        "        if not m.payload:\n            continue",
+        _t("homeagent_corunning",
+           "test_recall_keeps_vector_only_blocks_and_blocks_whose_media_is_gone")),
     "homeagent: homeagent_files = keep ignored": (
         "fsmem/homeagent/documents.py",
         '    return getattr(mem, "homeagent_files", "move") == "keep"', "    return False",
-        ["tests/test_homeagent_corunning.py"]),
+
+        _t("homeagent_corunning", "test_a_store_that_keeps_homeagent_files_never_moves_them")),
     # issue 34: the fleet index (tests against a real PostgreSQL)
     "fleet: another agent's private unit is a hit": (
         "fsmem/fleet/search.py", '        where.append("(NOT u.private OR u.agent = %(agent)s)")',
-        "        pass", ["tests/test_fleet.py"]),
+        "        pass",
+        _t("fleet", "test_sync_of_three_stores_with_two_agents_each")),
     "fleet: an updated unit stays a hit": (
         "fsmem/fleet/search.py", "    where.append(f\"NOT EXISTS (SELECT 1 FROM {UNITS} n WHERE n.store_id = u.store_id \"",
         "    where.append(f\"NOT EXISTS (SELECT 1 FROM {UNITS} n WHERE FALSE AND n.store_id = u.store_id \"",
-        ["tests/test_fleet.py"]),
+
+        _t("fleet", "test_commit_recall_remove_update_appear_after_the_next_sync")),
     "fleet: a listing keeps the rows of units that are gone": (
         "fsmem/fleet/sync.py", "    out.deleted = w.delete(u for u in known if u not in present)",
-        "    out.deleted = 0", ["tests/test_fleet.py"]),
+        "    out.deleted = 0",
+        _t("fleet", "test_a_truncated_feed_lists_the_store_and_deletes_stale_rows")),
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
-        ["tests/test_analyze.py", "tests/test_search_threads.py"]),
+
+        _t("analyze", "test_stemming_from_many_threads_gives_the_stems_of_one_thread[pure]")),
     "cli edges: config KEY VALUE rewrites the whole file (the user's comments dropped)": (
         "fsmem/store/config.py", "    return _write_text(path, text)\n",
-        "    return write_config(root, want)\n", CLI_EDGES),
+        "    return write_config(root, want)\n",
+        _t("cli_edges", "test_config_set_keeps_comments_blank_lines_and_order")),
     "cli edges: distill --max-age takes a negative age": (
         "fsmem/interfaces/cli/graph.py", "type=nonneg_float, default=72.0",
-        "type=float, default=72.0", CLI_EDGES),
+        "type=float, default=72.0",
+        _t("cli_edges", "test_negative_and_out_of_range_numbers_are_usage_errors")),
     "cli edges: the plain progress bar redraws on every unit": (
         "fsmem/interfaces/cli/progress.py",
         "        if filled == self.drawn and done < total and now - self.at < 1.0:",
-        "        if False:", CLI_EDGES),
+        "        if False:",
+        _t("cli_edges", "test_plain_terminal_bar_without_tqdm_redraws_a_bounded_number_of_times")),
     # issue 30: the agent's surface
     "history: the versions after a unit are not followed": (
         "fsmem/memory/reader.py",
         "        while (nxt := self.index.superseded_by(chain[-1].id)) and nxt not in seen:",
         "        while False and (nxt := self.index.superseded_by(chain[-1].id)):",
-        ["tests/test_history.py"]),
+
+        _t("history", "test_history_lists_every_version_oldest_first_from_any_of_its_ids")),
     "fsck: a unit updated twice is not reported": (
         "fsmem/memory/fsck.py", "        for new in news[1:]:", "        for new in news[2:]:",
-        ["tests/test_history.py"]),
+
+        _t("history", "test_fsck_checks_the_chain_of_updates")),
     "config: a new embedder leaves the stored units unembedded": (
         "fsmem/interfaces/cli/show.py", "        reembed(args, open_writer)\n",
-        "        pass\n", ["tests/test_search_all.py"]),
+        "        pass\n",
+        _t("search_all", "test_choosing_an_embedder_for_a_store_with_units_embeds_them")),
     "web: a search counts its hits in the access log": (
         "fsmem/interfaces/web.py", "        hits = self.reader.search(text, top_k, count=False)",
-        "        hits = self.reader.search(text, top_k, count=True)", ["tests/test_web.py"]),
+        "        hits = self.reader.search(text, top_k, count=True)",
+        _t("web", "test_browsing_every_page_writes_nothing")),
     "import: a refused import leaves the store it made": (
         "fsmem/interfaces/cli/archive.py", "            _remove_if_empty(mem.root)",
-        "            pass", ["tests/test_cli_edges.py"]),
+        "            pass",
+        _t("cli_edges", "test_a_refused_import_into_a_new_directory_leaves_no_store_behind[file]")),
+    # issue 28: many hosts, one store
+    "hosts: the fallback publish claims the name with mkdir first": (
+        "fsmem/store/store.py", "            try:\n                fsops.rename(src, dst)\n",
+        "            fsops.mkdir(dst)\n            try:\n                fsops.rename(src, dst)\n",
+
+        _t("fallback_publish", "test_crash_sweep_on_a_real_einval_mount")),
+    "hosts: recovery deletes a staged unit whose destination is an empty claim": (
+        "fsmem/store/store.py", "                    _quiet_rmdir(dst)  # unit was never published",
+        "                    pass  # unit was never published",
+        _t("fallback_publish",
+           "test_an_empty_claim_left_by_an_older_fsmem_never_costs_the_staged_unit")),
+    "hosts: an unknown filesystem is let in as local": (
+        "fsmem/store/filesystems.py", '        return "shared"\n    return "refused"',
+        '        return "shared"\n    return "local"',
+        _t("filesystems", "test_the_mount_of_a_path_is_its_longest_containing_mount_point")),
+    "hosts: another host's entry judged by its pid on this host": (
+        "fsmem/format/layout.py", "    if owner is not None and not owner.local:",
+        "    if False:",
+        _t("hosts_ownership", "test_another_hosts_entries_live_while_its_lease_is_fresh")),
+    "hosts: a polling watch never reads the change feed": (
+        "fsmem/ingest/watch.py",
+        "                self._next_poll = now + POLL_S   # other hosts' units, from the feed\n"
+        "                self._reconcile()",
+        "                self._next_poll = now + POLL_S   # other hosts' units, from the feed",
+
+        _t("watch", "test_a_polling_watch_names_the_units_another_writer_committed")),
+    "hosts: neighbours of equal times in row order": (
+        "fsmem/search/index.py", "self.ev_kind, tie=rank[self.ev_unit])", "self.ev_kind, tie=None)",
+
+        _t("index_live_vs_rebuilt", "test_live_index_answers_equal_a_rebuilt_index")),
+    "hosts: compacted rows relinked only toward pending rows (a removed neighbour's link "
+    "stays, a new dialogue is not seen)": (
+        "fsmem/search/index.py", """\
+        fp = whole & (cprev != idx.ev_prev[cand])
+        fn = whole & (cnext != idx.ev_next[cand])""", """\
+        fp = whole & (cprev >= n_base)
+        fn = whole & (cnext >= n_base)""",
+        _t("index_live_vs_rebuilt", "test_live_index_answers_equal_a_rebuilt_index")),
+    "hosts: rows near a seed but farther than one window not relinked": (
+        "fsmem/search/index.py", "                whole = dist[cand] <= 2 * w",
+        "                whole = dist[cand] <= w",
+        _t("index_live_vs_rebuilt", "test_live_index_answers_equal_a_rebuilt_index")),
+    "hosts: a JuiceFS mount that caches metadata is let in": (
+        "fsmem/store/filesystems.py", "    if not kept:\n", "    if True:\n",
+
+        _t("many_hosts", "test_a_juicefs_mount_that_caches_metadata_refuses_a_writer")),
+    "hosts: a Ctrl-C does not wait for a unit this process staged (its owner read as a pid)": (
+        "fsmem/interfaces/cli/main.py",
+        "if owner is not None and owner.local and owner.pid == pid:", "if owner == pid:",
+
+        _t("ctrl_c_defer", "test_a_unit_this_process_staged_is_a_write_in_flight")),
+    "hosts: index changes run beside searches": (
+        "fsmem/search/index.py", "    setattr(Index, _name, _changes(getattr(Index, _name)))",
+        "    pass",
+        _t("threads_replay", "test_every_threaded_answer_is_one_the_single_threaded_replay_gave")),
 }
 
 
-def run_suite(pkg_root: Path, tests: list[str] = TESTS) -> tuple[int, str]:
-    """(pytest exit code, first failing test). Exit 1 means a test failed: a kill; any other
+def run_suite(pkg_root: Path, tests: list[str], workers: int = 0) -> tuple[int, list[str]]:
+    """(pytest exit code, the failing tests). Exit 1 means a test failed: a kill; any other
     non-zero code (collection error, crash) means the mutant was broken, not caught."""
     env = {**os.environ, "FSMEM_TEST_PKG_ROOT": str(pkg_root)}
-    # One process (-n 0): with xdist workers, -x ends a red run as "interrupted" (exit 2).
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-x", "-q",
-                           "-p", "no:cacheprovider",
-                           *tests], cwd=REPO, env=env, capture_output=True, text=True)
-    failed = next((ln.split(" ")[1] for ln in proc.stdout.splitlines()
-                   if ln.startswith("FAILED ")), "")
+    # A mutant runs in one process (-n 0): with xdist workers, -x ends a red run as
+    # "interrupted" (exit 2). The clean run has no -x and takes the workers.
+    stop = ["-x"] if workers == 0 else []
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), *stop, "-q",
+                           "-p", "no:cacheprovider", *tests],
+                          cwd=REPO, env=env, capture_output=True, text=True)
+    failed = [ln[len("FAILED "):].split(" - ")[0] for ln in proc.stdout.splitlines()
+              if ln.startswith("FAILED ")]
     return proc.returncode, failed
 
 
 def main(args: list[str]) -> int:
     survivors = []
-    every = {name: (rel, old, new, TESTS) for name, (rel, old, new) in MUTATIONS.items()}
-    every.update(DURABILITY)
+    every = {**MUTATIONS, **DURABILITY}
     chosen = {n: m for n, m in every.items() if not args or any(a in n for a in args)}
+    cores = max(1, min(2, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory(prefix="fsmem-mut-") as tmp:
         base = Path(tmp) / "clean"
         shutil.copytree(REPO / "fsmem", base / "fsmem")
-        for tests in {tuple(m[3]) for m in chosen.values()}:
-            if run_suite(base, list(tests))[0] != 0:
-                print(f"the unmutated package fails {' '.join(tests)}; fix that first")
-                return 1
+        # every named test passes on the unmutated copy (one run, the cores' workers), so a
+        # red mutant run is the mutation's doing
+        named = sorted({t for m in chosen.values() for t in m[3]})
+        code, failed = run_suite(base, named, workers=cores)
+        if code != 0:
+            print(f"the unmutated package fails {' '.join(failed) or 'the named tests'} "
+                  f"(pytest exit {code}); fix that first")
+            return 1
+
         def one(i: int, name: str, rel: str, old: str, new: str, tests: list[str]) -> str:
             copy = Path(tmp) / f"m{i}"
             shutil.copytree(REPO / "fsmem", copy / "fsmem")
@@ -460,10 +720,11 @@ def main(args: list[str]) -> int:
                 return f"MUTATION NOT APPLICABLE ({rel} changed?): {name}"
             path.write_text(text.replace(old, new), encoding="utf-8")
             code, failed = run_suite(copy, tests)
+            shutil.rmtree(copy, ignore_errors=True)
             verdict = {0: "SURVIVED", 1: "killed"}.get(code, f"BROKEN({code})")
-            return f"{verdict:>8}: {name}  [{failed}]"
-        # one mutant per core at a time (each runs its tests in one process, -n 0)
-        with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+            return f"{verdict:>8}: {name}  [{', '.join(failed)}]"
+        # one mutant per core at a time (each runs its one test in one process, -n 0)
+        with ThreadPoolExecutor(max_workers=cores) as pool:
             futures = [(name, pool.submit(one, i, name, *m))
                        for i, (name, m) in enumerate(chosen.items())]
             for name, fut in futures:
