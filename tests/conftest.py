@@ -123,10 +123,120 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120
 
 def run_cli(*args: str, root: Path | None = None, timeout: float = 120
             ) -> subprocess.CompletedProcess:
-    """``fsmem ARGS [--root ROOT]`` in a fresh interpreter (the package under test), text out."""
-    argv = [sys.executable, "-m", "fsmem.cli", *args, *(["--root", str(root)] if root else [])]
-    return subprocess.run(argv, capture_output=True, text=True, cwd=str(REPO), timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
+    """``fsmem ARGS [--root ROOT]`` as its own process (the package under test), text out."""
+    return fsmem_process([*args, *(["--root", str(root)] if root else [])], timeout=timeout)
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a command the suite starts: this one, the package under test first."""
+    return {**os.environ, "PYTHONPATH": str(PKG_ROOT), **extra}
+
+
+# Environment variables read when a module is imported (the interpreter's own, fsmem's fault
+# injection): a command whose value differs from the server's starts fresh.
+_IMPORT_TIME = ("PYTHON", "FSMEM_CRASH_AT", "FSMEM_FAIL_AT", "FSMEM_CALLS_OUT", "FSMEM_TEST_")
+_server_state: dict = {"lock": threading.Lock()}
+
+
+def _cli_server() -> tuple[subprocess.Popen, dict[str, str]]:
+    """This worker's fork server (tests/cli_server.py), started on first use."""
+    proc = _server_state.get("proc")
+    if proc is None or proc.poll() is not None:
+        here = str(Path(__file__).resolve().parent)
+        code = (f"import sys; sys.path.insert(0, {here!r}); import cli_server; "
+                f"cli_server.serve({here!r})")
+        env = cli_env()
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, cwd=str(REPO), env=env)
+        _server_state.update(proc=proc, env=env, buf=b"")
+    return proc, _server_state["env"]
+
+
+def _server_line(proc: subprocess.Popen, deadline: float | None) -> dict | None:
+    """The server's next answer, or None when ``deadline`` (time.monotonic) passes first."""
+    import json
+    import select
+    import time
+    while b"\n" not in _server_state["buf"]:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([proc.stdout], [], [], wait)
+        if not ready:
+            return None
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            raise RuntimeError("the CLI fork server ended")
+        _server_state["buf"] += chunk
+    line, _server_state["buf"] = _server_state["buf"].split(b"\n", 1)
+    return json.loads(line)
+
+
+def fsmem_process(args: list[str], *, module: str = "fsmem.cli",
+                  input: str | bytes | None = None, env: dict[str, str] | None = None,
+                  cwd: str | os.PathLike | None = None, timeout: float = 120,
+                  text: bool = True) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` as its own process, like ``subprocess.run(capture_output=True)``:
+    forked from this worker's server that imported fsmem once (tests/cli_server.py), or a fresh
+    interpreter when the fork could differ (an import-time variable, FSMEM_TEST_FRESH_CLI=1) or
+    the server is busy with another thread's command (two commands may wait on each other)."""
+    env = cli_env() if env is None else env
+    cwd = str(REPO) if cwd is None else os.fspath(cwd)
+    argv = [sys.executable, "-m", module, *map(os.fspath, args)]
+    data = input.encode() if isinstance(input, str) else input
+    lock = _server_state["lock"]
+    if os.environ.get("FSMEM_TEST_FRESH_CLI") != "1" and lock.acquire(blocking=False):
+        try:
+            proc, server_env = _cli_server()
+            if all(env.get(k) == server_env.get(k) for k in {*env, *server_env}
+                   if k.startswith(_IMPORT_TIME)):
+                return _forked(proc, argv, module, args, data, env, cwd, timeout, text)
+        finally:
+            lock.release()
+    done = subprocess.run(argv, input=data, capture_output=True, cwd=cwd, env=env,
+                          timeout=timeout)
+    return _decoded(done) if text else done
+
+
+def _decoded(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """Text out as ``subprocess.run(text=True)`` gives it (universal newlines)."""
+    done.stdout, done.stderr = (b.decode().replace("\r\n", "\n").replace("\r", "\n")
+                                for b in (done.stdout, done.stderr))
+    return done
+
+
+def _forked(proc: subprocess.Popen, argv: list[str], module: str, args: list[str],
+            data: bytes | None, env: dict[str, str], cwd: str, timeout: float,
+            text: bool) -> subprocess.CompletedProcess:
+    import json
+    import signal
+    import tempfile
+    import time
+    with tempfile.TemporaryDirectory(prefix="fsmem-cli-") as tmp:
+        paths = {name: os.path.join(tmp, name) for name in ("stdin", "stdout", "stderr")}
+        for name, path in paths.items():
+            with open(path, "wb") as fh:
+                fh.write((data or b"") if name == "stdin" else b"")
+        req = {"module": module, "args": [os.fspath(a) for a in args], "env": env, "cwd": cwd,
+               **paths}
+        proc.stdin.write(json.dumps(req).encode() + b"\n")
+        proc.stdin.flush()
+        pid = _server_line(proc, None)["pid"]
+        answer = _server_line(proc, time.monotonic() + timeout)
+        timed_out = answer is None
+        if timed_out:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            answer = _server_line(proc, None)
+        with open(paths["stdout"], "rb") as fh:
+            out = fh.read()
+        with open(paths["stderr"], "rb") as fh:
+            err = fh.read()
+    if timed_out:
+        raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err)
+    done = subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(answer["status"]),
+                                       out, err)
+    return _decoded(done) if text else done
 
 
 STRESS = os.environ.get("FSMEM_STRESS") == "1"

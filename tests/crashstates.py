@@ -751,8 +751,9 @@ def run_states(trace: Trace, tmp: Path, check: Check, *, budget: int, seed: int,
                every: bool = STRESS, points: list[int] | None = None) -> Tally:
     """Build and check crash states: at every point the fixed choosers and random subsets,
     and every single omission where a flush starts or completes or an ack was written
-    (``every``); else a seeded sample of ``budget`` states, two thirds of them the strongest
-    state (all lost, renames half) at those key points."""
+    (``every``); else the strongest state (all lost, renames half) at each of those key
+    points and a seeded sample of others, ``budget`` states or the key points and a third of
+    ``budget`` more, whichever is more."""
     trace.coverage()
     rng = random.Random(seed)
     pts = trace.points() if points is None else points
@@ -768,16 +769,17 @@ def run_states(trace: Trace, tmp: Path, check: Check, *, budget: int, seed: int,
         for k in pts:   # points also every single omission
             for label, ch in choosers(trace, k, rng, -1 if k in key else 0, 2):
                 plan.append((k, label, ch))
-    else:   # in priority order, each list shuffled; duplicates skipped, up to ``budget``
+    else:   # the strongest state at every key point (how many the trace has, not a sample:
+        # which points are key varies with the threads' timing, a sample could miss the one),
+        # then in priority order, each list shuffled; duplicates skipped, up to ``budget``
         strongest = [(k, "all lost, renames half", choosers(trace, k, rng, 0, 0)[2][1])
                      for k in key]
-        rng.shuffle(strongest)
-        plan = strongest[:budget * 2 // 3]
+        budget = max(budget, len(strongest) + budget // 3)
         base = [(k, lab, ch) for k in pts for lab, ch in choosers(trace, k, rng, 0, 0)]
         extra = [(k, lab, ch) for k in key for lab, ch in choosers(trace, k, rng, 1, 1)[4:]]
         rng.shuffle(base)
         rng.shuffle(extra)
-        plan += base + extra + strongest[budget * 2 // 3:]
+        plan = strongest + base + extra
     seen: set[tuple] = set()
     todo: list[tuple[int, str, dict[int, str]]] = []
     for k, label, ch in plan:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PKG_ROOT, REPO, run_cli
+from conftest import PKG_ROOT, REPO, fsmem_process, run_cli
 from fsmem import Memory
 from fsmem.graph.graph import Graph
 from fsmem.ingest.archive import HEADER_NAME, MANIFEST_NAME
@@ -139,9 +139,7 @@ def test_export_dash_pipes_into_import_dash(src, tmp_path):
 
 
 def _cli_stdin(data: bytes, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fsmem.cli", *args], input=data,
-                          capture_output=True, cwd=str(REPO), timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(PKG_ROOT)})
+    return fsmem_process(list(args), input=data, timeout=120, text=False)
 
 
 @pytest.mark.parametrize("data", [b"", b"hello, not an archive\n" * 50])

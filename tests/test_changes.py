@@ -7,14 +7,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PKG_ROOT, REPO, run_py
+from conftest import fsmem_process, run_py
 from fsmem import Event, Memory
 from fsmem.format.layout import LAYERS
 from fsmem.search import index as index_mod
@@ -305,9 +304,7 @@ def test_the_live_index_always_equals_one_rebuilt_from_scratch(tmp_path_factory,
 
 def test_fsmem_changes_prints_the_feed(root):
     def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "fsmem", "--root", str(root), *argv],
-                              capture_output=True, text=True, cwd=str(REPO),
-                              env={**os.environ, "PYTHONPATH": str(PKG_ROOT)}, timeout=60)
+        return fsmem_process(["--root", str(root), *argv], module="fsmem", timeout=60)
     mem = Memory.open(root)
     a = mem.commit("the first note")
     b = mem.commit("the second note")

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
-from conftest import REPO, make_png
+from conftest import cli_env, fsmem_process, make_png
 
 
 def fsmem(*args: str, stdin: str | None = None, env: dict | None = None):
-    return subprocess.run(cwd=str(REPO), args=[sys.executable, "-m", "fsmem.cli", *args], capture_output=True,
-                          text=True, input=stdin, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    return fsmem_process(list(args), input=stdin, timeout=60, env=cli_env(**(env or {})))
 
 
 def test_init_commit_ls_show_fsck(tmp_path):

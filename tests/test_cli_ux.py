@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, fsmem_process
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 for _k in ("FSMEM_ROOT", "FSMEM_CAPACITY", "FSMEM_PROTECTED", "FSMEM_DURABILITY"):
@@ -27,8 +27,11 @@ CMD = [sys.executable, "-m", "fsmem.cli"]
 
 
 def run(*args: str, stdin=None, input: bytes | None = None, env: dict | None = None):
-    return subprocess.run([*CMD, *args], input=input, stdin=stdin, capture_output=True,
-                          timeout=60, cwd=str(REPO), env={**ENV, **(env or {})})
+    if stdin is not None:   # a descriptor of the test's own: a fresh interpreter inherits it
+        return subprocess.run([*CMD, *args], input=input, stdin=stdin, capture_output=True,
+                              timeout=60, cwd=str(REPO), env={**ENV, **(env or {})})
+    return fsmem_process(list(args), input=input, env={**ENV, **(env or {})}, timeout=60,
+                         text=False)
 
 
 def tree(root) -> list[tuple[str, int]]:

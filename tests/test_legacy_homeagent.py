@@ -6,16 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import homeagent_gen as gen
-from conftest import REPO
+from conftest import fsmem_process
 from fsmem import Memory, Timestamp
 from fsmem.interfaces.docmemory import DocMemory
 
@@ -29,9 +27,7 @@ def ha(tmp_path) -> Path:
 
 
 def _cli(*args: str, root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fsmem.cli", *args, "--root", str(root)],
-                          capture_output=True, text=True, cwd=str(REPO),
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return fsmem_process([*args, "--root", str(root)])
 
 
 def _tree(root: Path) -> dict[str, str]:

@@ -3,7 +3,6 @@ reader sees one consistent state while writers change the store; snapshots."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -16,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PKG_ROOT, REPO, make_png, run_py
+from conftest import PKG_ROOT, REPO, cli_env, fsmem_process, make_png
 from fsmem import Event, Memory, Reader
-from fsmem.format.layout import Layout
 from fsmem.memory.prune import watermark
 from fsmem.memory.stablemem import find_cold
 from fsmem.format.timestamps import Timestamp
@@ -27,9 +25,7 @@ STRESS = os.environ.get("FSMEM_STRESS") == "1"
 
 
 def fsmem(*args: str, env: dict | None = None, timeout: float = 60):
-    return subprocess.run([sys.executable, "-m", "fsmem.cli", *args], cwd=str(REPO),
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(PKG_ROOT), **(env or {})})
+    return fsmem_process(list(args), timeout=timeout, env=cli_env(**(env or {})))
 
 
 def tree_state(root: Path, *, with_meta: bool = False) -> dict[str, tuple]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from conftest import PKG_ROOT, REPO, make_png, make_wav
+from conftest import PKG_ROOT, REPO, fsmem_process, make_png, make_wav
 from fsmem import Memory
 from fsmem.format.unit import read_manifest, verify_unit
 
@@ -34,9 +34,8 @@ ENV = {**os.environ, "PYTHONPATH": str(PKG_ROOT)}
 
 def once(root: Path, *args: str, env: dict | None = None,
          timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fsmem.watch", "--root", str(root), "--once",
-                           "--json", *args], cwd=str(REPO), env={**ENV, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return fsmem_process(["--root", str(root), "--once", "--json", *args], module="fsmem.watch",
+                         env={**ENV, **(env or {})}, timeout=timeout)
 
 
 class Daemon:

@@ -14,7 +14,7 @@ import stat
 import time
 from pathlib import Path
 
-from conftest import STRESS, crash_points, make_png
+from conftest import STRESS, crash_points, fsmem_process, make_png
 from fsmem import Memory, Reader
 from fsmem.format.timestamps import Timestamp
 from test_watch import (
@@ -288,14 +288,11 @@ def test_the_same_folder_dropped_twice_is_stored_once(tmp_path):
 
 def test_fsmem_import_of_a_notes_folder_stores_what_watch_would_once(tmp_path):
     import subprocess
-    import sys
 
-    from test_watch import ENV, REPO
+    from test_watch import ENV
 
     def fsmem(root: Path, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "fsmem", "--root", str(root), *args],
-                              cwd=str(REPO), env=ENV, capture_output=True, text=True,
-                              timeout=60)
+        return fsmem_process(["--root", str(root), *args], module="fsmem", env=ENV, timeout=60)
     src = vault(tmp_path / "vault")
     watched, inbox = store(tmp_path / "w")
     shutil.copytree(src, inbox / "vault", symlinks=True)
