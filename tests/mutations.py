@@ -1,11 +1,14 @@
-"""Mutation check: each mutation is applied to a temporary copy of the package and the tests
-named for it must fail. The plan's eight (repair plan section 三) run the flow criteria; the
-durability ones (issue 16: every fsync on the publish, journal and prune paths, the parent-dir
-fsync after publish, the syncfs suspect) run the power-loss test; the item-15 ones run the crash
-sweeps. A mutation that survives is a missing test.
+"""Mutation check: each mutation is applied to a temporary copy of the package and the one
+test named for it must fail. The plan's eight (repair plan section 三) run the flow criteria;
+the durability ones (issue 16: every fsync on the publish, journal and prune paths, the
+parent-dir fsync after publish, the syncfs suspect) the power-loss tests; the crash-state ones
+(issue 29) the checker built from the real syscall trace; the rest cover the feed, the index,
+readers, agents, the fleet, HomeAgent side by side, the inbox, access, snapshot, the derived
+files, the CLI and many hosts. A mutation that survives is a missing test.
+The named tests first pass on the unmutated copy (one run, two workers); then the mutants run
+two at a time, each its one test in one process, stopping at the first failure.
 Run: python tests/mutations.py [name-substring ...]  (exit 1 if any survives)
 """
-
 from __future__ import annotations
 
 import os
@@ -345,7 +348,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         fsops.fsync_dir(base)
     return dst""", """\
     return dst""",
-        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
+        _t("crash_states",
+           "test_a_legacy_json_moved_aside_is_durable_before_it_is_acknowledged")),
     "access state: the data fsync after the rename": ("fsmem/store/access.py", """\
             fsops.fsync(fd)
         except BaseException:
@@ -676,6 +680,35 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/index.py", "    setattr(Index, _name, _changes(getattr(Index, _name)))",
         "    pass",
         _t("threads_replay", "test_every_threaded_answer_is_one_the_single_threaded_replay_gave")),
+    # issue 29: inbox, access, snapshot and the derived files
+    "inbox: a dropped folder's file opened without the safe open (a symlink followed)": (
+        "fsmem/ingest/inbox.py", "        return open_regular(name, dir_fd=dir_fd, one_link=True)",
+        "        return os.open(name, os.O_RDONLY, dir_fd=dir_fd)",
+        _t("watch", "test_a_dropped_folders_files_are_never_read_through_a_link")),
+    "access: the access log opened as found (a FIFO there hangs every writer)": (
+        "fsmem/store/access.py", """\
+            make_room(self.path, self.meta)   # a FIFO or a directory there: taken away
+            fd = fsops.open_(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                             | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)""", """\
+            fd = fsops.open_(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o666)""",
+        _t("no_hang", "test_damaged_store_file_no_verb_hangs[0-fifo]")),
+    "epoch: a damaged epoch file raises from the verbs": (
+        "fsmem/format/layout.py", "        except (OSError, ValueError, FormatError):\n            return 0",
+        "        except (OSError, ValueError):\n            return 0",
+        _t("no_hang", "test_damaged_store_file_no_verb_hangs[1-fifo]")),
+    "index: an unusable index file raises instead of a rebuild": (
+        "fsmem/search/index_files.py",
+        "except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError, FsmemError) as exc:",
+        "except (OSError, ValueError, KeyError, msgspec.DecodeError, EOFError) as exc:",
+        _t("no_hang", "test_damaged_store_file_no_verb_hangs[1-fifo]")),
+    "snapshot: a failed snapshot leaves its partial copy": (
+        "fsmem/store/snapshot.py", "            fsops.rmtree(tmp)", "            pass",
+        _t("snapshot_atomic", "test_failed_snapshot_leaves_nothing_and_a_retry_works")),
+    "snapshot: renamed into place before its files are flushed": (
+        "fsmem/store/snapshot.py", "            self.flush(self.files, self.dirs)\n",
+        "            pass\n",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation[snapshot]")),
 }
 
 

@@ -607,6 +607,42 @@ def test_record_folder_with_path_attachments(tmp_path):
     assert_clean(root)
 
 
+def test_a_dropped_folders_files_are_never_read_through_a_link(tmp_path):
+    """Inside a dropped folder, a record file or a unit's block that is a symlink (or a second
+    name of a file) outside the inbox is rejected, never read, even when its bytes are what
+    the manifest promises (issue 29: the safe open of a folder's files)."""
+    root, inbox = store(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "chat.jsonl").write_text('{"input": "TOP-SECRET record from outside"}\n')
+    staging = tmp_path / "drop"
+    records = staging / "linked-records"
+    records.mkdir(parents=True)
+    os.symlink(outside / "chat.jsonl", records / "chat.jsonl")
+    other = Memory.open(tmp_path / "other", durability="off")
+    uids = [other.commit(f"TOP-SECRET unit {i} with a linked block") for i in range(2)]
+    for uid, how in zip(uids, ("symlink", "hardlink")):
+        shutil.copytree(tmp_path / "other" / "documents" / uid, staging / uid)
+        block = next(p for p in (staging / uid).iterdir() if p.suffix == ".txt")
+        kept = outside / f"{uid}{block.suffix}"   # the same bytes, the digest matches
+        shutil.copyfile(block, kept)
+        block.unlink()
+        (os.symlink if how == "symlink" else os.link)(kept, block)
+    for d in (records, *(staging / uid for uid in uids)):
+        os.rename(d, inbox / d.name)
+    r = once(root, timeout=60)
+    outs = {o["name"]: o for o in map(json.loads, r.stdout.splitlines()) if "status" in o}
+    assert set(outs) == {"linked-records", *uids}, outs
+    for name, o in outs.items():
+        assert o["status"] == "rejected", (name, o)
+    assert "symbolic link" in outs["linked-records"]["reason"]
+    assert "symbolic link" in outs[uids[0]]["reason"] and "hard links" in outs[uids[1]]["reason"]
+    assert not any("TOP-SECRET" in p.read_text(errors="replace")
+                   for layer in ("context", "documents") for p in (root / layer).rglob("*")
+                   if p.is_file())
+    assert_clean(root)
+
+
 def test_only_a_file_unchanged_for_the_settle_time_is_ready_at_first_look(tmp_path):
     """A file whose ctime is already older than the settle time is taken without a second
     wait (``watch --once`` of a full inbox starts at once); a fresh one still waits, and so

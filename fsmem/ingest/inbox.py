@@ -27,7 +27,7 @@ from fsmem.format import fsops as fsops
 from fsmem.format.blocks import CHUNK, block_filename, hash_bytes, hash_fd
 from fsmem.format.errors import FormatError, FsmemError, NotFound, StoreLocked
 from fsmem.format.event_json import decode_json, event_from_record
-from fsmem.format.layout import read_small
+from fsmem.format.layout import open_regular, read_small
 from fsmem.format.media import sniff_mime
 from fsmem.format.model import FORMAT_VERSION, Event, Manifest, VectorsRef, check_name, encode
 from fsmem.format.timestamps import Timestamp
@@ -641,23 +641,19 @@ def trim_term_memos(mem: Memory) -> None:
 
 
 def _open_regular(name: str, dir_fd: int) -> int:
-    """Open a file of a dropped folder: no symlink, no FIFO, a regular file with one link
-    (a second name could be a file outside the store, or change it under us)."""
+    """Open a file of a dropped folder through the one safe open (layout.open_regular): no
+    symlink, no FIFO, a regular file with one link (a second name could be a file outside
+    the store, or change it under us); what it refuses is the folder's rejection reason."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
+        return open_regular(name, dir_fd=dir_fd, one_link=True)
     except FileNotFoundError as exc:
         raise Rejected(f"{name}: missing") from exc
+    except FormatError as exc:
+        raise Rejected(f"{exc}; symlinks are never followed, only a regular file with one "
+                       "name is taken") from exc
     except OSError as exc:
         raise Rejected(f"{name}: cannot open ({exc.strerror}); symlinks are never followed") \
             from exc
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        os.close(fd)
-        raise Rejected(f"{name}: not a regular file" if not stat.S_ISREG(st.st_mode) else
-                       f"{name}: has {st.st_nlink} hard links; only a file with one name "
-                       "is taken")
-    return fd
 
 
 def _read_all(fd: int, cap: int) -> bytes:
