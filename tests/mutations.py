@@ -9,6 +9,7 @@ The named tests first pass on the unmutated copy (one run, two workers); then th
 two at a time, each its one test in one process, stopping at the first failure.
 Run: python tests/mutations.py [name-substring ...]  (exit 1 if any survives)
 """
+
 from __future__ import annotations
 
 import os
