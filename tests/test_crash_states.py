@@ -388,6 +388,23 @@ def test_a_legacy_json_moved_aside_is_durable_before_it_is_acknowledged(tmp_path
             f"{op.src_done}; acknowledged at {said.start}"
 
 
+def test_a_store_made_by_its_first_operation_has_a_durable_layout_before_a_publish(tmp_path):
+    """Adopting context.json makes the store: each layout directory's name is flushed (its
+    parent's fsync completed) before anything is renamed into it, read off the real trace.
+    Found by the exhaustive checker: a state kept the later rename of context.json to
+    .adopted but lost the mkdir of context/, and the adopted unit published into it."""
+    trace, _ = _trace("adopt (HomeAgent context)", tmp_path)
+    trace.coverage()
+    layout = {".fsmem", "staging", "journal", "context", "stablemem"}   # documents/: HomeAgent's
+    made = {op.ino: op for op in trace.ops if op.kind == "mkdir" and op.name in layout}
+    assert {op.name for op in made.values()} == layout, "the run did not make the store"
+    into = [op for op in trace.ops if op.kind == "rename" and op.parent2 in made]
+    assert any(made[op.parent2].name == "context" for op in into), "nothing was published"
+    early = [f"{op.name2} into {made[op.parent2].name}/ at {op.start}, its name durable at "
+             f"{made[op.parent2].done}" for op in into if not made[op.parent2].done < op.start]
+    assert not early, early
+
+
 def _params() -> list:
     return list(SCENARIOS)
 

@@ -106,6 +106,7 @@ class Store(Layout):
             self.require_readable()   # a FIFO or a directory there: an error naming it
         if not self.has_marker() and not create:
             raise NotFound(f"not an fsmem store: {self.root} (run fsmem init)")
+        named: set[str] = set()   # the directories that name a directory made here
         for path in (self.root, self.meta, self.staging, self.journal_dir, self.quarantine_dir,
                      self.index_dir, self.trash_dir, os.path.join(self.root, "inbox"),
                      *(os.path.join(self.root, layer) for layer in LAYERS)):
@@ -114,7 +115,18 @@ class Store(Layout):
             if not os.path.isdir(path):
                 if os.path.lexists(path):
                     raise FormatError(f"{path}: exists and is not a directory")
+                made = os.path.abspath(path)
+                while not os.path.lexists(made):   # it and each ancestor makedirs makes
+                    named.add(os.path.dirname(made))
+                    made = os.path.dirname(made)
                 os.makedirs(path, exist_ok=True)
+        if named and self.sync:
+            # The layout is durable before anything is written into it: a unit published
+            # into a layer whose own name could still vanish in a power loss is lost with it
+            # (a store created by its first operation, the adoption of context.json: the
+            # crash-state checker found the layer's mkdir undone and the adopted file renamed).
+            for parent in sorted(named, key=len, reverse=True):
+                fsops.fsync_dir(parent)
         if self.has_marker():
             marker = self.read_marker()
             if marker.format < FORMAT_VERSION or not marker.id:   # newer manifests; an id
