@@ -12,7 +12,10 @@ import wave
 import zlib
 from io import BytesIO
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from collections import Counter
 
 import pytest
 
@@ -240,6 +243,28 @@ def _forked(proc: subprocess.Popen, argv: list[str], module: str, args: list[str
 
 
 STRESS = os.environ.get("FSMEM_STRESS") == "1"
+
+
+def full_context(path: Path) -> set[str]:
+    """A store whose L1 (capacity 4, 1 protected) is full: four appended events, no prune."""
+    from fsmem import Event
+    mem = Memory.open(path, context_capacity=4, context_protected=1, auto_prune=False)
+    inputs = [f"topic alpha {i}" if i % 2 else f"topic gamma {i}" for i in range(4)]
+    for text in inputs:
+        mem.append(Event(source="qq", input=text, response="answer " + text))
+    mem.close()
+    return set(inputs)
+
+
+def stored_inputs(mem: Memory) -> "Counter[str]":
+    """How many times each event input is stored, over every layer of ``mem``."""
+    from collections import Counter
+    seen: Counter = Counter()
+    for layer in mem.store.layers():
+        for unit in mem.units(layer):
+            for ev in mem.document(unit).events:
+                seen[ev.input] += 1
+    return seen
 
 # Runs many crash points in one interpreter: fsmem is imported once, then each point is a fork
 # that crashes (os._exit(77)) at its Nth mutating call; one JSON line per point on stdout.

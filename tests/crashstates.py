@@ -42,7 +42,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -809,14 +808,11 @@ def events_check(store: str, *, expect: Callable[[list[str]], dict[str, tuple[in
     layers, compare with ``expect(acked)`` (input -> (min, max) count), and fsck it (findings
     about the ``known`` file names, damaged before the run on purpose, aside)."""
     def check(state: Path, acked: list[str]) -> tuple[list[str], list[str], list[str]]:
+        from conftest import stored_inputs
         from fsmem import Memory
         mem = Memory.open(state / store, auto_prune=False, **(open_kw or {}))
         try:
-            seen: Counter = Counter()
-            for layer in mem.store.layers():
-                for unit in mem.units(layer):
-                    for ev in mem.document(unit).events:
-                        seen[ev.input] += 1
+            seen = stored_inputs(mem)
             want = expect(acked)
             lost = [t for t, (lo, hi) in want.items() if seen[t] < lo or (hi == 0 and seen[t])]
             dup = [t for t, c in seen.items() if c > max(1, want.get(t, (0, 1))[1])]

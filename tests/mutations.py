@@ -194,18 +194,18 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/store/store.py", "self.write_file_atomic(path, encode_pretty(entry), sync=True)",
         "self.write_file_atomic(path, encode_pretty(entry), sync=False)",
         _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
-    "atomic file: data not fsynced before the rename": ("fsmem/store/store.py", """\
-            if sync:
-                fsops.fsync(fd)
-        except BaseException:""", """\
-            pass
-        except BaseException:""",
-        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
-    "atomic file: directory not fsynced after the rename": ("fsmem/store/store.py", """\
-        fsops.replace(tmp, path)
+    "atomic file: data not fsynced before the rename": ("fsmem/store/derived.py", """\
         if sync:
-            fsops.fsync_dir(os.path.dirname(path))""", """\
-        fsops.replace(tmp, path)""",
+            fsops.fsync(fd)
+    except BaseException:""", """\
+        pass
+    except BaseException:""",
+        _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
+    "atomic file: directory not fsynced after the rename": ("fsmem/store/derived.py", """\
+    fsops.replace(tmp, path)
+    if sync:
+        fsops.fsync_dir(os.path.dirname(path))""", """\
+    fsops.replace(tmp, path)""",
         _t("powerloss", "test_append_with_prune_survives_power_loss[fsync]")),
     "journal apply: published parents not fsynced": ("fsmem/store/store.py", """\
             for parent in [*sorted(touched), self.staging]:
@@ -303,45 +303,38 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         if not defer and not self.pinned():""", """\
         if not defer and not self.pinned():""",
         _t("crash_states", "test_crash_states_keep_every_acknowledged_operation[remove]")),
-    "atomic file (marker, journal): the data fsync after the rename": ("fsmem/store/store.py", """\
-            if sync:
-                fsops.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            _quiet_unlink(tmp)
-            raise
-        os.close(fd)
-        make_room(path, self.meta)   # a directory in its place: quarantined, never a rename onto it
-        fsops.replace(tmp, path)""", """\
-            pass
-        except BaseException:
-            os.close(fd)
-            _quiet_unlink(tmp)
-            raise
-        make_room(path, self.meta)   # a directory in its place: quarantined, never a rename onto it
-        fsops.replace(tmp, path)
+    "atomic file (marker, journal, config, access state): the data fsync after the rename": (
+        "fsmem/store/derived.py", """\
         if sync:
             fsops.fsync(fd)
-        os.close(fd)""",
-        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
-    "config: the data fsync after the rename": ("fsmem/store/config.py", """\
-        os.write(fd, text.encode())
-        os.fsync(fd)
     except BaseException:
         os.close(fd)
-        os.unlink(tmp)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
         raise
     os.close(fd)
-    os.replace(tmp, path)""", """\
-        os.write(fd, text.encode())
+    make_room(path, meta)
+    fsops.replace(tmp, path)""", """\
+        pass
     except BaseException:
         os.close(fd)
-        os.unlink(tmp)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
         raise
-    os.replace(tmp, path)
-    os.fsync(fd)
+    make_room(path, meta)
+    fsops.replace(tmp, path)
+    if sync:
+        fsops.fsync(fd)
     os.close(fd)""",
         _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
+    "config: replaced without its flushes": (
+        "fsmem/store/config.py", "os.path.dirname(path), sync=True)",
+        "os.path.dirname(path), sync=False)",
+        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation[config replace]")),
     "legacy recall: the JSON moved aside without its parents' fsyncs": (
         "fsmem/homeagent/documents.py", """\
     if mem.store.sync:
@@ -351,28 +344,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     return dst""",
         _t("crash_states",
            "test_a_legacy_json_moved_aside_is_durable_before_it_is_acknowledged")),
-    "access state: the data fsync after the rename": ("fsmem/store/access.py", """\
-            fsops.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        make_room(path, self.meta)   # never a rename onto a directory
-        fsops.replace(tmp, path)""", """\
-            pass
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        make_room(path, self.meta)   # never a rename onto a directory
-        fsops.replace(tmp, path)
-        fsops.fsync_dir(self.meta)
-        _fd = os.open(path, os.O_RDONLY)
-        os.fsync(_fd)
-        os.close(_fd)""",
-        _t("crash_states", "test_crash_states_keep_every_acknowledged_operation")),
+    "access state: replaced without its flushes": (
+        "fsmem/store/access.py", "                     sync=True)", "                     sync=False)",
+        _t("crash_states",
+           "test_crash_states_keep_every_acknowledged_operation[access state replace]")),
     # item 15
     "legacy recall: the JSON unlinked before the unit is published": ("fsmem/homeagent/documents.py", """\
     meta = dict(doc.meta) | {"legacy_id": doc.id, "legacy_version": doc.version,""", """\

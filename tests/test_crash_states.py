@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,7 +20,7 @@ import pytest
 
 import crashstates as cs
 import homeagent_gen as gen
-from conftest import PKG_ROOT
+from conftest import PKG_ROOT, full_context, stored_inputs
 from fsmem import Event, Memory
 
 pytestmark = pytest.mark.skipif(not cs.have_strace(), reason="strace is not installed")
@@ -58,22 +57,13 @@ def _acked_events(base: set[str], acked: list[str]) -> dict[str, tuple[int, int]
     return {t: (1, 1) for t in base | {a for a in acked if a.split(" ")[0] not in LABELS}}
 
 
-def _full_context(path: Path) -> set[str]:
-    mem = Memory.open(path, context_capacity=4, context_protected=1, auto_prune=False)
-    inputs = [f"topic alpha {i}" if i % 2 else f"topic gamma {i}" for i in range(4)]
-    for text in inputs:
-        mem.append(Event(source="qq", input=text, response="answer " + text))
-    mem.close()
-    return set(inputs)
-
-
 def _empty(world: Path) -> set[str]:
     Memory.open(world / "store", auto_prune=False).close()
     return set()
 
 
 def _archived(world: Path) -> set[str]:
-    base = _full_context(world / "store")
+    base = full_context(world / "store")
     mem = Memory.open(world / "store", context_capacity=4, context_protected=1,
                       auto_prune=False)
     mem.append(Event(source="qq", input="topic beta archived", response="b" * 200))
@@ -150,11 +140,7 @@ def _adopt_check(base: set[str]) -> cs.Check:
         root = state / "store"
         mem = Memory.open(root, auto_prune=False)
         try:
-            seen: Counter = Counter()
-            for layer in mem.store.layers():
-                for unit in mem.units(layer):
-                    for ev in mem.document(unit).events:
-                        seen[ev.input] += 1
+            seen = stored_inputs(mem)
             pending = (root / "context.json").exists()
             want = _context_inputs()
             lost = [t for t in want if seen[t] == 0 and (not pending or "adopted" in acked)]
@@ -226,7 +212,7 @@ def _file_state_check(rel: str, new_ok: Callable[[bytes], bool], durable: bool) 
 
 def _marker_setup(world: Path) -> set[str]:
     """A store whose marker has no id (from before ids): the next writer rewrites it."""
-    base = _full_context(world / "store")
+    base = full_context(world / "store")
     marker = world / "store" / ".fsmem" / "marker.json"
     raw = json.loads(marker.read_bytes())
     raw.pop("id", None)
@@ -241,13 +227,13 @@ mem.commit_events([Event(source="qq", input="commit one", response="r1"),
                    Event(source="qq", input="commit two", response="r2")])
 ack("commit one"); ack("commit two")
 """),
-    "append (with a prune)": Scenario(lambda w: _full_context(w / "store"), """
+    "append (with a prune)": Scenario(lambda w: full_context(w / "store"), """
 mem = Memory.open(store, context_capacity=4, context_protected=1, auto_prune=True)
 for text in ("topic alpha new", "topic gamma later", "topic alpha last"):
     mem.append(Event(source="qq", input=text, response="fresh"))
     ack(text)
 """),
-    "prune": Scenario(lambda w: _full_context(w / "store"), """
+    "prune": Scenario(lambda w: full_context(w / "store"), """
 mem = Memory.open(store, context_capacity=4, context_protected=1, auto_prune=False)
 mem.append(Event(source="qq", input="topic alpha new", response="fresh"))
 ack("topic alpha new")
@@ -259,7 +245,7 @@ mem = Memory.open(store, context_capacity=40, context_protected=1, auto_prune=Fa
 assert mem.recall("topic beta archived", top_k=1)
 ack("recalled")
 """),
-    "turn": Scenario(lambda w: _full_context(w / "store"), """
+    "turn": Scenario(lambda w: full_context(w / "store"), """
 from fsmem.memory.turn import InjectOptions
 mem = Memory.open(store, context_capacity=4, context_protected=2, auto_prune=True)
 mem.turn(Event(source="qq", input="topic alpha question"),
@@ -288,7 +274,7 @@ import_archive(mem, str(world / "in.tar"))
 for t in ("imported 0", "imported 1", "imported 2", "imported l1"):
     ack(t)
 """),
-    "snapshot": Scenario(lambda w: _full_context(w / "store"), """
+    "snapshot": Scenario(lambda w: full_context(w / "store"), """
 mem = Memory.open(store, auto_prune=False)
 mem.snapshot(world / "snap")
 ack("snapshot")
@@ -314,7 +300,7 @@ ack("recalled")
 ack("moved-aside " + ids[0])
 """, check=lambda base: _moved_aside_check(cs.events_check(
         "store", expect=lambda acked: _acked_events(base, acked), known=KNOWN))),
-    "config replace": Scenario(lambda w: _full_context(w / "store"), """
+    "config replace": Scenario(lambda w: full_context(w / "store"), """
 from fsmem.store.config import set_config
 set_config(store, "context_capacity", 17)
 ack("config")
@@ -330,7 +316,7 @@ ack("access")
 mem = Memory.open(store, auto_prune=False)
 ack("marker")
 """, check=_file_check(".fsmem/marker.json", lambda d: b'"id"' in d)),
-    "index save": Scenario(lambda w: _full_context(w / "store"), """
+    "index save": Scenario(lambda w: full_context(w / "store"), """
 mem = Memory.open(store, auto_prune=False)
 mem.commit_events([Event(source="qq", input="indexed one", response="r1")])
 ack("indexed one")

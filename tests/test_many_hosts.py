@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PKG_ROOT, REPO, STRESS, crash_sweep
+from conftest import PKG_ROOT, REPO, STRESS, crash_sweep, stored_inputs
 from fsmem import Event, Memory, Reader
 from fuse_mounts import juicefs
 
@@ -88,12 +88,7 @@ print(n, opened, flush=True)
 def _stored(root: Path) -> Counter:
     mem = Memory.open(root, auto_prune=False)   # a writer open: runs recovery first
     try:
-        seen: Counter = Counter()
-        for layer in mem.store.layers():
-            for unit in mem.units(layer):
-                for ev in mem.document(unit).events:
-                    seen[ev.input] += 1
-        return seen
+        return stored_inputs(mem)
     finally:
         mem.close()
 

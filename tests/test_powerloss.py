@@ -31,6 +31,7 @@ from typing import Callable
 
 import pytest
 
+from conftest import full_context
 from fsmem import Event, Memory
 from fsmem.format import fsops as _fsops
 
@@ -288,18 +289,9 @@ def test_commit_and_append_survive_power_loss(tmp_path, strategy):
     assert check_states(tmp_path, pre, live, log, acked_inputs(set()), budget=8) >= 8
 
 
-def _full_context(path: Path) -> set[str]:
-    mem = Memory.open(path, context_capacity=4, context_protected=1, auto_prune=False)
-    inputs = [f"topic alpha {i}" if i % 2 else f"topic gamma {i}" for i in range(4)]
-    for text in inputs:
-        mem.append(Event(source="qq", input=text, response="answer " + text))
-    mem.close()
-    return set(inputs)
-
-
 def test_append_with_prune_survives_power_loss(tmp_path, strategy):
     base: set[str] = set()
-    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+    pre, live = _prepare(tmp_path, lambda p: base.update(full_context(p)))
 
     def run() -> None:   # each append that prunes is one journal entry, whose deletion the
         # next one's barrier flushes: three appends, two of them pruning
@@ -325,7 +317,7 @@ def test_an_explicit_prune_survives_power_loss(tmp_path, strategy):
     """``Memory.prune`` on its own entry (no remainder units, so the entry publishes into
     documents/ only): the L1 originals it removes must be durable before its entry goes."""
     base: set[str] = set()
-    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+    pre, live = _prepare(tmp_path, lambda p: base.update(full_context(p)))
 
     def run() -> None:
         mem = Memory.open(live, context_capacity=4, context_protected=1, auto_prune=False)
@@ -343,7 +335,7 @@ def test_a_pruning_turn_survives_power_loss(tmp_path, strategy):
     journal entry; every crash state holds both events or neither, and nothing of L1 lost."""
     from fsmem.memory.turn import InjectOptions
     base: set[str] = set()
-    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+    pre, live = _prepare(tmp_path, lambda p: base.update(full_context(p)))
 
     def run() -> None:
         mem = Memory.open(live, context_capacity=4, context_protected=2, auto_prune=True)
@@ -377,7 +369,7 @@ def test_a_journal_entry_whose_staged_units_were_lost_is_never_applied(tmp_path,
     barrier never completed), and a reader must not show its after state."""
     monkeypatch.setenv("FSMEM_SYNC", "batch")
     base: set[str] = set()
-    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+    pre, live = _prepare(tmp_path, lambda p: base.update(full_context(p)))
 
     def run() -> None:
         mem = Memory.open(live, context_capacity=4, context_protected=1,
@@ -408,7 +400,7 @@ def test_recall_survives_power_loss(tmp_path, monkeypatch, sync):
     base: set[str] = set()
 
     def setup(p: Path) -> None:
-        base.update(_full_context(p))
+        base.update(full_context(p))
         mem = Memory.open(p, context_capacity=4, context_protected=1, auto_prune=False)
         mem.append(Event(source="qq", input="topic beta archived", response="b" * 200))
         mem.prune(query="topic alpha")

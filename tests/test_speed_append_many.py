@@ -173,10 +173,11 @@ def test_a_burst_survives_power_loss_whole_or_not_at_all(tmp_path, strategy):
     """The power-loss model of tests/test_powerloss.py on a burst into a full L1 (it also
     prunes): acknowledged events survive every crash state, no event is in two places, and
     the burst is never torn (all of its events or none)."""
-    from test_powerloss import (_full_context, _prepare, ack, acked_inputs, build_state,
-                                check_states, choosers, crash_points, events_by_layer, record)
+    from conftest import full_context
+    from test_powerloss import (_prepare, ack, acked_inputs, build_state, check_states,
+                                choosers, crash_points, events_by_layer, record)
     base: set[str] = set()
-    pre, live = _prepare(tmp_path, lambda p: base.update(_full_context(p)))
+    pre, live = _prepare(tmp_path, lambda p: base.update(full_context(p)))
     burst = [f"burst event {i}" for i in range(3)]
 
     def run() -> None:

@@ -27,7 +27,7 @@ import msgspec
 from fsmem.format.errors import FsmemError
 from fsmem.format.layout import open_regular, read_small
 from fsmem.format.model import NAME_RE
-from fsmem.store.derived import make_room
+from fsmem.store.derived import make_room, replace_file
 
 __all__ = ["AccessLog", "AccessStats"]
 
@@ -228,25 +228,10 @@ class AccessLog:
         return sorted(add)
 
     def _write_state(self, state: _State) -> None:
-        # lazy: start-up, loaded only when used (+ctypes, struct)
-        from fsmem.format import fsops as fsops
-        path = os.path.join(self.meta, STATE)
-        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o644)
-        try:
-            fsops.write_all(fd, msgspec.json.encode(state))
-            # the data before the name, and the name before a folded log goes (a compaction
-            # is rare: the log has grown past COMPACT_BYTES)
-            fsops.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        make_room(path, self.meta)   # never a rename onto a directory
-        fsops.replace(tmp, path)
-        fsops.fsync_dir(self.meta)
+        # the data before the name, and the name before a folded log goes (always flushed:
+        # a compaction is rare, the log has grown past COMPACT_BYTES)
+        replace_file(os.path.join(self.meta, STATE), msgspec.json.encode(state), self.meta,
+                     sync=True)
 
 
 def _stamp(path: str) -> tuple[int, int, int]:

@@ -192,22 +192,8 @@ def set_config(root: str | os.PathLike[str], key: str, value: Any) -> str:
 
 
 def _write_text(path: str, text: str) -> str:
-    """One config file, atomically: temp file, fsync, rename, fsync of .fsmem/."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o644)
-    try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """One config file, atomically and durably (derived.replace_file: temp file, fsync,
+    rename, fsync of .fsmem/)."""
+    from fsmem.store.derived import replace_file  # lazy: readers never write a config
+    replace_file(path, text.encode(), os.path.dirname(path), sync=True)
     return path

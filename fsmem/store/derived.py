@@ -18,7 +18,7 @@ import time
 import uuid
 
 
-__all__ = ["make_room", "problem", "QUARANTINE_LABEL"]
+__all__ = ["make_room", "replace_file", "problem", "QUARANTINE_LABEL"]
 
 log = logging.getLogger("fsmem.derived")
 
@@ -41,6 +41,33 @@ def problem(path: str) -> str:
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFLNK: "a symbolic link",
           stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
+
+
+def replace_file(path: str, data: bytes, meta: str, *, sync: bool) -> None:
+    """Replace the file ``path`` of the store whose ``.fsmem/`` is ``meta`` atomically: a
+    temporary name beside it, written (and with ``sync`` flushed), renamed over ``path`` (a
+    directory or FIFO in its place is quarantined first, never renamed onto), and with
+    ``sync`` its directory flushed: the data before the name, the name before the return."""
+    from fsmem.format import fsops  # lazy: readers import this module, never the mutating calls
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+    try:
+        fsops.write_all(fd, data)
+        if sync:
+            fsops.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    make_room(path, meta)
+    fsops.replace(tmp, path)
+    if sync:
+        fsops.fsync_dir(os.path.dirname(path))
 
 
 def make_room(path: str, meta: str) -> str:

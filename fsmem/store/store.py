@@ -38,7 +38,7 @@ from fsmem.store import leases
 from fsmem.store.changes import FeedWriter
 from fsmem.store.config import effective
 from fsmem.store.filesystems import check_writer
-from fsmem.store.derived import make_room
+from fsmem.store.derived import replace_file
 
 __all__ = ["Store", "LAYERS", "Layer", "Durability", "JournalEntry", "new_unit_id",
            "foreign_entries", "FOREIGN_LABEL", "SyncStrategy", "SYNC_STRATEGIES"]
@@ -309,22 +309,7 @@ class Store(Layout):
 
     def write_file_atomic(self, path: str, data: bytes, *, sync: bool | None = None) -> None:
         """temp in the same directory → write → fsync → rename → fsync the directory."""
-        sync = self.sync if sync is None else sync
-        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        fd = fsops.open_(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            fsops.write_all(fd, data)
-            if sync:
-                fsops.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            _quiet_unlink(tmp)
-            raise
-        os.close(fd)
-        make_room(path, self.meta)   # a directory in its place: quarantined, never a rename onto it
-        fsops.replace(tmp, path)
-        if sync:
-            fsops.fsync_dir(os.path.dirname(path))
+        replace_file(path, data, self.meta, sync=self.sync if sync is None else sync)
 
     def publish(self, builder: UnitBuilder, layer: str, *,
                 prepare: Callable[[], None] | None = None,
