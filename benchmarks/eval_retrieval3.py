@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-from fsmem import Event, Memory, Timestamp  # noqa: E402
+from fsmem import Event, Hit, Memory, Timestamp  # noqa: E402
 from fsmem.memory.lookup import hit_views  # noqa: E402
 from fsmem.memory.render import HeuristicEstimator, HitView, render  # noqa: E402
 
@@ -137,42 +137,20 @@ def turn_view(texts: list[str], budget: int) -> str:
                   memory_tokens=budget)
 
 
-def lived_view(mem: Memory, question: str, budget: int, ranker: str) -> str:
+def lived_view(mem: Memory, question: str, budget: int, ranker: str, *,
+               whole: bool = False) -> str:
     """The model's view of the lived store: the L1 timeline (up to half the budget, what it
-    takes), then the question's hits from L2 in the rest."""
+    takes), then the question's hits from L2 in the rest, as ``Reader.render`` shows hits
+    (``hit_views``: each hit's matched turns and their neighbours). ``whole``: each hit's
+    every turn, the view before issue 31 (measured beside it)."""
     events = list(mem.timeline())
     est = HeuristicEstimator()
     recent = render(events, budget // 2)
     rest = max(budget - est.count(recent), 0)
-    found = [mem.index.search(question, 20, ranker)]
-    hits = hit_views(mem, [_Hit(u) for u, _s in found[0]])
-    return render(hits=hits, events=[], budget_tokens=rest, memory_tokens=rest) + recent
-
-
-def lived_view_matched(mem: Memory, question: str, budget: int, ranker: str) -> str:
-    """As ``lived_view``, but each hit shows only its matched turns and the turn before each
-    (what an archive unit of many turns holds that the question reached), in time order:
-    measured beside the view the turn renders today (whole units)."""
-    events = list(mem.timeline())
-    est = HeuristicEstimator()
-    recent = render(events, budget // 2)
-    rest = max(budget - est.count(recent), 0)
-    hits = []
-    for uid, _s, matched in mem.index.search_events(question, 20, ranker):
-        evs = mem.document(uid).events
-        pos = {e.id: i for i, e in enumerate(evs)}
-        keep = sorted({j for m in matched if m in pos for j in (pos[m] - 1, pos[m]) if j >= 0})
-        text = "\n".join(f"{e.input or e.response}" for e in (evs[j] for j in keep)) \
-            or "\n".join(e.input or e.response for e in evs)
-        hits.append(HitView(label="", text=text))
-    return render([], rest, hits=hits, memory_tokens=rest) + recent
-
-
-class _Hit:
-    """What ``hit_views`` reads of a hit."""
-
-    def __init__(self, unit_id: str) -> None:
-        self.unit_id, self.summary = unit_id, ""
+    hits = [Hit(unit_id=uid, score=score, events_matched=[] if whole else matched)
+            for uid, score, matched in mem.index.search_events(question, 20, ranker)]
+    views = hit_views(mem, hits)
+    return render(hits=views, events=[], budget_tokens=rest, memory_tokens=rest) + recent
 
 
 # -- baselines ---------------------------------------------------------------------------
@@ -296,8 +274,8 @@ def run(budget: int, use_e5: bool) -> dict:
                         rank = 1 if ev & in_l1 else ranks(found, answers, ev)
                         note(f"lived top-k units {name}", conv["id"], q["category"], rank)
                         evidence_texts = [text_of[e] for e in q["evidence"]]
-                        for label, fn in (("", lived_view), (" matched", lived_view_matched)):
-                            view = fn(mem, q["question"], budget, ranker)
+                        for label, whole in (("", False), (" whole units", True)):
+                            view = lived_view(mem, q["question"], budget, ranker, whole=whole)
                             res.setdefault(f"budget: lived{label} {name}", []).append(
                                 (conv["id"], q["category"], budget_found(view, evidence_texts),
                                  False))

@@ -656,6 +656,11 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/index.py", "    setattr(Index, _name, _changes(getattr(Index, _name)))",
         "    pass",
         _t("threads_replay", "test_every_threaded_answer_is_one_the_single_threaded_replay_gave")),
+    # issue 31: what the model reads of a hit
+    "render: a hit shows its whole unit (the matched events ignored)": (
+        "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched)))",
+        "text=doc.content))",
+        _t("render", "test_a_hit_of_many_events_shows_what_matched_and_the_turn_before_each")),
     # issue 29: inbox, access, snapshot and the derived files
     "store: a new store's layout not flushed before the first write into it": (
         "fsmem/store/store.py", "        if named and self.sync:", "        if False:",

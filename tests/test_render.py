@@ -452,3 +452,40 @@ def test_memory_render_shows_the_turns_query_hits(tmp_path):
     out = mem.render(2000, hits=res.hits)
     assert out.startswith(HITS_HEADER) and "piano recital on friday at 7" in out
     assert "qq: piano recital" in out.split(HEADER)[1]
+
+
+def test_a_hit_of_many_events_shows_what_matched_and_the_turn_before_each(tmp_path):
+    """A hit on an archive unit of many turns shows, in the view, the turns the query
+    matched and the turn before each (the question a reply answers), in time order, with
+    "…" where turns are left out, so the reading budget goes to what was asked; a unit whose
+    every event matched, or a hit without matched events, shows whole. The unit stays whole
+    (issue 31 item 4: what the model reads at an equal budget)."""
+    from fsmem import Event as Ev, Memory
+    from fsmem.format.timestamps import Timestamp
+    mem = Memory.open(tmp_path / "m")
+    day = 86_400 * 10**9
+    talk = [("Mia", "did you book the ferry to the island?"), ("Leo", "yes, twice last year"),
+            *[("Mia", f"filler turn number {i} about the weather") for i in range(12)],
+            ("Leo", "the garden gate needs new hinges"), ("Mia", "I will buy them saturday")]
+    uid = mem.commit_events([Ev(source=who, input=text, timestamp=Timestamp(i * day, 0))
+                             for i, (who, text) in enumerate(talk)])
+    (hit,) = [h for h in mem.query("ferry island", 5) if h.unit_id == uid]
+    assert hit.events_matched
+    out = mem.render(4000, hits=[hit], memory_tokens=2000).split(HEADER)[0]
+    assert "book the ferry to the island" in out
+    assert "filler turn number 11" not in out and "garden gate" not in out
+    assert "…" in out
+    doc = mem.document(uid)
+    assert len(doc.events) == len(talk)   # stored whole: only the view is short
+    (hinge,) = [h for h in mem.query("hinges saturday", 5) if h.unit_id == uid]
+    later = mem.render(4000, hits=[hinge], memory_tokens=2000).split(HEADER)[0]
+    assert "garden gate needs new hinges" in later and "buy them saturday" in later
+    assert "Mia: did you book the ferry" not in later   # (the label is the unit's first text)
+    whole = msgspec_replace(hit, events_matched=[])
+    shown = mem.render(4000, hits=[whole], memory_tokens=4000).split(HEADER)[0]
+    assert "filler turn number 11" in shown and "garden gate" in shown
+
+
+def msgspec_replace(struct, **kw):
+    import msgspec
+    return msgspec.structs.replace(struct, **kw)

@@ -15,8 +15,8 @@ from fsmem.format.model import BlockRef, Event, EventRecord, Manifest, ToolOutpu
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path
 
-__all__ = ["Document", "Hit", "Fact", "hydrate_event", "content_view", "event_text",
-           "summary_label", "unit_label", "LABEL_CHARS"]
+__all__ = ["Document", "Hit", "Fact", "hydrate_event", "content_view", "matched_view",
+           "event_text", "summary_label", "unit_label", "LABEL_CHARS"]
 
 LABEL_CHARS = 100   # a label made from a unit's text is cut here (a view: the text stays whole)
 
@@ -64,6 +64,34 @@ def content_view(events: list[Event]) -> str:
     """The SDK's Doc.content: every event rendered whole, in timestamp order; never stored."""
     ordered = sorted(events, key=lambda e: (e.timestamp.ns, e.id))
     return "\n".join(event_text(e) for e in ordered)
+
+
+#: a hit's view keeps these neighbours of each matched event (before, after): the turn a
+#: reply answers, and the reply to a matched question
+MATCH_CONTEXT = (1, 1)
+
+
+def matched_view(events: list[Event], matched: Iterable[str]) -> str:
+    """A hit's text as the model's view shows it: where the query matched some events of a
+    unit, those events and their neighbours (``MATCH_CONTEXT``), in timestamp order, "…"
+    where events are left out; every event (``content_view``) when nothing is left out or
+    nothing matched. Never stored: the unit stays whole (recall brings all of it)."""
+    ordered = sorted(events, key=lambda e: (e.timestamp.ns, e.id))
+    pos = {e.id: i for i, e in enumerate(ordered)}
+    before, after = MATCH_CONTEXT
+    keep = sorted({j for m in matched if m in pos
+                   for j in range(pos[m] - before, pos[m] + after + 1) if 0 <= j < len(ordered)})
+    if not keep or len(keep) == len(ordered):
+        return content_view(events)
+    parts, prev = [], -1
+    for j in keep:
+        if j != prev + 1:
+            parts.append("…")
+        parts.append(event_text(ordered[j]))
+        prev = j
+    if prev != len(ordered) - 1:
+        parts.append("…")
+    return "\n".join(parts)
 
 
 def summary_label(summary: str, texts: Iterable[str]) -> str:

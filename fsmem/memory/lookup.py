@@ -15,7 +15,7 @@ from fsmem.format.layout import Vanished, View
 from fsmem.format.model import BlockRef, check_name
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
-from fsmem.format.views import Document, Hit, hydrate_event, unit_label
+from fsmem.format.views import Document, Hit, hydrate_event, matched_view, unit_label
 from fsmem.memory.units import Source, access_of, units_of
 
 if TYPE_CHECKING:
@@ -145,8 +145,9 @@ def read_block(src: Lookup, digest: str) -> bytes:
 
 
 def hit_views(src: Lookup, hits: Iterable[Hit]) -> list["HitView"]:
-    """The hits as the model's view shows them: label = summary (or id), text = the unit's
-    content, every event whole. Read-only; a hit gone meanwhile is left out."""
+    """The hits as the model's view shows them: label = summary (or id), text = the events
+    the query matched and their neighbours, each event whole (``views.matched_view``; the
+    whole unit when nothing is left out). Read-only; a hit gone meanwhile is left out."""
     from fsmem.memory.render import HitView  # lazy: start-up, loaded only when used
     out = []
     for hit in hits:
@@ -154,7 +155,8 @@ def hit_views(src: Lookup, hits: Iterable[Hit]) -> list["HitView"]:
             doc = document(src, hit.unit_id)
         except (FsmemError, OSError):
             continue
-        out.append(HitView(label=doc.summary or hit.summary or doc.id, text=doc.content))
+        out.append(HitView(label=doc.summary or hit.summary or doc.id,
+                           text=matched_view(doc.events, hit.events_matched)))
     return out
 
 
