@@ -74,9 +74,37 @@ def test_a_relative_date_in_chinese(tmp_path):
     mem.close()
 
 
-def test_a_topic_less_reply_is_found_through_its_question(tmp_path):
-    """Plain per-turn commits (no session, no role): the reply holds no topic word; it is
-    found because it answers the turn before it, said by another speaker."""
+def _stored(tmp_path, turns, path: str) -> tuple[Memory, dict[str, str]]:
+    """One unit per turn through ``path``: ``commit``; ``commit_events`` (an Event with the
+    speaker as source); ``watch`` (a dropped .jsonl record per turn, ingested by watch);
+    (memory, label -> unit id)."""
+    if path == "commit":
+        return _plain(tmp_path, turns)
+    import json
+
+    from fsmem import Event, Timestamp
+    mem = Memory.open(str(tmp_path / "m"), durability="off", auto_prune=False)
+    units = {}
+    if path == "commit_events":
+        for label, speaker, text, when in turns:
+            units[label] = mem.commit_events([Event(source=speaker, input=text,
+                                                    timestamp=Timestamp.parse(when))])
+        return mem, units
+    from fsmem.ingest.watch import Watcher
+    inbox = tmp_path / "m" / "inbox"
+    for i, (label, speaker, text, when) in enumerate(turns):
+        (inbox / f"{i:02d}-{label}.jsonl").write_text(json.dumps(
+            {"input": text, "source": speaker, "timestamp": when}) + "\n")
+    Watcher(mem).run(once=True)
+    by_text = {mem.document(u).events[0].input: u for u in mem.units("documents")}
+    return mem, {label: by_text[text] for label, _s, text, _w in turns}
+
+
+@pytest.mark.parametrize("path", ["commit", "commit_events", "watch"])
+def test_a_topic_less_reply_is_found_through_its_question(tmp_path, path):
+    """Per-turn units (no session, no role), whichever way they came in: the reply holds no
+    topic word; it is found because it answers the turn before it, said by another
+    speaker."""
     turns = [
         ("q", "Tom", "Lena, did you ever get the deposit back from your old landlord in Leeds?",
          _at(0)),
@@ -87,7 +115,7 @@ def test_a_topic_less_reply_is_found_through_its_question(tmp_path):
         ("f", "Lena", "Eventually, yes, I will visit, once the move is done.", _at(5)),
         ("g", "Lena", "Yes, the new flat has huge windows.", _at(9)),
     ]
-    mem, units = _plain(tmp_path, turns)
+    mem, units = _stored(tmp_path, turns, path)
     q = "Did Lena get her deposit back?"
     top = [u for u, _s in mem.index.search(q, 2)]
     assert units["reply"] in top, (top, units)
