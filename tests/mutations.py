@@ -656,6 +656,14 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/index.py", "    setattr(Index, _name, _changes(getattr(Index, _name)))",
         "    pass",
         _t("threads_replay", "test_every_threaded_answer_is_one_the_single_threaded_replay_gave")),
+    "ctrl-c: an interrupted process waits at exit for a thread left waiting": (
+        "fsmem/interfaces/cli/main.py", "            sigint.exit_if_held(130)\n", "",
+        _t("ctrl_c_defer", "test_a_ctrl_c_leaves_no_thread_to_hold_the_exit")),
+    "ctrl-c: the MCP server's task group hands the CLI an exception group": (
+        "fsmem/interfaces/mcp_server.py", "        if group.subgroup(KeyboardInterrupt) is not None:",
+        "        if False:",
+        _t("ctrl_c_defer",
+           "test_a_ctrl_c_inside_the_mcp_servers_task_group_is_a_keyboard_interrupt")),
     # issue 31: what the model reads of a hit
     "render: a hit shows its whole unit (the matched events ignored)": (
         "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched)))",

@@ -260,6 +260,12 @@ def serve_stdio(service: MemoryService) -> None:
     import anyio  # lazy: start-up, loaded only when used
     try:
         anyio.run(server.run_stdio_async)
+    except BaseExceptionGroup as group:
+        # a Ctrl-C met one of the server's tasks: anyio's task group wraps it; the CLI
+        # answers a KeyboardInterrupt with one line (a group would be a traceback)
+        if group.subgroup(KeyboardInterrupt) is not None:
+            raise KeyboardInterrupt from None
+        raise
     finally:
         service.close()
 

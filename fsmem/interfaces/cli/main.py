@@ -812,6 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sigint.say_interrupted()
         if argv is None:
             sigint.finish()
+            sigint.exit_if_held(130)
         return 130
 
 

@@ -15,6 +15,9 @@ and ``main`` prints the line. Three moments need more than that, each handled he
   stopped there, it would leave dead staging or a pending entry for the next writer to settle
   (fsck lists them until then), so ``defer_while`` lets the ``KeyboardInterrupt`` wait until
   the write is published or dropped, for at most DEFER_MAX_S;
+- a Ctrl-C can leave a library's thread waiting for work that will never come (the MCP SDK's
+  anyio worker, whose start it cut): the interpreter's exit would wait on it forever, so
+  ``exit_if_held`` ends an interrupted process at once where such a thread is left;
 - once the verb has returned, the interpreter's exit (thread clean-up, finalizers, and at the
   very end the restored default action that kills the process) is not interruptible:
   ``finish`` flushes what the verb printed and ignores SIGINT from then on, so the exit code
@@ -32,7 +35,8 @@ import time
 from types import FrameType
 from typing import Any, Callable
 
-__all__ = ["catch_dropped", "defer_while", "finish", "install", "say_interrupted"]
+__all__ = ["catch_dropped", "defer_while", "exit_if_held", "finish", "install",
+           "say_interrupted"]
 
 LINE = b"fsmem: interrupted\n"
 
@@ -135,3 +139,14 @@ def finish() -> None:
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_sigint)):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def exit_if_held(code: int) -> None:
+    """After an interrupted verb (its line said, its output flushed by ``finish``): where a
+    thread that is not a daemon is still alive, the interpreter's exit would wait for it,
+    forever if it waits for work nobody will give it; end the process now with ``code``.
+    Nothing of fsmem's is in flight by then (``defer_while``; the store's lock is a flock the
+    kernel releases)."""
+    me = threading.current_thread()
+    if any(t is not me and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        os._exit(code)
