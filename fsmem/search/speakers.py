@@ -8,9 +8,10 @@ the dense text reads "Caroline: text", and turns of different speakers close in 
 conversation neighbours (``fsmem.search.ranking.link_neighbours``).
 
 A source reads as a speaker when it looks like a name: it starts with a capital or a letter of
-a script without case (CJK), holds no path, URL or address characters, and is not one of the
-sources fsmem or its hosts set themselves (``GENERIC_SOURCES``). Channel names written in
-lower case ("telegram", "inbox", "fixture") are not speakers.
+a script without case (CJK), holds no path, URL or address characters, and is not a role word
+of the event format capitalised (``ROLE_SOURCES``: "User", "Assistant", ...). The rule is the
+shape, not a list of names: a source in lower case (a channel, or one fsmem sets itself, such
+as "inbox" or "manual") is not a speaker, whoever declared it.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 
-__all__ = ["GENERIC_SOURCES", "SPEAKER_TAG", "speaker_of", "spoken_text", "names_speaker",
+__all__ = ["ROLE_SOURCES", "SPEAKER_TAG", "speaker_of", "spoken_text", "names_speaker",
            "speaker_terms", "query_speaker_terms"]
 
-GENERIC_SOURCES = frozenset({
-    "manual", "user", "agent", "assistant", "system", "tool", "inbox", "context_archived",
-    "cold_storage", "context.json", "document", "sentence", "triple", "eval", "fixture",
-    "User", "Agent", "Assistant", "System", "Tool"})
+#: the roles of an event, capitalised: a source that names a role, not a person (the lower
+#: case forms, like every lower-case source, fail the shape rule already)
+ROLE_SOURCES = frozenset({"User", "Agent", "Assistant", "System", "Tool"})
 SPEAKER_TAG = 0x5350454B   # "SPEK": the field of the speaker terms (``analyze.field_terms``)
 _NOT_IN_NAMES = frozenset("/\\:@<>|{}[]#=")
 _MAX_NAME = 64
@@ -33,7 +33,7 @@ _MAX_NAME = 64
 def speaker_of(source: str) -> str:
     """The speaker ``source`` names (stripped), or "" when it does not read as a person."""
     name = source.strip()
-    if not name or len(name) > _MAX_NAME or name in GENERIC_SOURCES:
+    if not name or len(name) > _MAX_NAME or name in ROLE_SOURCES:
         return ""
     first = name[0]
     if not first.isalpha() or first.islower():
