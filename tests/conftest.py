@@ -256,6 +256,40 @@ def full_context(path: Path) -> set[str]:
     return set(inputs)
 
 
+def distillable(path: Path) -> set[str]:
+    """A store with three events pruned into L2 (fact-shaped: "Alice works at Acme number
+    i", "Bob lives in Paris."): what distill takes; their inputs."""
+    from fsmem import Event
+    mem = Memory.open(path, context_capacity=2, context_protected=1, auto_prune=False)
+    base = set()
+    for i in range(3):
+        text = f"Alice works at Acme number {i}"
+        mem.append(Event(source="qq", input=text, response="Bob lives in Paris."))
+        base.add(text)
+    mem.prune(query="x")
+    mem.close()
+    return base
+
+
+def topics_template(root: Path, **open_kw) -> "Counter[str]":
+    """A full L1 of four events on two topics ("before i topic0/1"), as ``stored_counts`` counts it."""
+    from fsmem import Event
+    mem = Memory.open(root, context_capacity=4, context_protected=1)
+    for i in range(4):
+        mem.append(Event(source="qq", input=f"before {i} topic{i % 2}"))
+    mem.close()
+    return stored_counts(root, **open_kw)
+
+
+def stored_counts(root: Path, **open_kw) -> "Counter[str]":
+    """``stored_inputs`` after a writer open of ``root`` (recovery runs first)."""
+    mem = Memory.open(root, auto_prune=False, **open_kw)
+    try:
+        return stored_inputs(mem)
+    finally:
+        mem.close()
+
+
 def stored_inputs(mem: Memory) -> "Counter[str]":
     """How many times each event input is stored, over every layer of ``mem``."""
     from collections import Counter

@@ -20,7 +20,7 @@ import pytest
 
 import crashstates as cs
 import homeagent_gen as gen
-from conftest import PKG_ROOT, full_context, stored_inputs
+from conftest import PKG_ROOT, distillable, full_context, stored_inputs
 from fsmem import Event, Memory
 
 pytestmark = pytest.mark.skipif(not cs.have_strace(), reason="strace is not installed")
@@ -87,16 +87,7 @@ def _removable(world: Path) -> set[str]:
 
 
 def _distillable(world: Path) -> set[str]:
-    mem = Memory.open(world / "store", context_capacity=2, context_protected=1,
-                      auto_prune=False)
-    base = set()
-    for i in range(3):
-        text = f"Alice works at Acme number {i}"
-        mem.append(Event(source="qq", input=text, response="Bob lives in Paris."))
-        base.add(text)
-    mem.prune(query="x")
-    mem.close()
-    return base
+    return distillable(world / "store")
 
 
 def _import_source(world: Path) -> set[str]:

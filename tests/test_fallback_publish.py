@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import crash_sweep
+from conftest import crash_sweep, stored_counts, topics_template
 from fsmem import Event, Memory
 from fsmem.format import fsops
 from fuse_mounts import bindfs
@@ -67,25 +67,12 @@ mem.prune()
 
 def _stored(root: Path) -> Counter:
     """Every event's input, counted over every layer, after a writer open (recovery runs; a
-    wedged lock is StoreLocked after 5 s, failing the test)."""
-    mem = Memory.open(root, auto_prune=False, lock_timeout=5)
-    try:
-        seen: Counter = Counter()
-        for layer in mem.store.layers():
-            for unit in mem.units(layer):
-                for ev in mem.document(unit).events:   # NotFound for an empty claim
-                    seen[ev.input] += 1
-        return seen
-    finally:
-        mem.close()
+    wedged lock is StoreLocked after 5 s, failing the test; an empty claim: NotFound)."""
+    return stored_counts(root, lock_timeout=5)
 
 
 def _template(root: Path) -> Counter:
-    mem = Memory.open(root, context_capacity=4, context_protected=1)
-    for i in range(4):
-        mem.append(Event(source="qq", input=f"before {i} topic{i % 2}"))
-    mem.close()
-    return _stored(root)
+    return topics_template(root, lock_timeout=5)
 
 
 def _checker(before: Counter):

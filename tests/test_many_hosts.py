@@ -21,13 +21,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import PKG_ROOT, REPO, STRESS, crash_sweep, stored_inputs
-from fsmem import Event, Memory, Reader
+from conftest import PKG_ROOT, REPO, STRESS, crash_sweep, stored_counts, topics_template
+from fsmem import Memory, Reader
 from fuse_mounts import juicefs
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="FUSE mounts: Linux only")
@@ -85,14 +84,6 @@ print(n, opened, flush=True)
 """
 
 
-def _stored(root: Path) -> Counter:
-    mem = Memory.open(root, auto_prune=False)   # a writer open: runs recovery first
-    try:
-        return stored_inputs(mem)
-    finally:
-        mem.close()
-
-
 def _acks(stdout: str) -> list[str]:
     return [line[4:] for line in stdout.splitlines() if line.startswith("ack ")]
 
@@ -147,7 +138,7 @@ def test_two_writers_through_two_mounts_keep_every_acknowledged_event_once(where
     assert int(r_out.split()[0]) >= 5
     acked = [t for out, _ in outs for t in _acks(out)]
     assert len(acked) == len(set(acked)) == 2 * (n + n // 5)
-    stored = _stored(b)
+    stored = stored_counts(b)
     assert {t: stored[t] for t in acked} == {t: 1 for t in acked}
     assert set(stored) == set(acked)   # nothing else either (no duplicate, no stray)
     mem = Memory.open(a)
@@ -171,23 +162,15 @@ mem.recall("topic1", top_k=1)
 """
 
 
-def _crash_template(root: Path) -> Counter:
-    mem = Memory.open(root, context_capacity=4, context_protected=1)
-    for i in range(4):
-        mem.append(Event(source="qq", input=f"before {i} topic{i % 2}"))
-    mem.close()
-    return _stored(root)
-
-
 def test_crashes_on_the_mount_lose_nothing_reopened_through_the_other_host(where):
     a, b = where
-    before = _crash_template(a / "template")
+    before = topics_template(a / "template")
 
     def check(root: Path, label: str) -> None:
         other = b / root.relative_to(a)        # host 2 reopens what host 1 left
         out = Path(f"{root}.stdout")
         acked = _acks(out.read_text()) if out.exists() else []
-        stored = _stored(other)
+        stored = stored_counts(other)
         assert all(stored[t] == 1 for t in [*before, *acked]), \
             f"{label}: lost or duplicated: {stored}"
         assert all(c == 1 for c in stored.values()), f"{label}: {stored}"
@@ -218,7 +201,7 @@ def test_sigkill_at_random_moments_with_the_store_on_the_mount(where):
         p.send_signal(signal.SIGKILL)
         rest, _ = p.communicate(timeout=60)
         acked += _acks(first + rest)
-        stored = _stored(b)   # reopened through the other host (a wedged lock: StoreLocked)
+        stored = stored_counts(b)   # reopened through the other host (a wedged lock: StoreLocked)
         assert {t: stored[t] for t in acked} == {t: 1 for t in acked}, f"kill {k}"
         assert all(c == 1 for c in stored.values()), f"kill {k}: duplicated"
     mem = Memory.open(b)

@@ -31,7 +31,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import full_context
+from conftest import distillable, full_context
 from fsmem import Event, Memory
 from fsmem.format import fsops as _fsops
 
@@ -427,13 +427,7 @@ def test_distill_survives_power_loss(tmp_path):
     base: set[str] = set()
 
     def setup(p: Path) -> None:
-        mem = Memory.open(p, context_capacity=2, context_protected=1, auto_prune=False)
-        for i in range(3):
-            text = f"Alice works at Acme number {i}"
-            mem.append(Event(source="qq", input=text, response="Bob lives in Paris."))
-            base.add(text)
-        mem.prune(query="x")
-        mem.close()
+        base.update(distillable(p))
     pre, live = _prepare(tmp_path, setup)
 
     def run() -> None:

@@ -481,11 +481,7 @@ def test_a_hit_of_many_events_shows_what_matched_and_the_turn_before_each(tmp_pa
     later = mem.render(4000, hits=[hinge], memory_tokens=2000).split(HEADER)[0]
     assert "garden gate needs new hinges" in later and "buy them saturday" in later
     assert "Mia: did you book the ferry" not in later   # (the label is the unit's first text)
-    whole = msgspec_replace(hit, events_matched=[])
+    import msgspec
+    whole = msgspec.structs.replace(hit, events_matched=[])
     shown = mem.render(4000, hits=[whole], memory_tokens=4000).split(HEADER)[0]
     assert "filler turn number 11" in shown and "garden gate" in shown
-
-
-def msgspec_replace(struct, **kw):
-    import msgspec
-    return msgspec.structs.replace(struct, **kw)
