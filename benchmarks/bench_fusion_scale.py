@@ -16,7 +16,8 @@ one, saved and mapped as an open maps it. Sides, per query:
   query, its e5 embedding included, within 5x of a lexical one at 10k units).
 The first query (which checksums the mapped arrays once) is a warm-up and not counted. With
 the ``embed-lite`` extra installed, e5's own query embedding p50 is timed apart and shown
-added to both sides.
+added to both sides, and the calls a host makes (``Memory.search``, ``Memory.query``) are
+timed lexical against fused with e5 embedding each query (``api_ms``).
 Usage: python benchmarks/bench_fusion_scale.py [--units 10000,100000] [--queries 60]
        [--cache DIR]   (stores kept in DIR, reused; default: a temp dir removed at the end)
 """
@@ -123,6 +124,54 @@ def e5_query_ms(n_queries: int) -> float | None:
     return statistics.median(out) * 1000
 
 
+class _E5Queries(Shape384):
+    """The stored vectors' embedder (their fingerprint, so every row counts) whose queries
+    are embedded by e5 itself: what a fused query costs on a store e5 embedded (the values
+    of the stored vectors do not change the cost)."""
+
+    def __init__(self, e5) -> None:
+        super().__init__()
+        self.e5 = e5
+
+    def embed_query(self, texts):
+        return self.e5.embed_query(texts)
+
+
+def api_ms(n: int, n_queries: int, parent: str) -> dict | None:
+    """p50 per query of what a host calls, ``Memory.search`` (every layer) and
+    ``Memory.query`` (L2), lexical against fused with e5 embedding each query, interleaved
+    query by query, for queries of 12 and of 80 characters of the store's vocabulary (a
+    keyword or two; a sentence). None without the embed-lite extra."""
+    try:
+        from fsmem.search.embedders import E5SmallEmbedder
+        emb = _E5Queries(E5SmallEmbedder())
+    except Exception:   # MissingDependency: the extra is optional here
+        return None
+    root = cached_store(parent, n, "shape384")
+    mems = {r: Memory.open(root, auto_prune=False, embedder=emb, vectors="inline", ranker=r)
+            for r in ("bm25", "fusion")}
+    out: dict = {}
+    try:
+        for chars in (12, 80):
+            rng = random.Random(15 + chars)
+            queries = [text(rng, chars) for _ in range(n_queries + 1)]
+            times: dict = {}
+            for i, q in enumerate(queries):   # query 0 warms up
+                for api in ("search", "query"):
+                    for r in (("bm25", "fusion") if i % 2 else ("fusion", "bm25")):
+                        t = time.perf_counter()
+                        getattr(mems[r], api)(q, 5, count=False)
+                        if i:
+                            times.setdefault((api, r), []).append(time.perf_counter() - t)
+            tokens = statistics.median(emb.e5._model.token_count(q, True)
+                                       for q in queries)
+            out[chars] = ({k: statistics.median(v) * 1000 for k, v in times.items()}, tokens)
+    finally:
+        for m in mems.values():
+            m.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--units", default="10000,30000")
@@ -150,6 +199,14 @@ def main() -> None:
             print(f"fused query with e5 (fusion + e5 embedding) {r['fusion'] + e:.1f} ms vs "
                   f"lexical {r['lexical']:.2f} ms: {(r['fusion'] + e) / r['lexical']:.1f}x at "
                   f"{r['units']} units (issue 31 target <= 5x)")
+        api = api_ms(r["units"], args.queries, parent)
+        for chars, (med, tokens) in (api or {}).items():
+            print(f"host calls at {r['units']} units, queries of {chars} characters (e5 "
+                  f"tokens p50 {tokens:.0f}): Memory.search lexical {med['search', 'bm25']:.2f}"
+                  f" ms, fused {med['search', 'fusion']:.2f} ms "
+                  f"({med['search', 'fusion'] / med['search', 'bm25']:.1f}x); Memory.query "
+                  f"lexical {med['query', 'bm25']:.2f} ms, fused {med['query', 'fusion']:.2f} "
+                  f"ms ({med['query', 'fusion'] / med['query', 'bm25']:.1f}x)", flush=True)
     finally:
         if not args.cache:
             shutil.rmtree(parent, ignore_errors=True)

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,9 +45,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-from fsmem import Event, Hit, Memory, Timestamp  # noqa: E402
-from fsmem.memory.lookup import hit_views  # noqa: E402
-from fsmem.memory.render import HeuristicEstimator, HitView, render  # noqa: E402
+from fsmem import Event, Memory, Timestamp  # noqa: E402
+from fsmem.memory.render import HitView, render  # noqa: E402
 
 __all__ = ["load_fixture", "turns_of", "build_store", "build_lived", "ranks", "budget_found",
            "Fts5", "Bm25s", "run", "main"]
@@ -64,6 +64,7 @@ def load_fixture() -> tuple[list[dict], list[dict]]:
     spec.loader.exec_module(mod)   # type: ignore[union-attr]
     return mod.load(FIXTURE)
 PATHS = ("plain", "untimed", "rich")
+LIVED_HITS = 20   # the query hits a lived view is rendered with (best first: the rest unused)
 
 
 def turns_of(conv: dict) -> list[tuple[dict, str]]:
@@ -138,19 +139,16 @@ def turn_view(texts: list[str], budget: int) -> str:
 
 
 def lived_view(mem: Memory, question: str, budget: int, ranker: str, *,
-               whole: bool = False) -> str:
-    """The model's view of the lived store: the L1 timeline (up to half the budget, what it
-    takes), then the question's hits from L2 in the rest, as ``Reader.render`` shows hits
-    (``hit_views``: each hit's matched turns and their neighbours). ``whole``: each hit's
-    every turn, the view before issue 31 (measured beside it)."""
-    events = list(mem.timeline())
-    est = HeuristicEstimator()
-    recent = render(events, budget // 2)
-    rest = max(budget - est.count(recent), 0)
-    hits = [Hit(unit_id=uid, score=score, events_matched=[] if whole else matched)
-            for uid, score, matched in mem.index.search_events(question, 20, ranker)]
-    views = hit_views(mem, hits)
-    return render(hits=views, events=[], budget_tokens=rest, memory_tokens=rest) + recent
+               whole: bool = False, hits: int = LIVED_HITS) -> str:
+    """The model's view of the lived store, as the product renders it: ``Memory.render`` of
+    the budget with the question's top ``hits`` query hits (the timeline within half the
+    budget, the hits best first in what it leaves, each hit the turns the query matched and
+    their neighbours). ``whole``: each hit's every turn (the view before issue 31)."""
+    mem.ranker = ranker
+    found = mem.query(question, hits, count=False)
+    if whole:
+        found = [msgspec.structs.replace(h, events_matched=[]) for h in found]
+    return mem.render(budget, hits=found)
 
 
 # -- baselines ---------------------------------------------------------------------------
@@ -318,7 +316,7 @@ def print_report(report: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-e5", action="store_true", help="lexical and baselines only")
-    ap.add_argument("--budget", type=int, default=500, help="tokens of the model's view")
+    ap.add_argument("--budget", type=int, default=2000, help="tokens of the model's view")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     report = run(args.budget, not args.no_e5)

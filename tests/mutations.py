@@ -669,6 +669,18 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched)))",
         "text=doc.content))",
         _t("render", "test_a_hit_of_many_events_shows_what_matched_and_the_turn_before_each")),
+    "render: every hit cut to one common cap (the budget spread over all of them)": (
+        "fsmem/memory/render.py",
+        "        if est.count(head + \"\".join(shown) + whole) <= budget:",
+        "        if False:",
+        _t("render", "test_hits_are_their_own_section_best_first_each_whole_while_it_fits")),
+    "render: a cut hit cut as one body (the matched event in the middle not shown)": (
+        "fsmem/memory/render.py", "    for make in (by_line, whole):", "    for make in (whole,):",
+        _t("render", "test_a_cut_hit_keeps_the_beginning_of_each_of_its_lines")),
+    "render: the hits of Memory.render get a fixed third, whatever the timeline leaves": (
+        "fsmem/memory/reader.py", "        room = max(budget_tokens - est.count(timeline), 0)",
+        "        room = budget_tokens // 3",
+        _t("render", "test_memory_render_gives_the_hits_what_the_timeline_leaves")),
     # issue 29: inbox, access, snapshot and the derived files
     "store: a new store's layout not flushed before the first write into it": (
         "fsmem/store/store.py", "        if named and self.sync:", "        if False:",

@@ -415,33 +415,83 @@ def _hit(k: int, n: int) -> HitView:
     return HitView(label=f"hit {k}", text=f"BEGIN-{k} " + "内容" * n + f" END-{k}")
 
 
-def test_hits_are_their_own_section_water_filled_within_the_memory_share():
+def test_hits_are_their_own_section_best_first_each_whole_while_it_fits():
+    """Issue 31 item 4: the reading budget goes to the best hits whole, not to every hit cut
+    to a common cap (which showed the start of each, and the matched turn of none)."""
     events = [ev(i, f"message {i}") for i in range(5)]
-    hits = [_hit(0, 3000), _hit(1, 5), _hit(2, 3000)]
+    hits = [_hit(0, 40), _hit(1, 5), _hit(2, 3000), _hit(3, 5)]
     split = budget_split(4000, "system")
     out = render(events, split.context_tokens, hits=hits, memory_tokens=300)
     section, timeline = out.split(HEADER, 1)
     assert section.startswith(HITS_HEADER)
     assert HEUR.count(section) <= 300
     assert HEUR.count(HEADER + timeline) <= split.context_tokens
-    for k in range(3):
-        assert f"BEGIN-{k}" in section                       # every hit's beginning
-    assert "END-1" in section                                # the short one whole
-    assert "END-0" not in section and "END-2" not in section  # the long ones share one cap
-    cuts = [int(m) for m in MARK.findall(section)]
-    assert len(cuts) == 2 and abs(cuts[0] - cuts[1]) <= 2
+    assert "END-0" in section and "END-1" in section         # the best two whole
+    assert "BEGIN-2" in section and "END-2" not in section   # the first too long: cut
+    assert len(MARK.findall(section)) == 1
+    assert "BEGIN-3" not in section and "(1 more hits omitted)" in section   # then none
     roomy = render(events, split.context_tokens, hits=hits, memory_tokens=100_000)
-    assert all(f"END-{k}" in roomy for k in range(3)) and not MARK.search(roomy.split(HEADER)[0])
+    assert all(f"END-{k}" in roomy for k in range(4)) and not MARK.search(roomy.split(HEADER)[0])
     assert render(events, split.context_tokens) == HEADER + timeline   # no hits: no section
 
 
-def test_hits_keep_their_rank_and_the_lowest_ones_collapse_first():
+def test_hits_keep_their_rank_and_the_lowest_ones_are_left_out():
     hits = [_hit(k, 200) for k in range(10)]
     out = render([ev(0, "x")], 1000, hits=hits, memory_tokens=250)
     section = out.split(HEADER)[0]
     shown = [int(m) for m in re.findall(r"BEGIN-(\d+)", section)]
     assert shown == list(range(len(shown))) and 0 < len(shown) < 10
     assert f"({10 - len(shown)} more hits omitted)" in section
+
+
+def test_a_cut_hit_keeps_the_beginning_of_each_of_its_lines():
+    """The hit that does not fit whole is cut line by line (each event of a hit view is a
+    line): the matched turn in the middle of a view keeps its beginning, not only the turn
+    before it."""
+    text = "\n".join([f"[2026-01-0{d}T10:00:00+00:00] Mia: " + f"LINE-{d} " + "词" * 400
+                      for d in (1, 2, 3)])
+    out = render([], 0, hits=[HitView(label="talk", text=text)], memory_tokens=200)
+    assert HEUR.count(out) <= 200
+    assert all(f"LINE-{d}" in out for d in (1, 2, 3))
+    assert len(MARK.findall(out)) == 3
+    one = render([], 0, hits=[HitView(label="talk", text=text.replace("\n", " "))],
+                 memory_tokens=200)
+    assert "LINE-1" in one and "LINE-2" not in one   # one long line: its beginning only
+
+
+def test_hits_fit_the_memory_share_by_a_non_additive_estimator():
+    class Padded:   # counts the whole text, plus a constant: not additive
+        def count(self, text: str) -> int:
+            return HEUR.count(text) + 3
+    hits = [_hit(k, 60) for k in range(6)]
+    for share in (40, 90, 150, 400):
+        out = render([], 0, hits=hits, memory_tokens=share, estimator=Padded())
+        assert Padded().count(out) <= share or out == ""
+
+
+def test_memory_render_gives_the_hits_what_the_timeline_leaves(tmp_path):
+    """Without ``memory_tokens``, the timeline is shown within half the budget and the hits
+    get the rest: a short L1 leaves them most of it (a fixed third left the rest unused)."""
+    from fsmem import Event as Ev, Memory
+    mem = Memory.open(tmp_path / "m")
+    uids = [mem.commit(f"note {k} about the harbour lights " + "细节" * 150) for k in range(6)]
+    mem.append(Ev(source="qq", input="hello"))
+    hits = [h for h in mem.query("harbour lights", 6)]
+    assert {h.unit_id for h in hits} == set(uids)
+    out = mem.render(2000, hits=hits)
+    section = out.split(HEADER)[0]
+    assert HEUR.count(out) <= 2000
+    assert HEUR.count(section) > 2000 // 2            # more than a fixed third's room
+    assert "qq: hello" in out.split(HEADER)[1]
+    long_l1 = Memory.open(tmp_path / "n")
+    for i in range(60):
+        long_l1.append(Ev(source="qq", input=f"turn {i} " + "话" * 80))
+    long_l1.commit("the harbour lights are green " + "细节" * 150)
+    hits = long_l1.query("harbour lights", 3)
+    out = long_l1.render(1000, hits=hits)
+    assert HEUR.count(out) <= 1000
+    assert HEUR.count(out.split(HEADER)[0]) >= 1000 // 2 - 5   # the timeline kept to half
+    assert "harbour lights are green" in out
 
 
 def test_memory_render_shows_the_turns_query_hits(tmp_path):

@@ -209,15 +209,25 @@ class Reader:
     def render(self, budget_tokens: int, *, estimator=None, hits: Sequence[Hit] = (),
                memory_tokens: int | None = None) -> str:
         """The model's view of L1 under a token budget (fsmem.memory.render.render over
-        timeline()); ``hits`` (a turn's query hits) come first as their own section within
-        ``memory_tokens`` (default: a third of the budget, budget_split's memory share)."""
-        from fsmem.memory.render import render  # lazy: start-up, loaded only when used
+        timeline()); ``hits`` (a turn's query hits) come first as their own section. With
+        ``memory_tokens`` the section gets that many tokens and the timeline
+        ``budget_tokens``; without, the whole view fits ``budget_tokens``: the timeline is
+        shown within half of it, and the hits get what it leaves (docs/RENDER.md)."""
+        # lazy: start-up, loaded only when used
+        from fsmem.memory.render import HeuristicEstimator, render
         views = lookup.hit_views(self, hits)
-        if views and memory_tokens is None:
-            memory_tokens = budget_tokens // 3
-            budget_tokens -= memory_tokens
-        return render(self.timeline(), budget_tokens, estimator=estimator, hits=views,
-                      memory_tokens=memory_tokens or 0)
+        if not views or memory_tokens is not None:
+            return render(self.timeline(), budget_tokens, estimator=estimator, hits=views,
+                          memory_tokens=memory_tokens or 0)
+        est = estimator if estimator is not None else HeuristicEstimator()
+        timeline = render(self.timeline(), budget_tokens // 2, estimator=est)
+        room = max(budget_tokens - est.count(timeline), 0)
+        while True:   # an estimator that is not additive may count the two parts together higher
+            out = render((), 0, estimator=est, hits=views, memory_tokens=room) + timeline
+            over = est.count(out) - budget_tokens
+            if over <= 0 or room == 0:
+                return out
+            room = max(room - over, 0)
 
     def document(self, unit_id: str) -> Document:
         """A unit read back whole, from whichever layer holds it (fsmem.memory.lookup)."""

@@ -426,7 +426,7 @@ class _Section:
 
 
 _TIMELINE = _Section(HEADER + "\n", _OMITTED, oldest_first=True, force_first=True)
-_HITS = _Section(HITS_HEADER + "\n", _MORE_HITS, oldest_first=False, force_first=False)
+_CUT = _Section("", "", oldest_first=False, force_first=False)   # one hit cut (_cut_hit)
 
 
 def _layout(make: Callable[[int], _Entry], n: int, budget: int, meter: _Meter, floor: int,
@@ -477,8 +477,9 @@ def render(events: Iterable[Event], budget_tokens: int, *,
     the one output that may exceed the budget. "" when there are no events.
 
     ``hits`` (the read-only query hits of the turn, best first) come first as their own
-    section, ``【相关记忆】``, within ``memory_tokens`` (budget_split's memory share), each
-    hit's text water-filled by the same rule; the lowest-ranked collapse first. Deterministic.
+    section, ``【相关记忆】``, within ``memory_tokens`` (budget_split's memory share): each
+    hit whole while it fits, the first that does not cut line by line, the rest left out
+    (``_render_hits``). Deterministic.
     """
     for name, value in (("budget_tokens", budget_tokens), ("memory_tokens", memory_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -501,12 +502,56 @@ def render(events: Iterable[Event], budget_tokens: int, *,
 
 
 def _render_hits(hits: list[HitView], budget: int, meter: _Meter, floor: int) -> str:
-    """The query hits section: ``#k label`` then the hit's text as one body, best first."""
-    def make(i: int) -> _Entry:
-        body = _Body(hits[i].text)
-        label = " ".join(str(hits[i].label).split())
+    """The query hits section, best first: each hit whole (``#k label``, then its text) while
+    it fits; the first that does not is cut into the room left (``_cut_hit``); the hits
+    after it are left out, ``(N more hits omitted)`` under the header. "" when not even the
+    first hit fits at the floor. Checked by the estimator on the whole text."""
+    est, n = meter.est, len(hits)
+    shown: list[str] = []
+    for i, hit in enumerate(hits):
+        label = " ".join(str(hit.label).split())
+        whole = f"#{i + 1} {label}\n{hit.text}\n"
+        head = HITS_HEADER + "\n" + (_MORE_HITS.format(n - i - 1) if i < n - 1 else "")
+        if est.count(head + "".join(shown) + whole) <= budget:
+            shown.append(whole)
+            continue
+        head = HITS_HEADER + "\n" + _MORE_HITS.format(n - i)   # the most left out from here
+        room = budget - est.count(head + "".join(shown))
+        cut = _cut_hit(i, hit, label, room, meter, floor) if room > 0 else ""
+        if cut and est.count(head + "".join(shown) + cut) <= budget:
+            shown.append(cut)
+        break
+    if not shown:
+        return ""
+    rest = n - len(shown)
+    return HITS_HEADER + "\n" + (_MORE_HITS.format(rest) if rest else "") + "".join(shown)
+
+
+
+def _cut_hit(i: int, hit: HitView, label: str, room: int, meter: _Meter, floor: int) -> str:
+    """Hit ``i`` cut into ``room`` tokens by the timeline's rule, each line of its text (an
+    event of the view: ``views.matched_view``) a body of its own, so the matched event in
+    the middle keeps its beginning too; "…" lines stay whole. When its lines do not all fit
+    at the floor, its text is one body (its beginning). "" when neither fits."""
+    def by_line(_: int) -> _Entry:
+        pieces: list[str | _Body] = [f"#{i + 1} {label}\n"]
+        bodies = []
+        for line in hit.text.split("\n"):
+            if line == "…":
+                pieces.append("…\n")
+                continue
+            bodies.append(_Body(line))
+            pieces += (bodies[-1], "\n")
+        return _Entry(pieces, bodies)
+
+    def whole(_: int) -> _Entry:
+        body = _Body(hit.text)
         return _Entry([f"#{i + 1} {label}\n", body, "\n"], [body])
-    return _fit(make, len(hits), budget, meter, floor, _HITS)
+    for make in (by_line, whole):
+        text = _fit(make, 1, room, meter, floor, _CUT)
+        if text:
+            return text
+    return ""
 
 
 def _fit(make: Callable[[int], _Entry], n: int, budget: int, meter: _Meter, floor: int,
