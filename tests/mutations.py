@@ -664,6 +664,16 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "        if False:",
         _t("ctrl_c_defer",
            "test_a_ctrl_c_inside_the_mcp_servers_task_group_is_a_keyboard_interrupt")),
+    "search: no script balance (a note in the other language ranks below its own's noise)": (
+        "fsmem/search/index.py",
+        '                if getattr(self.mem.embedder, "multilingual", False) else cosine',
+        "                if False else cosine",
+        _t("retrieval",
+           "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
+    "search: the balanced cosines stand in for an other-script row's lexical part": (
+        "fsmem/search/index.py", "lexical_share=ranking.lexical_share(cov), reach_dense=cosine)",
+        "lexical_share=ranking.lexical_share(cov), reach_dense=None)",
+        _t("retrieval", "test_default_fusion_on_documents_with_recorded_e5")),
     # issue 31: what the model reads of a hit
     "render: a hit shows its whole unit (the matched events ignored)": (
         "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched)))",
@@ -732,6 +742,14 @@ def run_suite(pkg_root: Path, tests: list[str], workers: int = 0) -> tuple[int, 
     return proc.returncode, failed
 
 
+def _copy_package(root: Path) -> None:
+    """``root/fsmem``: a copy of the package to mutate; beside it the repository's fixtures and
+    benchmarks, linked (read by the tests that measure retrieval, never written)."""
+    shutil.copytree(REPO / "fsmem", root / "fsmem")
+    for name in ("fixtures", "benchmarks"):
+        (root / name).symlink_to(REPO / name, target_is_directory=True)
+
+
 def main(args: list[str]) -> int:
     survivors = []
     every = {**MUTATIONS, **DURABILITY}
@@ -739,7 +757,7 @@ def main(args: list[str]) -> int:
     cores = max(1, min(2, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory(prefix="fsmem-mut-") as tmp:
         base = Path(tmp) / "clean"
-        shutil.copytree(REPO / "fsmem", base / "fsmem")
+        _copy_package(base)
         # every named test passes on the unmutated copy (one run, the cores' workers), so a
         # red mutant run is the mutation's doing
         named = sorted({t for m in chosen.values() for t in m[3]})
@@ -751,7 +769,7 @@ def main(args: list[str]) -> int:
 
         def one(i: int, name: str, rel: str, old: str, new: str, tests: list[str]) -> str:
             copy = Path(tmp) / f"m{i}"
-            shutil.copytree(REPO / "fsmem", copy / "fsmem")
+            _copy_package(copy)
             path = copy / rel
             text = path.read_text(encoding="utf-8")
             if text.count(old) != 1:

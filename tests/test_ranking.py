@@ -185,11 +185,11 @@ def test_script_reach_of_rows_from_their_postings(tmp_path):
              mem.commit("Kevin from the data team is leaving next month; 每人凑两百")]
     idx = mem.index
     queries = ("boiler service", "年糕多重")
-    before = [idx._reach(q, idx._pending_rows()) for q in queries]
+    before = [idx._reach(q, idx._row_shares(idx._pending_rows())) for q in queries]
     idx.save()
     assert not idx.pending
     rows = [int(idx.u_ptr[idx.row_of[u]]) for u in units]
-    after = [idx._reach(q, idx._pending_rows())[rows] for q in queries]
+    after = [idx._reach(q, idx._row_shares(idx._pending_rows()))[rows] for q in queries]
     assert all(np.allclose(np.sort(b), np.sort(a)) for b, a in zip(before, after))
     en, zh = after
     assert en[0] == 1 and en[1] < 0.2 and 0.3 < en[2] < 0.7
@@ -247,3 +247,26 @@ def test_the_lexical_signal_counts_by_the_query_coverage_below_full_coverage():
     assert plain[0] > plain[1] and shared[1] > shared[0]
     assert np.allclose(ranking.fuse(lexical, dense, "fusion", weight=0.8, lexical_share=1.0),
                        plain)
+
+
+def test_script_balance_shifts_each_scripts_rows_by_a_share_of_their_median():
+    """ranking.balance_scripts: a multilingual embedder's cosines across scripts sit lower
+    as a whole; each script's rows (CJK share >= 0.5, or less) are shifted down by
+    SCRIPT_BALANCE x their median, the order within a script kept, a row without a vector
+    left at exactly 0; a store in one script, or a share of 0, is ranked as before."""
+    import numpy as np
+    from fsmem.search import ranking
+    dense = np.array([0.90, 0.80, 0.82, 0.0, 0.70, 0.66, 0.74], np.float32)
+    share = np.array([0.0, 0.0, 0.1, 0.0, 1.0, 0.9, 0.8], np.float32)
+    out = ranking.balance_scripts(dense, share, 1.0)
+    assert out[3] == 0 and (out[[0, 1, 2, 4, 5, 6]] > 0).all()
+    latin, cjk = [0, 1, 2], [4, 5, 6]
+    assert list(np.argsort(out[latin])) == list(np.argsort(dense[latin]))
+    assert list(np.argsort(out[cjk])) == list(np.argsort(dense[cjk]))
+    # each script's median row now scores the same: the best Chinese row beats English ones
+    assert abs(out[2] - out[4]) < 1e-6 and out[6] > out[1]
+    half = ranking.balance_scripts(dense, share, 0.5)   # half the shift between the medians
+    assert abs((half[2] - half[4]) - 0.5 * (0.82 - 0.70)) < 1e-6
+    assert ranking.balance_scripts(dense, np.zeros(7, np.float32)) is dense
+    assert ranking.balance_scripts(dense, share, 0.0) is dense
+    assert 0 < ranking.SCRIPT_BALANCE < 1

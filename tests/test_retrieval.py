@@ -33,6 +33,7 @@ class RecordedE5:
     conversations or retrieval (fixtures/retrieval/record_e5.py)."""
 
     dim = 384
+    multilingual = True   # e5's own output (ranking.balance_scripts)
 
     def __init__(self, fixture: str = "conversations") -> None:
         import numpy as np
@@ -99,6 +100,25 @@ def test_default_fusion_on_documents_with_recorded_e5(tmp_path):
     fused = evaluate(mem, unit_of, core, "fusion")
     alone = [evaluate(mem, unit_of, core, r)["recall@5"] for r in ("bm25", "dense")]
     mem.close()
-    assert fused["recall@5"] >= 0.96, fused
+    assert fused["recall@5"] >= 0.97, fused
     assert fused["recall@5"] > max(alone), (fused["recall@5"], alone)
-    assert fused["by_kind"]["cross_script"]["recall@5"] >= 0.7, fused["by_kind"]["cross_script"]
+    assert fused["by_kind"]["cross_script"]["recall@5"] >= 0.85, fused["by_kind"]["cross_script"]
+
+
+def test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias(tmp_path):
+    """A question in one language whose note is wholly in the other (docs-translation, 73
+    questions, recorded e5 vectors): e5's cosines across scripts sit lower as a whole, so
+    before the script balance the note ranked below most notes in the question's language
+    (fused 0.205, dense 0.110 at recall@5; 93 of 96 cross-script notes are in the top 5 of
+    their own language's notes). Per query each script's rows are shifted by a share of
+    their median (ranking.balance_scripts): measured 0.795 fused, 0.767 dense."""
+    docs, queries = load_fixture()
+    lang = {d["id"]: d["lang"] for d in docs}
+    translated = [q for q in queries if is_translation(q, lang)]
+    assert len(translated) >= 60
+    mem, unit_of = build(str(tmp_path / "m"), docs, RecordedE5("retrieval"))
+    mem.flush_vectors()
+    got = {r: evaluate(mem, unit_of, translated, r)["recall@5"] for r in ("bm25", "dense", "fusion")}
+    mem.close()
+    assert got["fusion"] >= 0.75 and got["dense"] >= 0.7, got
+    assert got["fusion"] > got["bm25"] + 0.5, got

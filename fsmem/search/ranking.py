@@ -19,10 +19,10 @@ import numpy as np
 
 __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
            "KIND_EVENT", "KIND_TURN", "KIND_SPOKEN", "SPEAKER_WEIGHT", "DATE_WEIGHT",
-           "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE",
+           "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE", "SCRIPT_BALANCE",
            "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
-           "cjk_share", "reach", "DEFAULT_RANKER"]
+           "cjk_share", "reach", "balance_scripts", "DEFAULT_RANKER"]
 
 DEFAULT_RANKER = "bm25"   # the best on fixtures/retrieval (docs/BENCHMARKS.md)
 K1, B = 1.2, 0.35         # BM25; weaker length normalisation than the textbook 0.75
@@ -51,6 +51,14 @@ REACH_POWER = 2.5
 # Chosen on our sets from 0.2-1 (docs/DECISIONS.md "Search").
 FULL_COVERAGE = 0.5
 
+# Script balance (``balance_scripts``): a multilingual embedder's cosines between a query and
+# passages in the other script sit lower as a whole (e5-small: an English note's best match
+# among Chinese notes ranked below most English ones), so a note in the other language could
+# not reach the top however well it answered. Per query, each script's rows are shifted down
+# by this share of their median cosine. 1 lifts the other script's noise with its answers
+# (paraphrase -3 questions, lived conversations -3); 0.5-0.85 were measured, 0.85 kept
+# (docs/DECISIONS.md "Search").
+SCRIPT_BALANCE = 0.85
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
 KIND_SPOKEN = 2   # an event without role or session whose source is a speaker (a plain
                   # ``commit(text, source="Caroline")`` turn): neighbours in a dialogue only
@@ -207,9 +215,29 @@ def reach(query_share: float, row_share: np.ndarray) -> np.ndarray:
     return (q * row_share + (1 - q) * (1 - row_share)).astype(np.float32)
 
 
+def balance_scripts(dense: np.ndarray, row_share: np.ndarray,
+                    alpha: float | None = None) -> np.ndarray:
+    """The dense scores with each script's rows (CJK share of at least a half, or less)
+    shifted down by ``alpha`` (``SCRIPT_BALANCE``) x their median, then up so the lowest row
+    with a vector scores just above 0 (a row without one stays exactly 0: ``fuse`` tells
+    them apart so). ``dense`` itself when either script has fewer than two rows with a
+    vector: a store in one language is ranked as before."""
+    alpha = SCRIPT_BALANCE if alpha is None else alpha
+    has = dense != 0
+    groups = [has & (row_share >= 0.5), has & (row_share < 0.5)]
+    if alpha == 0 or any(np.count_nonzero(g) < 2 for g in groups):
+        return dense
+    out = dense.astype(np.float32, copy=True)
+    for g in groups:
+        out[g] -= np.float32(alpha * float(np.median(dense[g])))
+    out[has] += np.float32(1e-3) - out[has].min()
+    return out
+
+
 def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
          live: np.ndarray | None = None, rrf_k: int = 60,
-         reach: np.ndarray | None = None, lexical_share: float = 1.0) -> np.ndarray:
+         reach: np.ndarray | None = None, lexical_share: float = 1.0,
+         reach_dense: np.ndarray | None = None) -> np.ndarray:
     """Combine the two signals: ``fusion`` = weighted sum of min-max scaled scores (a real
     embedder's similarities sit in a narrow band, so dividing by the maximum would flatten
     them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
@@ -218,7 +246,9 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
     standing in for the rest: a row in the query's script is fused as before, one wholly in
     the other script by the embedder alone. ``lexical_share`` (the query's, from the
-    function of that name) multiplies the min-max scaled lexical scores first."""
+    function of that name) multiplies the min-max scaled lexical scores first.
+    ``reach_dense``: the dense scores that stand in for the lexical part (default ``dense``;
+    the search passes the cosines before ``balance_scripts``, which was measured better)."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
@@ -236,5 +266,7 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     if reach is not None:   # only the rows out of full reach change
         sel = np.flatnonzero(has & (reach < 1))
         r = reach[sel]
-        lex[sel] = r * lex[sel] + (1 - r) * d[sel] ** np.float32(REACH_POWER)
+        stand = d if reach_dense is None else np.where(has, minmax(reach_dense, has),
+                                                        np.float32(0))
+        lex[sel] = r * lex[sel] + (1 - r) * stand[sel] ** np.float32(REACH_POWER)
     return ((1 - weight) * lex + weight * d).astype(np.float32)
