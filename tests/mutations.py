@@ -674,6 +674,9 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/index.py", "lexical_share=ranking.lexical_share(cov), reach_dense=cosine)",
         "lexical_share=ranking.lexical_share(cov), reach_dense=None)",
         _t("retrieval", "test_default_fusion_on_documents_with_recorded_e5")),
+    "search: a long query embedded whole (a pasted page costs e5 half a second)": (
+        "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
+        _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),
     # issue 31: what the model reads of a hit
     "render: a hit shows its whole unit (the matched events ignored)": (
         "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched)))",

