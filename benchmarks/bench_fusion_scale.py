@@ -129,6 +129,8 @@ class _E5Queries(Shape384):
     are embedded by e5 itself: what a fused query costs on a store e5 embedded (the values
     of the stored vectors do not change the cost)."""
 
+    multilingual = True   # as e5: its scores are balanced across scripts (the cost counted)
+
     def __init__(self, e5) -> None:
         super().__init__()
         self.e5 = e5
