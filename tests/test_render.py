@@ -348,6 +348,35 @@ def test_random_timelines_fit_the_budget_in_order_and_deterministically(events, 
     assert (int(omitted.group(1)) if omitted else 0) + len(shown) == len(events)
 
 
+@st.composite
+def hit_lists(draw: st.DrawFn) -> list[HitView]:
+    lines = st.lists(st.one_of(body, st.just("…")), min_size=1, max_size=5)
+    return [HitView(label=draw(body), text="\n".join(draw(lines)))
+            for _ in range(draw(st.integers(0, 8)))]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hit_lists(), st.integers(0, 2000), st.sampled_from(range(len(ESTIMATORS))))
+def test_random_hits_fit_their_share_best_first(hits, share, k):
+    """The hits section never exceeds its share by any estimator (additive or not); the hits
+    shown are the best ones in rank order, all whole but the last; the rest are counted in
+    the omitted line; deterministic."""
+    est = ESTIMATORS[k]
+    out = render([], 0, hits=hits, memory_tokens=share, estimator=est)
+    assert out == render([], 0, hits=hits, memory_tokens=share, estimator=est)
+    assert est.count(out) <= share
+    if not out:
+        return
+    assert out.startswith(HITS_HEADER)
+    shown = [int(m) for m in re.findall(r"^#(\d+) ", out, re.M)]
+    assert shown == list(range(1, len(shown) + 1)) and 0 < len(shown) <= len(hits)
+    omitted = re.search(r"^\((\d+) more hits omitted\)$", out, re.M)
+    assert (int(omitted.group(1)) if omitted else 0) + len(shown) == len(hits)
+    for i, hit in enumerate(hits[:len(shown) - 1]):   # every hit before the last is whole
+        label = " ".join(hit.label.split())
+        assert f"#{i + 1} {label}\n{hit.text}\n" in out
+
+
 @settings(max_examples=60, deadline=None)
 @given(timelines())
 def test_everything_whole_exactly_when_everything_fits(events):
