@@ -677,6 +677,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),
+    "tools: memory_render's query ignored (the view without its hits)": (
+        "fsmem/interfaces/tools.py",
+        '    hits = mem.query(query, top_k=a.get("top_k", 5)) if query.strip() else []',
+        "    hits = []", _t("tools", "test_every_tool_through_openai_style_calls")),
     # issue 31: what the model reads of a hit
     "render: a hit shows its whole unit (the matched events ignored)": (
         "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched)))",

@@ -89,6 +89,13 @@ def test_render_verb_and_memory_render_stay_within_budget(tmp_path):
     assert HeuristicEstimator().count(r.stdout.rstrip("\n")) <= 300
     full = Memory.open(demo).render(100_000)
     assert "Breville BES870" in full and "400元/节" in full    # ample budget: everything whole
+    mem = Memory.open(demo)
+    mem.commit("钢琴课改到周六上午十点，老师是周老师，一节课三百元")
+    mem.close()
+    seen = fsmem("render", "--root", str(demo), "--budget", "600", "--query", "周老师 钢琴课")
+    assert seen.returncode == 0 and seen.stdout.startswith("【相关记忆】"), seen.stderr
+    assert "老师是周老师" in seen.stdout.split("【对话时序】")[0]   # the hit, before the timeline
+    assert HeuristicEstimator().count(seen.stdout.rstrip("\n")) <= 600
 
 
 def test_ls_limit_reads_only_the_newest_units(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, make_png
-from fsmem import FsmemError, MediaAttachment, Memory, Timestamp
+from fsmem import FsmemError, HeuristicEstimator, MediaAttachment, Memory, Timestamp
 from fsmem.interfaces.tools import TOOLS, BadArgument, call, definitions, tool_names
 
 FORMATS = ("openai", "anthropic", "mcp")
@@ -105,6 +105,11 @@ def test_every_tool_through_openai_style_calls(root):
 
     text = tool_call(mem, "memory_render", {"budget_tokens": 2000})["text"]
     assert "咖啡机漏水" in text and "检查密封圈" in text
+    assert "【相关记忆】" not in text
+    # with a query: its hits from long-term memory first, in what the context leaves
+    seen = tool_call(mem, "memory_render", {"budget_tokens": 2000, "query": "光伏板"})["text"]
+    assert seen.startswith("【相关记忆】") and mem.document(uid).events[0].input[:20] in seen
+    assert "咖啡机漏水" in seen and HeuristicEstimator().count(seen) <= 2000
 
     listed = tool_call(mem, "memory_list", {"layer": "documents"})
     assert {u["unit_id"] for u in listed["units"]} == {uid, photo} and listed["total"] == 2

@@ -214,7 +214,10 @@ def _q_append(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _q_render(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
-    return {"budget_tokens": a["budget_tokens"], "text": mem.render(a["budget_tokens"])}
+    query = a.get("query", "")
+    hits = mem.query(query, top_k=a.get("top_k", 5)) if query.strip() else []
+    return {"budget_tokens": a["budget_tokens"],
+            "text": mem.render(a["budget_tokens"], hits=hits)}
 
 
 def _q_show(mem: Memory, a: dict[str, Any]) -> dict[str, Any]:
@@ -451,8 +454,13 @@ TOOLS: tuple[ToolSpec, ...] = (
              (), output=_O_APPEND, run=_q_append),
     ToolSpec("memory_render", "Render the context",
              "The working context (L1) as the model should see it, fitted fairly under a "
-             "token budget. Read-only.",
-             {"budget_tokens": _i("the token budget", 4000, 1, 10_000_000)},
+             "token budget; with a query, the query's hits from long-term memory first, best "
+             "first, in what the context leaves of the budget (the context takes at most "
+             "half). Read-only.",
+             {"budget_tokens": _i("the token budget", 4000, 1, 10_000_000),
+              "query": _s("a query whose hits come first in the view (default: none)",
+                          default=""),
+              "top_k": _i("how many hits at most", 5, 1, 100)},
              (), read_only=True, idempotent=True, output=_O_RENDER, run=_q_render),
     ToolSpec("memory_update", "Update a document",
              "Write a new version of a document in long-term memory (L2): the new text "

@@ -438,9 +438,9 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    # lazy: start-up, loaded only when used (+msgspec, threading, uuid)
-    from fsmem.memory.render import render
-    text = render(_read(args).timeline(), args.budget)
+    mem = _read(args)
+    hits = mem.query(args.query, top_k=args.top_k) if args.query.strip() else []
+    text = mem.render(args.budget, hits=hits)
     _emit(args, {"text": text}, text)
     return 0
 
@@ -710,6 +710,11 @@ def _parser(core_only: bool = False, only: str | None = None) -> argparse.Argume
     sp = verb("render", cmd_render, "the model's view of L1 under a token budget")
     sp.add_argument("--budget", type=positive_int, required=True, metavar="TOKENS",
                     help="the most tokens the view may take")
+    sp.add_argument("--query", default="", metavar="TEXT", help="its hits from L2 come "
+                    "first, best first, in what the timeline leaves (the timeline takes at "
+                    "most half the budget)")
+    sp.add_argument("--top-k", type=positive_int, default=5, metavar="K",
+                    help="with --query: how many hits at most (default 5)")
     sp = verb("stats", cmd_stats, "counts per layer; --legacy: the migration report of "
               "HomeAgent's documents")
     sp.add_argument("--legacy", action="store_true", help="per HomeAgent document: what fsmem "
