@@ -666,8 +666,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
            "test_a_ctrl_c_inside_the_mcp_servers_task_group_is_a_keyboard_interrupt")),
     "search: no script balance (a note in the other language ranks below its own's noise)": (
         "fsmem/search/index.py",
-        '                if getattr(self.mem.embedder, "multilingual", False) else cosine',
-        "                if False else cosine",
+        "            dense = ranking.balance_scripts(cosine, shares) if balance else cosine",
+        "            dense = cosine",
         _t("retrieval",
            "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
     "search: the balanced cosines stand in for an other-script row's lexical part": (

@@ -527,7 +527,6 @@ def _render_hits(hits: list[HitView], budget: int, meter: _Meter, floor: int) ->
     return HITS_HEADER + "\n" + (_MORE_HITS.format(rest) if rest else "") + "".join(shown)
 
 
-
 def _cut_hit(i: int, hit: HitView, label: str, room: int, meter: _Meter, floor: int) -> str:
     """Hit ``i`` cut into ``room`` tokens by the timeline's rule, each line of its text (an
     event of the view: ``views.matched_view``) a body of its own, so the matched event in

@@ -113,7 +113,6 @@ class E5SmallEmbedder:
             times[mode] = ms if times[mode] == 0.0 else 0.7 * times[mode] + 0.3 * ms
             omp.omp_set_num_threads(before)
 
-
     def bounded(self, text: str) -> str:
         """The query as embedded: whole up to ``QUERY_TOKENS`` of the model's tokens; a longer
         one (a turn's whole message as its focus) by its beginning and its end, half the

@@ -980,10 +980,10 @@ class Index(IndexFiles):
             # event than the one asked about: left out of the dense query too
             cosine = self.dense_rows(self._relative_dates(text, pend)[1] if ranker != "dense"
                                      else text, pend)
-            shares = self._row_shares(pend)
+            balance = self._balances_scripts()
+            shares = self._row_shares(pend) if balance or ranker == "fusion" else None
             # a multilingual embedder's cosines sit lower across scripts (ranking.SCRIPT_BALANCE)
-            dense = ranking.balance_scripts(cosine, shares) \
-                if getattr(self.mem.embedder, "multilingual", False) else cosine
+            dense = ranking.balance_scripts(cosine, shares) if balance else cosine
             reach = self._reach(text, shares) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach,
@@ -1037,7 +1037,8 @@ class Index(IndexFiles):
             if ranker != "bm25":
                 self.dense
                 embed_index(self)
-            self.post   # (dense too: its rows' scripts, ranking.balance_scripts)
+            if ranker != "dense" or self._balances_scripts():   # (its rows' scripts)
+                self.post
 
     def _needs_prepare(self, ranker: str) -> bool:
         """Whether ``_prepare`` would change the index for ``ranker`` (then it runs as a
@@ -1045,7 +1046,12 @@ class Index(IndexFiles):
         if ranker != "bm25" and (self.dense_absent or self._dense_check is not None or (
                 on_demand(self.mem) and (self.unembedded or not self.dense_scanned))):
             return True
-        return self._post_check is not None
+        return (ranker != "dense" or self._balances_scripts()) and self._post_check is not None
+
+    def _balances_scripts(self) -> bool:
+        """Whether dense scores are balanced across scripts (``ranking.balance_scripts``):
+        for an embedder that says ``multilingual`` (one space for Chinese and English)."""
+        return bool(getattr(self.mem.embedder, "multilingual", False))
 
     def _fusion_weight(self, cov: float) -> float:
         """The dense weight of "fusion" for a query of lexical coverage ``cov``."""

@@ -266,7 +266,7 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     if reach is not None:   # only the rows out of full reach change
         sel = np.flatnonzero(has & (reach < 1))
         r = reach[sel]
-        stand = d if reach_dense is None else np.where(has, minmax(reach_dense, has),
-                                                        np.float32(0))
+        stand = d if reach_dense is None or reach_dense is dense else \
+            np.where(has, minmax(reach_dense, has), np.float32(0))
         lex[sel] = r * lex[sel] + (1 - r) * stand[sel] ** np.float32(REACH_POWER)
     return ((1 - weight) * lex + weight * d).astype(np.float32)
