@@ -6,6 +6,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import wave
@@ -25,6 +26,10 @@ SOURCE = Path(__file__).resolve().parent.parent
 # thread pool's start costs each process ~0.1 s of CPU, and the suite starts hundreds on two
 # cores (fsmem's matrix products are small: one thread is as fast).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# The word bridge's derived tables (fsmem.search.bridge) are cached here, not in the home
+# directory of whoever runs the suite: made by the first worker that needs them, then read.
+os.environ.setdefault("FSMEM_CACHE", os.path.join(tempfile.gettempdir(),
+                                                  f"fsmem-test-cache-{os.getuid()}"))
 
 
 def _package_root() -> Path:

@@ -674,6 +674,52 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/index.py", "lexical_share=ranking.lexical_share(cov), reach_dense=cosine)",
         "lexical_share=ranking.lexical_share(cov), reach_dense=None)",
         _t("retrieval", "test_default_fusion_on_documents_with_recorded_e5")),
+    # the word bridge (fsmem.search.bridge): a query's words in the other script
+    "search: a query's translated words count nothing": (
+        "fsmem/search/ranking.py", "TRANSLATION_WEIGHT = 1.0", "TRANSLATION_WEIGHT = 0.0",
+        _t("bridge", "test_an_english_question_finds_a_chinese_note_without_an_embedder")),
+    "search: a Chinese query's words not translated": (
+        "fsmem/search/bridge.py", "                            english += meanings",
+        "                            pass",
+        _t("bridge", "test_a_chinese_question_finds_an_english_note_without_an_embedder")),
+    "search: translated only for a Chinese query over a mostly Chinese store": (
+        "fsmem/search/index.py", "(cjk and rows.min() < 0.5)", "(cjk and rows.min() < 0)",
+        _t("bridge", "test_a_chinese_question_finds_an_english_note_without_an_embedder")),
+    "search: the dictionary loaded for every query (a one-script store too)": (
+        "fsmem/search/index.py",
+        "        if not len(rows) or not ((latin and rows.max() > 0) or (cjk and rows.min() < 0.5)):",
+        "        if not len(rows):",
+        _t("bridge", "test_a_one_script_store_never_loads_the_dictionary")),
+    "search: the bridge translates function words (什么 -> something)": (
+        "fsmem/search/bridge.py", "                        if w not in ZH_FUNCTION_WORDS:",
+        "                        if True:",
+        _t("bridge", "test_a_chinese_query_gives_its_words_meanings_but_not_its_function_words")),
+    "search: a phrasal gloss means its content word (water down -> water)": (
+        "fsmem/search/bridge.py", "    if not words or any(w in STOP_WORDS for w in words):",
+        "    words = [w for w in words if w not in STOP_WORDS]\n    if not words:",
+        _t("bridge", "test_glosses_that_are_not_meanings_do_not_make_translations")),
+    "search: the bridge takes the dictionary's first words, not the common ones": (
+        "fsmem/search/bridge.py", "                level = levels.get(simp, 9)",
+        "                level = 0",
+        _t("bridge", "test_an_english_word_reaches_the_common_chinese_words_glossed_by_it")),
+    "search: an English phrase is not a key of its own": (
+        "fsmem/search/bridge.py", "        for n in range(1, _MAX_PHRASE + 1):",
+        "        for n in range(1, 2):",
+        _t("bridge", "test_a_chinese_query_gives_its_words_meanings_but_not_its_function_words")),
+    "search: the dictionary cache is never read (each process parses it again)": (
+        "fsmem/search/bridge.py", "        bridge = _read_cache(path) if path else None",
+        "        bridge = None",
+        _t("bridge", "test_the_derived_tables_are_cached_outside_the_store_and_read_back")),
+    "search: a damaged dictionary cache is an error": (
+        "fsmem/search/bridge.py", "    except (OSError, msgspec.DecodeError) as exc:",
+        "    except FileNotFoundError as exc:",
+        _t("bridge", "test_the_derived_tables_are_cached_outside_the_store_and_read_back")),
+    "search: an other-script row's lexical part the embedder's alone (translations ignored)": (
+        "fsmem/search/ranking.py", "np.maximum(   # (the lexical part: translated)\n"
+        "            lex[sel], stand[sel] ** np.float32(REACH_POWER))",
+        "(stand[sel] ** np.float32(REACH_POWER))",
+        _t("retrieval",
+           "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

@@ -21,9 +21,12 @@ def test_default_ranker_recall_at_5(tmp_path):
     assert len(core) >= 60
     mem, unit_of = build(str(tmp_path / "m"), docs)
     result = evaluate(mem, unit_of, core, DEFAULT_RANKER)
-    assert result["recall@5"] >= 0.85, result
+    assert result["recall@5"] >= 0.92, result   # 0.875 before the word bridge, 0.938 with it
     for kind in ("zh", "mixed", "detail", "partial", "paraphrase"):
         assert result["by_kind"][kind]["recall@5"] >= 0.8, (kind, result["by_kind"][kind])
+    # an English question for a Chinese note or the reverse, lexically: through the
+    # dictionary (fsmem.search.bridge): 0.391 without it, 0.826 with it
+    assert result["by_kind"]["cross_script"]["recall@5"] >= 0.75, result["by_kind"]["cross_script"]
 
 
 class RecordedE5:
@@ -111,7 +114,9 @@ def test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias
     before the script balance the note ranked below most notes in the question's language
     (fused 0.205, dense 0.110 at recall@5; 93 of 96 cross-script notes are in the top 5 of
     their own language's notes). Per query each script's rows are shifted by a share of
-    their median (ranking.balance_scripts): measured 0.795 fused, 0.767 dense."""
+    their median (ranking.balance_scripts): measured 0.795 fused, 0.767 dense. Lexical alone
+    reaches these notes only through the dictionary bridge (fsmem.search.bridge: 0.014 ->
+    0.425); fusion stays above it."""
     docs, queries = load_fixture()
     lang = {d["id"]: d["lang"] for d in docs}
     translated = [q for q in queries if is_translation(q, lang)]
@@ -120,5 +125,9 @@ def test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias
     mem.flush_vectors()
     got = {r: evaluate(mem, unit_of, translated, r)["recall@5"] for r in ("bm25", "dense", "fusion")}
     mem.close()
-    assert got["fusion"] >= 0.75 and got["dense"] >= 0.7, got
-    assert got["fusion"] > got["bm25"] + 0.5, got
+    assert got["dense"] >= 0.7, got
+    # fusion 0.781 when an other-script row's lexical part was the embedder's alone; with the
+    # better of it and the translated words' score (ranking.fuse): 0.849
+    assert got["fusion"] >= 0.82, got
+    assert got["bm25"] >= 0.35, got   # the word bridge: 0.014 without it
+    assert got["fusion"] > got["bm25"] + 0.25, got

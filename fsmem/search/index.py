@@ -39,6 +39,7 @@ from fsmem.search.analyze import (
     is_pair,
     term_hashes,
 )
+from fsmem.search.bridge import query_scripts, translated_terms
 from fsmem.search.index_entry import (
     IndexEntry,
     add_row_terms,
@@ -1074,6 +1075,21 @@ class Index(IndexFiles):
             pend.shares = _row_cjk_share(pend.post, pend.lens)
         return np.concatenate([c[2], pend.shares])
 
+    def _translated(self, text: str, own: np.ndarray, pend: "_PendingRows") -> np.ndarray:
+        """The terms of the query's words in the other script (``fsmem.search.bridge``), not
+        among its own; only when the store holds text in a script the query's words are not
+        in: an English query and a row with Chinese in it, a Chinese query and a row mostly
+        in Latin script (``ranking.cjk_share`` under a half: a Chinese turn's indexed date
+        words, "Sunday 7 May 2023", are Latin too). A one-script store never loads the
+        dictionary."""
+        latin, cjk = query_scripts(text)
+        if not (latin or cjk):
+            return np.zeros(0, np.uint64)
+        rows = self._row_shares(pend)
+        if not len(rows) or not ((latin and rows.max() > 0) or (cjk and rows.min() < 0.5)):
+            return np.zeros(0, np.uint64)
+        return np.setdiff1d(translated_terms(text), own, assume_unique=True)
+
     def _reach(self, text: str, rows: np.ndarray) -> np.ndarray | None:
         """Per row (compacted, then pending; ``rows``: their ``_row_shares``),
         ``ranking.reach`` of the query ``text``; None when the lexical signal reaches every
@@ -1147,8 +1163,9 @@ class Index(IndexFiles):
         sum of the query terms' idf (``ranking.coverage``): returned, never kept on the
         index, which the queries of other threads share. Besides its own terms, a query
         matches the speaker field (``fsmem.search.speakers``: a word of the query naming a
-        row's speaker, at ``ranking.SPEAKER_WEIGHT``) and the date terms ``dates`` (its
-        relative dates resolved, ``fsmem.search.when``, at ``ranking.DATE_WEIGHT``); neither
+        row's speaker, at ``ranking.SPEAKER_WEIGHT``), the date terms ``dates`` (its
+        relative dates resolved, ``fsmem.search.when``, at ``ranking.DATE_WEIGHT``) and its
+        words in the other script (``_translated``, at ``ranking.TRANSLATION_WEIGHT``); none
         counts in the idf mass."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
@@ -1160,7 +1177,8 @@ class Index(IndexFiles):
             return scores, 0.0
         spk = query_speaker_terms(own)
         day = hash_terms(dates) if dates else np.zeros(0, np.uint64)
-        q_terms = np.unique(np.concatenate([own, spk, day]), return_counts=True)[0]
+        other = self._translated(text, own, pend)
+        q_terms = np.unique(np.concatenate([own, spk, day, other]), return_counts=True)[0]
         ev_alive, all_alive = self._event_alive()
         hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
         if not all_alive:   # rows of removed units: no score, not counted in df
@@ -1187,6 +1205,8 @@ class Index(IndexFiles):
         idf[pair & mine] *= np.float32(ranking.PAIR_WEIGHT)
         idf[np.isin(q_terms, spk) & ~mine] *= np.float32(ranking.SPEAKER_WEIGHT)
         idf[np.isin(q_terms, day) & ~mine] *= np.float32(ranking.DATE_WEIGHT)
+        if len(other):
+            idf[np.isin(q_terms, other) & ~mine] *= np.float32(ranking.TRANSLATION_WEIGHT)
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores, mass

