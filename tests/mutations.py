@@ -714,12 +714,9 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/bridge.py", "    except (OSError, msgspec.DecodeError) as exc:",
         "    except FileNotFoundError as exc:",
         _t("bridge", "test_the_derived_tables_are_cached_outside_the_store_and_read_back")),
-    "search: an other-script row's lexical part the embedder's alone (translations ignored)": (
-        "fsmem/search/ranking.py", "np.maximum(   # (the lexical part: translated)\n"
-        "            lex[sel], stand[sel] ** np.float32(REACH_POWER))",
-        "(stand[sel] ** np.float32(REACH_POWER))",
-        _t("retrieval",
-           "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
+    "search: fusion ranks the other script by translated words too": (
+        "fsmem/search/index.py", 'translate=ranker != "fusion")', "translate=True)",
+        _t("bridge", "test_fusion_ranks_the_other_script_by_the_embedder_not_by_translations")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

@@ -100,10 +100,10 @@ def test_two_queries_interleaved_between_lexical_and_fusion_steps(store):
     real = idx.bm25_rows
     a_scored, b_scored = threading.Event(), threading.Event()
 
-    def ordered(text, pend=None, others=()):   # the index's own step, only its timing
-        if text == b:                            # is arranged
+    def ordered(text, pend=None, others=(), **kw):   # the index's own step, only its
+        if text == b:                                  # timing is arranged
             assert a_scored.wait(10)
-        out = real(text, pend, others)
+        out = real(text, pend, others, **kw)
         if text == a:
             a_scored.set()
             assert b_scored.wait(10)

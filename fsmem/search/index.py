@@ -969,7 +969,9 @@ class Index(IndexFiles):
         prev[pend.fix[0]], nxt[pend.fix[2]] = pend.fix[1], pend.fix[3]   # (see _links)
         idf_mass = 0.0
         if ranker != "dense":
-            raw, idf_mass = self.bm25_rows(text, pend, others)
+            # fusion hands the other script to the embedder (``_reach``): the translated
+            # words' loose matches measured worse there (docs/DECISIONS.md "Search")
+            raw, idf_mass = self.bm25_rows(text, pend, others, translate=ranker != "fusion")
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
@@ -1148,25 +1150,26 @@ class Index(IndexFiles):
         return ranking.unit_max(self.dense_rows(text, pend), starts)
 
     def bm25_rows(self, text: str, pend: "_PendingRows | None" = None,
-                  others: "Sequence[Index]" = ()) -> tuple[np.ndarray, float]:
+                  others: "Sequence[Index]" = (), translate: bool = True
+                  ) -> tuple[np.ndarray, float]:
         """``_bm25_rows`` with the query's relative dates resolved (``_relative_dates``)."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         dates, text = self._relative_dates(text, pend)
-        return self._bm25_rows(text, pend, others, dates)
+        return self._bm25_rows(text, pend, others, dates, translate)
 
     def _bm25_rows(self, text: str, pend: "_PendingRows | None" = None,
-                   others: "Sequence[Index]" = (), dates: Sequence[str] = ()
-                   ) -> tuple[np.ndarray, float]:
+                   others: "Sequence[Index]" = (), dates: Sequence[str] = (),
+                   translate: bool = True) -> tuple[np.ndarray, float]:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
         compacted rows first, then the pending ones (rows of removed units score 0), and the
         sum of the query terms' idf (``ranking.coverage``): returned, never kept on the
         index, which the queries of other threads share. Besides its own terms, a query
         matches the speaker field (``fsmem.search.speakers``: a word of the query naming a
         row's speaker, at ``ranking.SPEAKER_WEIGHT``), the date terms ``dates`` (its
-        relative dates resolved, ``fsmem.search.when``, at ``ranking.DATE_WEIGHT``) and its
-        words in the other script (``_translated``, at ``ranking.TRANSLATION_WEIGHT``); none
-        counts in the idf mass."""
+        relative dates resolved, ``fsmem.search.when``, at ``ranking.DATE_WEIGHT``) and, with
+        ``translate``, its words in the other script (``_translated``, at
+        ``ranking.TRANSLATION_WEIGHT``); none counts in the idf mass."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
@@ -1177,7 +1180,7 @@ class Index(IndexFiles):
             return scores, 0.0
         spk = query_speaker_terms(own)
         day = hash_terms(dates) if dates else np.zeros(0, np.uint64)
-        other = self._translated(text, own, pend)
+        other = self._translated(text, own, pend) if translate else np.zeros(0, np.uint64)
         q_terms = np.unique(np.concatenate([own, spk, day, other]), return_counts=True)[0]
         ev_alive, all_alive = self._event_alive()
         hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies

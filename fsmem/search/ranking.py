@@ -248,10 +248,10 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
 
     ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
-    as the lexical signal can see that row, the better of its lexical score (which only the
-    query's translated words give it: ``fsmem.search.bridge``) and its scaled dense score (to
-    ``REACH_POWER``) standing in for the rest: a row in the query's script is fused as
-    before, one wholly in the other script by the embedder and the translated words.
+    as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
+    standing in for the rest: a row in the query's script is fused as before, one wholly in
+    the other script by the embedder alone (the search gives fusion the lexical scores of the
+    query's own words: its translated words, ``fsmem.search.bridge``, measured worse there).
     ``lexical_share`` (the query's, from the function of that name) multiplies the min-max
     scaled lexical scores first.
     ``reach_dense``: the dense scores that stand in for the lexical part (default ``dense``;
@@ -275,6 +275,5 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
         r = reach[sel]
         stand = d if reach_dense is None or reach_dense is dense else \
             np.where(has, minmax(reach_dense, has), np.float32(0))
-        lex[sel] = r * lex[sel] + (1 - r) * np.maximum(   # (the lexical part: translated)
-            lex[sel], stand[sel] ** np.float32(REACH_POWER))
+        lex[sel] = r * lex[sel] + (1 - r) * stand[sel] ** np.float32(REACH_POWER)
     return ((1 - weight) * lex + weight * d).astype(np.float32)
