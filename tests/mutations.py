@@ -722,6 +722,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         '    return {"installed": True, "cache": path,',
         _t("bridge",
            "test_doctor_says_whether_the_dictionary_is_there_and_where_its_tables_are")),
+    "search: an English word reaches simplified Chinese only": (
+        "fsmem/search/bridge.py", "                    words.update(dict.fromkeys((simp, trad)))",
+        "                    words.update(dict.fromkeys((simp,)))",
+        _t("bridge", "test_an_english_word_reaches_the_common_chinese_words_glossed_by_it")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

@@ -47,11 +47,12 @@ def tiny(tmp_path):
 
 def test_an_english_word_reaches_the_common_chinese_words_glossed_by_it(tiny):
     """"toll" is the gloss of six words: the HSK levels put the common ones first, the rest
-    by the gloss's place in its entry, and only PER_WORD (4) are kept."""
-    assert tiny.words("toll") == ["过路费", "收费站", "通行税", "罕言"]
-    assert tiny.words("vet") == ["兽医"] and tiny.words("veterinarian") == ["兽医"]
-    assert tiny.words("toll station") == ["收费站"]   # a phrase is a key of its own
-    assert tiny.words("dog food") == ["狗粮"]
+    by the gloss's place in its entry, and only PER_WORD (4) are kept, each simplified and
+    (where it differs) traditional."""
+    assert tiny.words("toll") == ["过路费", "過路費", "收费站", "收費站", "通行税", "通行稅", "罕言"]
+    assert tiny.words("vet") == ["兽医", "獸醫"] and tiny.words("veterinarian") == ["兽医", "獸醫"]
+    assert tiny.words("toll station") == ["收费站", "收費站"]   # a phrase is a key of its own
+    assert tiny.words("dog food") == ["狗粮", "狗糧"]
 
 
 def test_glosses_that_are_not_meanings_do_not_make_translations(tiny):
@@ -60,7 +61,7 @@ def test_glosses_that_are_not_meanings_do_not_make_translations(tiny):
     and parentheses too."""
     assert tiny.words("water") == []
     assert tiny.glosses("干杯") == ["drink a toast", "cheers!"]
-    assert tiny.words("drink toast") == ["干杯"]
+    assert tiny.words("drink toast") == ["干杯", "乾杯"]
     assert tiny.glosses("称体重") == ["weigh"]
     assert tiny.glosses("路费") == ["travel expenses", "toll"]
     assert tiny.glosses("水") is None   # one character: not a word the bridge translates
@@ -71,8 +72,9 @@ def test_a_chinese_query_gives_its_words_meanings_but_not_its_function_words(tin
     assert english == ["veterinarian", "vet", "high speed", "toll"], english
     assert chinese == []
     english, chinese = tiny.translate("What did the vet say about the highway tolls?")
-    assert english == [] and chinese == ["兽医", "过路费", "收费站", "通行税", "罕言"]
-    assert tiny.translate("Which dog food does Coco eat?") == ([], ["狗粮"])   # a phrase
+    assert english == [] and chinese == ["兽医", "獸醫", "过路费", "過路費", "收费站", "收費站",
+                                         "通行税", "通行稅", "罕言"]
+    assert tiny.translate("Which dog food does Coco eat?") == ([], ["狗粮", "狗糧"])   # phrase
 
 
 def test_malformed_dictionary_lines_are_skipped(tiny):
@@ -141,6 +143,18 @@ def test_an_english_question_finds_a_chinese_note_without_an_embedder(tmp_path):
     note ranks first, above the English notes sharing "highway" and "month"."""
     got = _ranked(tmp_path, "How much did we pay in highway tolls this month?")
     assert got[0] == _NOTES[0], got
+
+
+def test_an_english_question_finds_a_note_in_traditional_chinese(tmp_path):
+    mem = Memory.open(str(tmp_path / "m"), durability="off")
+    try:
+        notes = ["上週帶狗去看獸醫，醫生說牠的牙齒需要清潔。", "The dog's walker comes at noon.",
+                 "We drove to the vet school open day last spring."]
+        ids = [mem.commit(n, source="note") for n in notes]
+        got = [h.unit_id for h in mem.query("What did the veterinarian say?", top_k=3)]
+    finally:
+        mem.close()
+    assert got and got[0] == ids[0], got
 
 
 def test_a_chinese_question_finds_an_english_note_without_an_embedder(tmp_path):

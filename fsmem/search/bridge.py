@@ -11,7 +11,8 @@ Niangao now, what did the vet say about treats?" shares no term with
 - its English words and phrases of up to three words (stop words dropped, stemmed as
   ``fsmem.search.analyze`` stems them) give up to ``PER_WORD`` Chinese words having that
   gloss, the common ones first (the HSK 3.0 word levels of the same package), as their
-  character bigrams (兽医); a single character is too common a bigram-less term to help.
+  character bigrams, simplified and traditional (兽医, 獸醫); a single character is too
+  common a bigram-less term to help.
 
 The translated terms join the query at the weight of its own (``Index._bm25_rows``), and
 only when the index holds rows in the other script: an English store asked in English never
@@ -132,7 +133,7 @@ class Bridge:
     def parse(cls, cedict: str, levels: dict[str, int]) -> "Bridge":
         """From the dictionary's text (about a second: ``load`` keeps the result)."""
         zh: dict[str, list[str]] = {}
-        en: dict[str, list[tuple[int, int, str]]] = {}
+        en: dict[str, list[tuple[int, int, str, str]]] = {}
         with open(cedict, encoding="utf-8") as f:
             for line in f:
                 if line[:1] == "#":
@@ -152,14 +153,16 @@ class Bridge:
                 for pos, g in enumerate(meanings):
                     st = _stems(g)
                     if st:
-                        en.setdefault(" ".join(st), []).append((level, pos, simp))
+                        en.setdefault(" ".join(st), []).append((level, pos, simp, trad))
         top: dict[str, str] = {}
         for key, found in en.items():
-            words: list[str] = []
-            for _level, _pos, w in sorted(found):
-                if w not in words:
-                    words.append(w)
-                    if len(words) == PER_WORD:
+            words: dict[str, None] = {}   # each word simplified, then traditional if it differs
+            seen: set[str] = set()
+            for _level, _pos, simp, trad in sorted(found):
+                if simp not in seen:
+                    seen.add(simp)
+                    words.update(dict.fromkeys((simp, trad)))
+                    if len(seen) == PER_WORD:
                         break
             top[key] = "/".join(words)
         return cls(_Table.build({k: "/".join(dict.fromkeys(v)) for k, v in zh.items()}),
@@ -171,7 +174,9 @@ class Bridge:
         return None if found is None else found.split("/")
 
     def words(self, stems: str) -> list[str]:
-        """Up to ``PER_WORD`` Chinese words glossed by these English stems, common first."""
+        """Up to ``PER_WORD`` Chinese words glossed by these English stems, common first,
+        each in its simplified and (where it differs) its traditional form: a store written
+        in either is reached."""
         found = self._en.get(stems)
         return found.split("/") if found else []
 
@@ -208,7 +213,7 @@ class Bridge:
 _lock = threading.Lock()
 _bridge: Bridge | None = None
 _missing = False
-BRIDGE_VERSION = 2   # of the derived tables (with the analyzer's: the stems are its stems)
+BRIDGE_VERSION = 2   # the tables' layout (their file also names the analyzer and these rules)
 
 
 class _Tables(msgspec.Struct, array_like=True):
@@ -289,10 +294,21 @@ def _source() -> tuple[str, str, os.stat_result] | None:
         return None
 
 
+def _code() -> str:
+    """A digest of this module's source: tables made by other rules are never read back."""
+    try:
+        with open(__file__, "rb") as f:
+            return blake2b(f.read(), digest_size=4).hexdigest()
+    except OSError:   # (no source beside the bytecode)
+        return "nosrc"
+
+
 def _cache_path(st: os.stat_result) -> str | None:
+    """The tables' file: named by the table layout, the analyzer, this module's rules and
+    the dictionary file's size and time."""
     where = cache_dir()
-    return where and os.path.join(where, f"bridge-{BRIDGE_VERSION}.{ANALYZER_VERSION}-"
-                                         f"{st.st_size}-{st.st_mtime_ns}.msgpack")
+    return where and os.path.join(where, f"bridge-{BRIDGE_VERSION}.{ANALYZER_VERSION}."
+                                         f"{_code()}-{st.st_size}-{st.st_mtime_ns}.msgpack")
 
 
 def state() -> dict[str, object]:
