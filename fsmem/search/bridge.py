@@ -40,7 +40,8 @@ from hashlib import blake2b
 import msgspec
 import numpy as np
 
-from .analyze import ANALYZER_VERSION, STOP_WORDS, _stem, cjk_unigram_mask, term_hashes
+from .analyze import (ANALYZER_VERSION, CJK_CHARS, STOP_WORDS, _stem, cjk_unigram_mask,
+                      term_hashes)
 
 __all__ = ["Bridge", "load", "state", "cache_dir", "query_scripts", "translated_terms", "PER_WORD",
            "ZH_FUNCTION_WORDS", "BRIDGE_VERSION"]
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 PER_WORD = 4          # Chinese words an English word or phrase reaches (common ones first)
 _MAX_HEAD = 6         # the longest Chinese word looked up
 _MAX_PHRASE = 3       # the longest English gloss used (words)
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_CJK_RUN = re.compile(f"[{CJK_CHARS}]+")   # the analyzer's CJK: the same text is Chinese
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 _PAREN = re.compile(r"\([^)]*\)")
 # glosses that are references or notes, not meanings
@@ -122,8 +123,8 @@ class _Table:
 
 
 class Bridge:
-    """CC-CEDICT as two lookups: Chinese word -> its glosses (kept raw, cleaned when looked
-    up), English stems -> the Chinese words glossed by them."""
+    """CC-CEDICT as two lookups: Chinese word -> its meanings (``_meanings``), English stems
+    -> the Chinese words glossed by them."""
 
     def __init__(self, zh: _Table, en: _Table) -> None:
         self._zh = zh   # Chinese word -> its meanings, "/" between
@@ -131,7 +132,7 @@ class Bridge:
 
     @classmethod
     def parse(cls, cedict: str, levels: dict[str, int]) -> "Bridge":
-        """From the dictionary's text (about a second: ``load`` keeps the result)."""
+        """From the dictionary's text (about 2 s: ``load`` caches the result)."""
         zh: dict[str, list[str]] = {}
         en: dict[str, list[tuple[int, int, str, str]]] = {}
         with open(cedict, encoding="utf-8") as f:
@@ -321,8 +322,8 @@ def state() -> dict[str, object]:
 
 
 def load() -> Bridge | None:
-    """The process's dictionary, loaded on first use: from the cache (about 0.1 s), else
-    parsed (about a second) and cached; None without the package (logged once)."""
+    """The process's dictionary, loaded on first use: from the cache (about 25 ms), else
+    parsed (about 2 s) and cached; None without the package (logged once)."""
     global _bridge, _missing
     if _bridge is not None or _missing:
         return _bridge

