@@ -735,9 +735,38 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "    hits = []", _t("tools", "test_every_tool_through_openai_style_calls")),
     # issue 31: what the model reads of a hit
     "render: a hit shows its whole unit (the matched events ignored)": (
-        "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched)))",
-        "text=doc.content))",
+        "fsmem/memory/lookup.py", "text=matched_view(doc.events, hit.events_matched,",
+        "text=doc.content if True else matched_view(doc.events, hit.events_matched,",
         _t("render", "test_a_hit_of_many_events_shows_what_matched_and_the_turn_before_each")),
+    "render: a hit borrows no turn from another unit (a reply archived apart not shown)": (
+        "fsmem/memory/lookup.py", "                                             "
+        "_near_events(src, hit.events_near))))",
+        "                                             ())))",
+        _t("render", "test_a_reply_another_unit_holds_is_shown_next_to_its_question")),
+    "search: a hit's borrowed turns from its own unit too (no unit check)": (
+        "fsmem/search/index.py", "                if u != home and alive[u] and name",
+        "                if alive[u] and name",
+        _t("render", "test_a_reply_another_unit_holds_is_shown_next_to_its_question")
+        + _t("render", "test_a_burst_of_notes_from_one_source_borrows_no_neighbours")),
+    "search: a hit's borrowed turns are any time-adjacent rows (not the conversation's links)": (
+        "fsmem/search/index.py", "            for link in (int(prev[r]), int(nxt[r])):",
+        "            for link in (r - 1, r + 1):",
+        _t("render", "test_a_burst_of_notes_from_one_source_borrows_no_neighbours")),
+    "render: a speaker the text names shown twice in the timeline": (
+        "fsmem/memory/render.py", "    said = said_by(ev.source, ev.input)", "    said = False",
+        _t("render", "test_a_speaker_the_text_names_is_shown_once")),
+    "render: a speaker the text names shown twice in a hit": (
+        "fsmem/format/views.py",
+        '        who = "" if said_by(event.source, event.input) else f" {event.source}:"',
+        '        who = f" {event.source}:"',
+        _t("render", "test_a_speaker_the_text_names_is_shown_once")),
+    "render: a hit's lines in the stored ISO form": (
+        "fsmem/format/views.py", "        line = f\"[{wall_clock(event.timestamp)}]{who} {event.input}\"",
+        "        line = f\"[{event.timestamp.isoformat()}]{who} {event.input}\"",
+        _t("render", "test_a_hit_tells_times_as_the_timeline_does")),
+    "render: an archive's hit labelled by its stored summary": (
+        "fsmem/memory/lookup.py", "label=hit_label(doc) or hit.summary", "label=doc.summary or hit.summary",
+        _t("render", "test_a_hit_tells_times_as_the_timeline_does")),
     "render: every hit cut to one common cap (the budget spread over all of them)": (
         "fsmem/memory/render.py",
         "        if est.count(head + \"\".join(shown) + whole) <= budget:",

@@ -564,3 +564,104 @@ def test_a_hit_of_many_events_shows_what_matched_and_the_turn_before_each(tmp_pa
     whole = msgspec.structs.replace(hit, events_matched=[])
     shown = mem.render(4000, hits=[whole], memory_tokens=4000).split(HEADER)[0]
     assert "filler turn number 11" in shown and "garden gate" in shown
+
+
+def _turns(mem, talk, start: str = "2025-04-12T17:40:00+01:00") -> list[str]:
+    """One plain ``commit(text, source=speaker)`` per turn, a minute apart (unit ids)."""
+    t0 = Timestamp.parse(start)
+    return [mem.commit(text, source=who, timestamp=Timestamp(t0.ns + i * 60 * 10**9, t0.offset))
+            for i, (who, text) in enumerate(talk)]
+
+
+def test_a_reply_another_unit_holds_is_shown_next_to_its_question(tmp_path):
+    """Turns stored apart (one unit per turn, or a reply pruned into another archive unit
+    than its question): the hit on the question shows the reply beside it in the view (the
+    index's conversation links, ``Hit.events_near``), and the reply's unit stays apart:
+    the question's unit holds one event (issue 31: what the model reads)."""
+    from fsmem import Memory
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    units = _turns(mem, [("Priya", "Afternoon. Short update from the sofa."),
+                         ("Lena", "Can one of you drive the van on moving day?"),
+                         ("Tom", "I can, as long as it's after my shift, so from about 2pm."),
+                         ("Lena", "Deal. I'll pay in pizza."),
+                         ("Priya", "Sorry, my knee says no to stairs this month.")])
+    (hit,) = [h for h in mem.query("drive the van on moving day", 5) if h.unit_id == units[1]]
+    assert (units[2], mem.document(units[2]).events[0].id) in hit.events_near
+    out = mem.render(2000, hits=[hit], memory_tokens=1000).split(HEADER)[0]
+    lines = out.splitlines()
+    ask = next(i for i, x in enumerate(lines)
+               if x.startswith("[") and "drive the van on moving day" in x)
+    assert "Tom: I can, as long as it's after my shift" in lines[ask + 1], out
+    assert "Priya: Afternoon" in lines[ask - 1]   # and the turn before, in its own unit
+    assert len(mem.document(units[1]).events) == 1
+    # a dialogue stored as one unit borrows nothing: its neighbours are its own
+    from fsmem import Event as Ev
+    t1 = Timestamp.parse("2025-05-01T10:00:00+01:00")
+    both = mem.commit_events([Ev(source=who, input=text,
+                                 timestamp=Timestamp(t1.ns + i * 60 * 10**9, t1.offset))
+                              for i, (who, text) in enumerate([
+                                  ("Lena", "Who can water the plants in the new flat?"),
+                                  ("Tom", "Me, on Tuesdays."), ("Priya", "And me on Fridays.")])])
+    (own,) = [h for h in mem.query("water the plants", 5) if h.unit_id == both]
+    assert own.events_matched and own.events_near == []
+    mem.close()
+
+
+def test_a_burst_of_notes_from_one_source_borrows_no_neighbours(tmp_path):
+    """Notes one source committed in a burst are not a conversation: a hit on one shows it
+    alone, with no note of another unit beside it."""
+    from fsmem import Memory
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    units = _turns(mem, [("notes", "Buy hinges for the garden gate."),
+                         ("notes", "The van rental closes at six."),
+                         ("notes", "Call the landlord about the deposit.")])
+    (hit,) = [h for h in mem.query("van rental", 5) if h.unit_id == units[1]]
+    assert hit.events_near == []
+    out = mem.render(2000, hits=[hit], memory_tokens=1000).split(HEADER)[0]
+    assert "hinges" not in out and "landlord" not in out
+    mem.close()
+
+
+def test_a_speaker_the_text_names_is_shown_once(tmp_path):
+    """An event whose text begins with its speaker ("Tom: ...", as a group chat is often
+    stored) reads "Tom: ..." in the timeline and in a hit, not "Tom: Tom: ..."; a text
+    naming someone else keeps its speaker."""
+    from fsmem import Event as Ev, Memory
+    mem = Memory.open(tmp_path / "m", auto_prune=False)
+    mem.append(Ev(source="Tom", input="Tom: Got it! I start on the 17th, early shifts."))
+    mem.append(Ev(source="Lena", input="Tom: you owe me a croissant."))
+    uid = mem.commit_events([Ev(source="Tom", input="Tom: the ovens keep the bakery warm.")])
+    out = mem.render(2000, hits=mem.query("ovens bakery", 1))
+    assert "Tom: Tom:" not in out
+    assert "] Tom: Got it!" in out and "] Tom: the ovens keep" in out
+    assert "] Lena: Tom: you owe me" in out
+    assert mem.document(uid).events[0].input == "Tom: the ovens keep the bakery warm."
+    mem.close()
+
+
+def test_a_hit_tells_times_as_the_timeline_does(tmp_path):
+    """A hit's lines give the wall-clock time as the timeline does ("2025-04-12 18:41:00",
+    in the event's own offset), not the stored ISO form; an L1 archive's label is short:
+    its count and time span, its speakers left to the lines."""
+    from fsmem import Event as Ev, Memory
+    mem = Memory.open(tmp_path / "m", auto_prune=False, context_capacity=4,
+                      context_protected=1)
+    t0 = Timestamp.parse("2025-04-12T17:41:00+01:00")
+    talk = [("Lena", "I signed the lease for the river flat"), ("Tom", "the kitchen is tiny"),
+            ("Lena", "we move on the third"), ("Priya", "I will bring boxes"),
+            ("Tom", "and I bring pizza")]
+    for i, (who, text) in enumerate(talk):
+        mem.append(Ev(source=who, input=text, timestamp=Timestamp(t0.ns + i * 60 * 10**9,
+                                                                   t0.offset)))
+    archived = mem.prune()
+    assert archived
+    doc = mem.document(archived)
+    assert doc.summary.startswith(f"{len(doc.events)} archived events from ")   # as stored
+    hits = [h for h in mem.query("lease river flat", 5) if h.unit_id == archived]
+    out = mem.render(2000, hits=hits, memory_tokens=1000).split(HEADER)[0]
+    assert "[2025-04-12 17:41:00] Lena: I signed the lease" in out, out
+    assert "T17:41" not in out and "+01:00" not in out
+    first, last = sorted(e.timestamp.ns for e in doc.events)[::len(doc.events) - 1]
+    assert f"#1 {len(doc.events)} archived events, 2025-04-12 17:41:00 .. " in out
+    assert "archived events from" not in out
+    mem.close()

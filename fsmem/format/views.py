@@ -41,9 +41,30 @@ def hydrate_event(unit_dir: str, unit_id: str, rec: EventRecord, agent: str = ""
                  blocks=list(rec.blocks), unit_id=unit_id, texts=texts, agent=agent)
 
 
-def event_text(event: Event) -> str:
-    """One event as a person reads it: full timestamp, source, full texts, media labels."""
-    line = f"[{event.timestamp.isoformat()}] {event.source}: {event.input}"
+def said_by(source: str, text: str) -> bool:
+    """Whether ``text`` already names its speaker ("Tom: got it" from Tom): a view then
+    shows it once, not "Tom: Tom: got it"."""
+    return bool(source) and text.startswith(source + ":")
+
+
+def wall_clock(ts: Timestamp) -> str:
+    """``2025-04-05 21:22:47``: the wall-clock time in the event's own offset, as the
+    timeline shows it (without the offset: the model reads times, not zones)."""
+    try:
+        return ts.strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError):   # beyond datetime's years 1..9999
+        return ts.isoformat()
+
+
+def event_text(event: Event, *, compact: bool = False) -> str:
+    """One event as a person reads it: full timestamp, source, full texts, media labels.
+    ``compact`` (a hit in the model's view): the timeline's wall-clock time, and the
+    source once when the text already begins with it."""
+    if compact:
+        who = "" if said_by(event.source, event.input) else f" {event.source}:"
+        line = f"[{wall_clock(event.timestamp)}]{who} {event.input}"
+    else:
+        line = f"[{event.timestamp.isoformat()}] {event.source}: {event.input}"
     if event.tools_used:
         line += " → tools: " + ", ".join(event.tools_used)
     if event.response:
@@ -71,27 +92,52 @@ def content_view(events: list[Event]) -> str:
 MATCH_CONTEXT = (1, 1)
 
 
-def matched_view(events: list[Event], matched: Iterable[str]) -> str:
+def matched_view(events: list[Event], matched: Iterable[str],
+                 near: Iterable[Event] = ()) -> str:
     """A hit's text as the model's view shows it: where the query matched some events of a
     unit, those events and their neighbours (``MATCH_CONTEXT``), in timestamp order, "…"
-    where events are left out; every event (``content_view``) when nothing is left out or
-    nothing matched. Never stored: the unit stays whole (recall brings all of it)."""
-    ordered = sorted(events, key=lambda e: (e.timestamp.ns, e.id))
+    where events are left out; every event when nothing is left out or nothing matched.
+    ``near``: conversation turns other units hold next to the matched ones (the question a
+    reply answers, the reply: ``Hit.events_near``), shown in their place in time. Each event
+    a compact line (``event_text``). Never stored: the unit stays whole (recall brings all
+    of it, not the turns borrowed from other units)."""
+    own = sorted(events, key=lambda e: (e.timestamp.ns, e.id))
+    ids = {e.id for e in own}
+    near = [e for e in near if e.id not in ids]
+    ordered = sorted([*own, *near], key=lambda e: (e.timestamp.ns, e.id))
     pos = {e.id: i for i, e in enumerate(ordered)}
+    at = [pos[m] for m in matched if m in ids]
+    if not at:
+        return "\n".join(event_text(e, compact=True) for e in own)
     before, after = MATCH_CONTEXT
-    keep = sorted({j for m in matched if m in pos
-                   for j in range(pos[m] - before, pos[m] + after + 1) if 0 <= j < len(ordered)})
-    if not keep or len(keep) == len(ordered):
-        return content_view(events)
-    parts, prev = [], -1
-    for j in keep:
-        if j != prev + 1:
+    # the matched events' neighbours in time, the borrowed turns among them: a reply
+    # archived apart is next to its question
+    keep = {j for p in at for j in range(p - before, p + after + 1) if 0 <= j < len(ordered)}
+    keep |= {pos[e.id] for e in near}
+    if ids <= {ordered[j].id for j in keep}:   # the unit whole: nothing of it left out
+        keep = set(range(len(ordered)))
+    parts: list[str] = []
+    for j, e in enumerate(ordered):
+        if j in keep:
+            parts.append(event_text(e, compact=True))
+        elif not parts or parts[-1] != "…":
             parts.append("…")
-        parts.append(event_text(ordered[j]))
-        prev = j
-    if prev != len(ordered) - 1:
-        parts.append("…")
     return "\n".join(parts)
+
+
+def hit_label(doc: "Document") -> str:
+    """A hit's label in the model's view: the unit's summary, except that an L1 archive's
+    own (prune writes "N archived events from A, B, <ISO> .. <ISO>") is told in fewer
+    tokens, its speakers left to the lines below and its times as the timeline's:
+    "N archived events, 2025-04-12 17:41:17 .. 17:55:02"."""
+    times = sorted((e.timestamp for e in doc.events), key=lambda t: t.ns)
+    if not (times and doc.meta.get("is_archived_context") == "true"
+            and doc.summary.startswith(f"{len(doc.events)} archived events from ")):
+        return doc.summary
+    first, last = wall_clock(times[0]), wall_clock(times[-1])
+    if last[:10] == first[:10]:
+        last = last[11:]
+    return f"{len(doc.events)} archived events, {first} .. {last}"
 
 
 def summary_label(summary: str, texts: Iterable[str]) -> str:
@@ -200,6 +246,9 @@ class Hit(msgspec.Struct, kw_only=True):
     created_at: Timestamp | None = None
     events: int = 0
     events_matched: list[str] = []   # ids of the unit's events that matched, best first
+    # (unit id, event id) of the conversation's turns next to a matched event that another
+    # unit holds (the question a reply answers, the reply): shown in the hit's view only
+    events_near: list[tuple[str, str]] = []
     agent: str = ""                  # format 4: whose unit ("" = the default agent)
     kind: str = "unit"               # "unit" or "fact" (Reader.search)
     facts: list[Fact] = []           # graph facts found that came from this unit

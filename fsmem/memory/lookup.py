@@ -12,10 +12,11 @@ from fsmem.format import blocks as blockfiles  # module attribute: tests count i
 from fsmem.format.blocks import DIGEST_RE
 from fsmem.format.errors import AmbiguousDigest, FsmemError, InvalidName, NotFound
 from fsmem.format.layout import Vanished, View
-from fsmem.format.model import BlockRef, check_name
+from fsmem.format.model import BlockRef, Event, check_name
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
-from fsmem.format.views import Document, Hit, hydrate_event, matched_view, unit_label
+from fsmem.format.views import (Document, Hit, hit_label, hydrate_event, matched_view,
+                                unit_label)
 from fsmem.memory.units import Source, access_of, units_of
 
 if TYPE_CHECKING:
@@ -155,8 +156,25 @@ def hit_views(src: Lookup, hits: Iterable[Hit]) -> list["HitView"]:
             doc = document(src, hit.unit_id)
         except (FsmemError, OSError):
             continue
-        out.append(HitView(label=doc.summary or hit.summary or doc.id,
-                           text=matched_view(doc.events, hit.events_matched)))
+        out.append(HitView(label=hit_label(doc) or hit.summary or doc.id,
+                           text=matched_view(doc.events, hit.events_matched,
+                                             _near_events(src, hit.events_near))))
+    return out
+
+
+def _near_events(src: Lookup, near: Iterable[tuple[str, str]]) -> list[Event]:
+    """The events ``Hit.events_near`` names, each unit read once; a unit or event gone
+    meanwhile is left out."""
+    want: dict[str, set[str]] = {}
+    for unit_id, event_id in near:
+        want.setdefault(unit_id, set()).add(event_id)
+    out = []
+    for unit_id, ids in want.items():
+        try:
+            doc = document(src, unit_id)
+        except (FsmemError, OSError):
+            continue
+        out += [e for e in doc.events if e.id in ids]
     return out
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence, runtim
 from fsmem.format.errors import MissingDependency
 from fsmem.format.model import BlockRef, Event
 from fsmem.format.timestamps import Timestamp
+from fsmem.format.views import said_by
 
 if TYPE_CHECKING:   # budget_split's ratios only: rendering never needs fractions
     from fractions import Fraction
@@ -335,7 +336,9 @@ def _placeholder(block: BlockRef) -> str:
 def _entry(ev: Event, days: dict[int, str]) -> _Entry:
     """The event's lines: ``[time] source: input → 调用工具: a, b → response``, then one line
     per tool output and one for media placeholders (text blocks are the bodies already)."""
-    pieces: list[str | _Body] = [f"[{_clock(ev.timestamp, days)}] {ev.source}:"]
+    said = said_by(ev.source, ev.input)
+    pieces: list[str | _Body] = [f"[{_clock(ev.timestamp, days)}]" + ("" if said else
+                                                                    f" {ev.source}:")]
     bodies = []
     if ev.input:
         bodies.append(_Body(ev.input))

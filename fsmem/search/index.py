@@ -900,19 +900,18 @@ class Index(IndexFiles):
         ``Hit``s (score, summary, creation time, events and events matched). ``others``: the
         indexes of the other layers searched with this one (``Reader.search``): BM25 counts
         their rows too, so the scores of every layer are on one scale."""
-        found = self.search_events(text, top_k, ranker, who=who, others=others)
-        stale = self._stale({u for u, _s, _m in found})
+        found = self.search_events(text, top_k, ranker, who=who, others=others, near=True)
+        stale = self._stale({f[0] for f in found})
         if stale:   # edited in place since indexed (an identity the index does not hold)
             self._reexamine(stale)
-            found = self.search_events(text, top_k, ranker, who=who, others=others)
-            stale = self._stale({u for u, _s, _m in found})
+            found = self.search_events(text, top_k, ranker, who=who, others=others, near=True)
+            stale = self._stale({f[0] for f in found})
         return self._hit_list(found, stale)
 
-    def _hit_list(self, found: list[tuple[str, float, list[str]]], stale: set[str]
-                  ) -> list[Hit]:
+    def _hit_list(self, found: list[tuple], stale: set[str]) -> list[Hit]:
         """``hits``' Hit of each unit found (one consistent read of the index)."""
         hits = []
-        for unit_id, score, matched in found:
+        for unit_id, score, matched, near in found:
             if unit_id in stale:
                 continue
             row = self.row_of.get(unit_id)
@@ -927,14 +926,17 @@ class Index(IndexFiles):
                 created = Timestamp(e.created_ns, e.created_off)
             hits.append(Hit(unit_id=unit_id, score=score, summary=summary, created_at=created,
                             events=events, events_matched=matched, layer=self.layer,
-                            agent=self.owner_of(unit_id)[0]))
+                            agent=self.owner_of(unit_id)[0],
+                            events_near=[p for p in near if p[0] not in stale]))
         return hits
 
     def search_events(self, text: str, top_k: int, ranker: str = DEFAULT_RANKER, *,
                       weight: float | None = None, smooth: float | None = None,
-                      who: Who | None = None, others: "Sequence[Index]" = ()
-                      ) -> list[tuple[str, float, list[str]]]:
-        """The ``top_k`` live units as (unit id, score, ids of the events that matched).
+                      who: Who | None = None, others: "Sequence[Index]" = (),
+                      near: bool = False) -> list[tuple]:
+        """The ``top_k`` live units as (unit id, score, ids of the events that matched);
+        ``near``: and (unit id, event id) of the matched events' conversation neighbours
+        in other units (``_near``), a fourth item.
 
         Scores are per event row (BM25 smoothed with the row's conversation neighbours,
         fused with the dense cosine for ``fusion``/``rrf``); a unit scores as its best row.
@@ -942,14 +944,14 @@ class Index(IndexFiles):
         again on the rebuilt one."""
         try:
             return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth,
-                                       who=who, others=others)
+                                       who=who, others=others, near=near)
         except _Damaged:
             return self._search_events(text, top_k, ranker, weight=weight, smooth=smooth,
-                                       who=who, others=others)
+                                       who=who, others=others, near=near)
 
     def _search_events(self, text: str, top_k: int, ranker: str, *,
                        weight: float | None, smooth: float | None, who: Who | None = None,
-                       others: "Sequence[Index]" = ()) -> list[tuple[str, float, list[str]]]:
+                       others: "Sequence[Index]" = (), near: bool = False) -> list[tuple]:
         if ranker not in RANKERS:
             raise ValueError(f"ranker must be one of {', '.join(RANKERS)}")
         if top_k <= 0 or not text.strip() or not len(self):
@@ -1005,9 +1007,36 @@ class Index(IndexFiles):
         names = np.array([ids[i] for i in cand])                  # Python key over ties
         best = cand[np.lexsort((names, -rounded))[:k]]
         ends = np.append(starts[1:], len(self.ev_len) + pend.n)
-        return [(ids[i], float(scores[i]),
-                 self._matched((raw, dense), int(starts[i]), int(ends[i]), pend))
-                for i in best]
+        out = []
+        for i in best:
+            rows = self._matched((raw, dense), int(starts[i]), int(ends[i]), pend)
+            matched = [self._event_id(r, pend) for r in rows]
+            out.append((ids[i], float(scores[i]), matched) if not near else
+                       (ids[i], float(scores[i]), matched,
+                        self._near(rows, prev, nxt, starts, ids, alive, pend)))
+        return out
+
+    def _event_id(self, row: int, pend: "_PendingRows") -> str:
+        n_base = len(self.ev_ids)
+        return self.ev_ids[row] if row < n_base else pend.ev_ids[row - n_base]
+
+    def _near(self, rows: list[int], prev: np.ndarray, nxt: np.ndarray, starts: np.ndarray,
+              ids: Sequence[str], alive: np.ndarray, pend: "_PendingRows"
+              ) -> list[tuple[str, str]]:
+        """(unit id, event id) of the conversation neighbours (the rows' links:
+        ``ranking.link_neighbours``) of matched ``rows`` that another live unit holds: a
+        reply archived apart from the question it answers."""
+        out: list[tuple[str, str]] = []
+        for r in rows:
+            home = int(np.searchsorted(starts, r, "right")) - 1
+            for link in (int(prev[r]), int(nxt[r])):
+                if link < 0:
+                    continue
+                u = int(np.searchsorted(starts, link, "right")) - 1
+                name = self._event_id(link, pend)
+                if u != home and alive[u] and name and (ids[u], name) not in out:
+                    out.append((ids[u], name))
+        return out
 
     def _relative_dates(self, text: str, pend: "_PendingRows") -> tuple[list[str], str]:
         """The date terms of the query's relative dates (``fsmem.search.when``): from the
@@ -1105,8 +1134,8 @@ class Index(IndexFiles):
         return ranking.reach(q_share, rows)
 
     def _matched(self, signals: tuple[np.ndarray | None, ...], lo: int, hi: int,
-                 pend: "_PendingRows", limit: int = 5) -> list[str]:
-        """Ids of a unit's events that matched by their own score (before neighbour
+                 pend: "_PendingRows", limit: int = 5) -> list[int]:
+        """Rows of a unit's events that matched by their own score (before neighbour
         smoothing; the lexical one, else the dense one): at least MATCH_RATIO of the unit's
         best row, best first (summary and legacy rows have no id and are left out)."""
         for sig in signals:
@@ -1116,17 +1145,9 @@ class Index(IndexFiles):
             top = float(sc.max()) if len(sc) else 0.0
             if top <= 0:
                 continue
-            n_base = len(self.ev_ids)
             good = np.flatnonzero(sc >= ranking.MATCH_RATIO * top)
-            out = []
-            for j in good[np.argsort(-sc[good], kind="stable")]:
-                r = lo + int(j)
-                name = self.ev_ids[r] if r < n_base else pend.ev_ids[r - n_base]
-                if name:
-                    out.append(name)
-                    if len(out) == limit:
-                        break
-            return out
+            rows = (lo + int(j) for j in good[np.argsort(-sc[good], kind="stable")])
+            return [r for r in rows if self._event_id(r, pend)][:limit]
         return []
 
     def dense_rows(self, text: str, pend: "_PendingRows | None" = None) -> np.ndarray:
