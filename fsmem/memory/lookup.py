@@ -15,8 +15,7 @@ from fsmem.format.layout import Vanished, View
 from fsmem.format.model import BlockRef, Event, check_name
 from fsmem.format.timestamps import Timestamp
 from fsmem.format.unit import block_path, read_manifest
-from fsmem.format.views import (Document, Hit, hit_label, hydrate_event, matched_view,
-                                unit_label)
+from fsmem.format.views import Document, Hit, hit_label, hydrate_event, matched_view, unit_label
 from fsmem.memory.units import Source, access_of, units_of
 
 if TYPE_CHECKING:
