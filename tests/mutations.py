@@ -722,6 +722,22 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         '    return {"installed": True, "cache": path,',
         _t("bridge",
            "test_doctor_says_whether_the_dictionary_is_there_and_where_its_tables_are")),
+    "search: a romanized spelling that is an English word kept (当儿 as \"danger\")": (
+        "fsmem/search/bridge.py",
+        "                out += [x + y for x in a for y in b if self._lexicon.get(x + y) is None]",
+        "                out += [x + y for x in a for y in b]",
+        _t("bridge", "test_names_are_romanized_and_romanized_names_reach_their_characters")),
+    "search: an English word read as a romanized name": (
+        "fsmem/search/bridge.py",
+        "        if not _ROMAN.fullmatch(word) or self._lexicon.get(word) is not None:",
+        "        if not _ROMAN.fullmatch(word):",
+        _t("bridge", "test_names_are_romanized_and_romanized_names_reach_their_characters")),
+    "search: a Chinese query's names not romanized": (
+        "fsmem/search/bridge.py", "            english += self.romanized(run)\n", "",
+        _t("bridge", "test_a_name_in_one_script_finds_the_note_that_writes_it_in_the_other")),
+    "search: an English query's romanized names not written in characters": (
+        "fsmem/search/bridge.py", "            chinese += self.hanzi(w)\n", "            pass\n",
+        _t("bridge", "test_a_name_in_one_script_finds_the_note_that_writes_it_in_the_other")),
     "search: an English word reaches simplified Chinese only": (
         "fsmem/search/bridge.py", "                    words.update(dict.fromkeys((simp, trad)))",
         "                    words.update(dict.fromkeys((simp,)))",

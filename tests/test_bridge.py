@@ -34,6 +34,22 @@ _CEDICT = """\
 this line has no brackets at all
 壞行 [huai4] /a line with one headword/
 高速 高速 [gao1 su4] /high speed/
+樂 乐 [le4] /happy/
+樂 乐 [yue4] /music/
+朵 朵 [duo3] /flower/
+多 多 [duo1] /many/
+當 当 [dang1] /to be/
+兒 儿 [er2] /child/
+快樂 快乐 [kuai4 le4] /happy/
+花朵 花朵 [hua1 duo3] /flower/
+多少 多少 [duo1 shao3] /how many/
+多樣 多样 [duo1 yang4] /diverse/
+危險 危险 [wei1 xian3] /danger/
+長 长 [chang2] /long/
+餓 饿 [e4] /hungry/
+長城 长城 [chang2 cheng2] /Great Wall/
+飢餓 饥饿 [ji1 e4] /hunger/
+變化 变化 [bian4 hua4] /to change/
 """
 _LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
 
@@ -75,6 +91,25 @@ def test_a_chinese_query_gives_its_words_meanings_but_not_its_function_words(tin
     assert english == [] and chinese == ["兽医", "獸醫", "过路费", "過路費", "收费站", "收費站",
                                          "通行税", "通行稅", "罕言"]
     assert tiny.translate("Which dog food does Coco eat?") == ([], ["狗粮", "狗糧"])   # phrase
+
+
+def test_names_are_romanized_and_romanized_names_reach_their_characters(tiny):
+    """Names are written in pinyin in English (乐乐 Lele, 朵朵 Duoduo): two adjacent
+    characters of a Chinese query give their readings run together, every reading of each;
+    a spelling that is an English word is left out (当儿 is not "danger"). An English word
+    that is not a gloss word and splits into two or three syllables gives the bigrams of
+    each syllable's common characters (the ones in the most dictionary words first)."""
+    assert tiny.romanized("乐乐") == ["lele", "leyue", "yuele", "yueyue"]
+    assert tiny.romanized("当儿") == [] and tiny.romanized("乐朵") == ["leduo", "yueduo"]
+    assert tiny.romanized("兽医") == []   # no reading of its own characters in this dictionary
+    assert set(tiny.hanzi("duoduo")) == {"多多", "多朵", "朵多", "朵朵"}
+    assert tiny.hanzi("lele") == ["乐乐"]
+    assert tiny.hanzi("changle") == ["长乐"]
+    for word in ("change", "danger", "duo", "lelelele", "xyzzy", "Duoduo"):
+        assert tiny.hanzi(word) == [], word   # a gloss word (chang+e), one syllable, four,
+        # not pinyin, not lowercase
+    english, chinese = tiny.translate("What does Duoduo sing? 乐乐说")
+    assert "lele" in english and "朵朵" in chinese
 
 
 def test_malformed_dictionary_lines_are_skipped(tiny):
@@ -160,6 +195,29 @@ def test_an_english_question_finds_a_note_in_traditional_chinese(tmp_path):
 def test_a_chinese_question_finds_an_english_note_without_an_embedder(tmp_path):
     got = _ranked(tmp_path, "年糕的疫苗哪天打？在哪家医院？")
     assert _NOTES[4] in got, got
+
+
+def _top(root, notes: list[str], query: str) -> str:
+    mem = Memory.open(str(root), durability="off")
+    try:
+        ids = [mem.commit(n, source="note") for n in notes]
+        return notes[ids.index(mem.query(query, top_k=1)[0].unit_id)]
+    finally:
+        mem.close()
+
+
+def test_a_name_in_one_script_finds_the_note_that_writes_it_in_the_other(tmp_path):
+    """Lele is 乐乐 and Duoduo is 朵朵: a question naming a child in one script finds the
+    note about that child in the other, not the same kind of note about the other child."""
+    english = ["Duoduo's swimming class is on Saturday mornings at the Aquatic Center.",
+               "Lele's swimming class is on Sunday afternoons at the Aquatic Center.",
+               "这周的电费比上个月低。", "小区周末停水。"]
+    assert _top(tmp_path / "en", english, "乐乐的游泳课是哪天？") == english[1]
+    assert _top(tmp_path / "en2", english, "朵朵的游泳课是哪天？") == english[0]
+    chinese = ["乐乐最近天天唱国歌，学校升旗要用。", "朵朵最近天天唱 Baby Shark，幼儿园表演要用。",
+               "The electricity bill was lower this week.", "Water is off on Sunday."]
+    assert _top(tmp_path / "zh", chinese, "Which song does Duoduo sing every day?") == chinese[1]
+    assert _top(tmp_path / "zh2", chinese, "Which song does Lele sing every day?") == chinese[0]
 
 
 def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):

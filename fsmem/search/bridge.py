@@ -12,7 +12,13 @@ Niangao now, what did the vet say about treats?" shares no term with
   ``fsmem.search.analyze`` stems them) give up to ``PER_WORD`` Chinese words having that
   gloss, the common ones first (the HSK 3.0 word levels of the same package), as their
   character bigrams, simplified and traditional (兽医, 獸醫); a single character is too
-  common a bigram-less term to help.
+  common a bigram-less term to help;
+- names, which no dictionary holds, by their pinyin: each two adjacent characters of its
+  Chinese give their readings run together (乐乐 -> "lele", 年糕 -> "niangao"), how English
+  writes a Chinese name; and an English word that is not one of the glosses' words and
+  splits into two or three syllables gives the bigrams of those syllables' common
+  characters ("Duoduo" -> 朵朵, 多多, ...). In English text such a spelling is a name; in
+  Chinese text only the pairs a note holds count.
 
 The translated terms join the query at the weight of its own (``Index._bm25_rows``), and
 only when the index holds rows in the other script: an English store asked in English never
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import logging
 import os
 import re
@@ -58,6 +65,11 @@ _PAREN = re.compile(r"\([^)]*\)")
 _NOT_MEANING = ("variant of", "old variant", "see ", "surname ", "abbr.", "cl:", "also written",
                 "used in", "japanese variant", "erhua variant", "classifier", "pr.", "also pr.")
 _ARTICLES = frozenset(("a", "an", "the"))
+_SYLLABLE = re.compile(r"[A-Za-z:]+[1-5]")   # one syllable's reading, its tone last
+_MAX_READINGS = 3     # a character's readings romanized (乐: le, yue)
+PER_SYLLABLE = 12    # characters a romanized name's syllable reaches (the most used first)
+_SYLLABLES = "\0syllables"   # the readings table's key of the list of every syllable
+_ROMAN = re.compile(r"[a-z]{4,18}")   # a word that may be a romanized name (two syllables+)
 _FILLER = frozenset(("sth", "sb", "one's", "someone", "something", "oneself"))
 # interrogatives, pronouns, modals and connectives: their glosses ("somewhere", "amount",
 # "possible") would match everything
@@ -66,6 +78,23 @@ ZH_FUNCTION_WORDS = frozenset("""
 什么样 时候 是否 是不是 有没有 可以 可能 应该 需要 一下 这个 那个 这些 那些 这样 那样 已经 还是 或者
 还有 没有 大概 一般 一些 其他 其中 自己 我们 你们 他们 她们 它们 咱们 之前 之后 以前 以后 的话 因为
 所以 但是 不过 如果 就是 还要 一起 一直 一个""".split())
+
+
+def _readings(reads: dict[str, dict[str, None]], uses: dict[str, int]) -> dict[str, str]:
+    """Both ways between characters and toneless syllables: a character -> its first
+    ``_MAX_READINGS`` readings; a syllable -> the ``PER_SYLLABLE`` simplified characters
+    read so that are part of the most dictionary words (the common ones)."""
+    out = {ch: "/".join(list(r)[:_MAX_READINGS]) for ch, r in reads.items()}
+    by_syl: dict[str, list[str]] = {}
+    for ch, r in reads.items():
+        if ch in uses:
+            for syl in r:
+                by_syl.setdefault(syl, []).append(ch)
+    for syl, chars in by_syl.items():
+        chars.sort(key=lambda c: (-uses[c], c))
+        out[syl] = "".join(chars[:PER_SYLLABLE])
+    out[_SYLLABLES] = "/".join(sorted(by_syl))
+    return out
 
 
 def _meanings(field: str) -> list[str]:
@@ -126,25 +155,39 @@ class Bridge:
     """CC-CEDICT as two lookups: Chinese word -> its meanings (``_meanings``), English stems
     -> the Chinese words glossed by them."""
 
-    def __init__(self, zh: _Table, en: _Table) -> None:
+    def __init__(self, zh: _Table, en: _Table, py: _Table, lexicon: _Table) -> None:
         self._zh = zh   # Chinese word -> its meanings, "/" between
         self._en = en   # English stems -> Chinese words, "/" between
+        self._py = py   # Chinese character -> its readings without tones, "/" between
+        self._lexicon = lexicon   # the English words of the glosses (values empty)
+        self._syllables = frozenset((py.get(_SYLLABLES) or "").split("/"))
 
     @classmethod
     def parse(cls, cedict: str, levels: dict[str, int]) -> "Bridge":
         """From the dictionary's text (about 2 s: ``load`` caches the result)."""
         zh: dict[str, list[str]] = {}
         en: dict[str, list[tuple[int, int, str, str]]] = {}
+        reads: dict[str, dict[str, None]] = {}   # a character -> its toneless readings
+        lexicon: set[str] = set()                 # every English word of the glosses
+        uses: dict[str, int] = {}                 # a character -> the words it is part of
         with open(cedict, encoding="utf-8") as f:
             for line in f:
                 if line[:1] == "#":
                     continue
                 head, _, rest = line.partition(" [")
                 trad, _, simp = head.partition(" ")
-                field = rest.partition("] /")[2].rstrip("/\n")
+                reading, _, field = rest.partition("] /")
+                field = field.rstrip("/\n")
+                lexicon.update(_WORD.findall(field.lower()))
+                if len(simp) == 1 and _CJK_RUN.fullmatch(simp) and _SYLLABLE.fullmatch(reading):
+                    syl = reading.rstrip("12345").lower().replace("u:", "v")
+                    for ch in (simp, trad):
+                        reads.setdefault(ch, {})[syl] = None
                 if not field or len(simp) < 2 or len(simp) > _MAX_HEAD \
                         or not _CJK_RUN.fullmatch(simp):
                     continue
+                for ch in set(simp):
+                    uses[ch] = uses.get(ch, 0) + 1
                 meanings = _meanings(field)
                 if not meanings:
                     continue
@@ -167,7 +210,9 @@ class Bridge:
                         break
             top[key] = "/".join(words)
         return cls(_Table.build({k: "/".join(dict.fromkeys(v)) for k, v in zh.items()}),
-                   _Table.build(top))
+                   _Table.build(top),
+                   _Table.build(_readings(reads, uses)),
+                   _Table.build(dict.fromkeys(lexicon, "")))
 
     def glosses(self, word: str) -> list[str] | None:
         """The meanings of a Chinese word (None: not in the dictionary)."""
@@ -181,12 +226,45 @@ class Bridge:
         found = self._en.get(stems)
         return found.split("/") if found else []
 
+    def romanized(self, run: str) -> list[str]:
+        """Each two adjacent characters of a Chinese run as pinyin without tones, one word
+        ("乐乐" -> "lele", "yueyue", ...: every reading of each): how a name is written in
+        English (Lele, Niangao, Xiaomin). A spelling that is an English word ("danger",
+        "panda") is left out: in English text such a word is not a name."""
+        out: list[str] = []
+        reads = [(self._py.get(ch) or "").split("/") for ch in run]
+        for a, b in itertools.pairwise(reads):
+            if a[0] and b[0]:
+                out += [x + y for x in a for y in b if self._lexicon.get(x + y) is None]
+        return out
+
+    def hanzi(self, word: str) -> list[str]:
+        """A romanized name's possible characters as bigrams ("duoduo" -> 多多, 朵朵, ...):
+        the word split into the fewest pinyin syllables (two or three), each syllable's
+        common characters (``PER_SYLLABLE``), each two adjacent syllables' pairs. [] for an
+        English word (one of the glosses') or a word that is not pinyin."""
+        if not _ROMAN.fullmatch(word) or self._lexicon.get(word) is not None:
+            return []
+        best: list[list[str]] = []
+        for split in _splits(word, self._syllables.__contains__):
+            if not best or len(split) < len(best[0]):
+                best = [split]
+            elif len(split) == len(best[0]):
+                best.append(split)
+        out: list[str] = []
+        for split in best:
+            if 2 <= len(split) <= 3:
+                chars = [self._py.get(syl) or "" for syl in split]
+                out += [a + b for x, y in itertools.pairwise(chars) for a in x for b in y]
+        return out
+
     def translate(self, text: str) -> tuple[list[str], list[str]]:
         """(English glosses of the Chinese words of ``text``, Chinese words for its English
         words and phrases)."""
         norm = unicodedata.normalize("NFKC", text)
         english: list[str] = []
         for run in _CJK_RUN.findall(norm):
+            english += self.romanized(run)
             i = 0
             while i < len(run):
                 for n in range(min(_MAX_HEAD, len(run) - i), 1, -1):
@@ -203,6 +281,8 @@ class Bridge:
         low = _CJK_RUN.sub(" ", norm).lower()
         seq = [_stem(w) if w not in STOP_WORDS else "" for w in _WORD.findall(low)
                if w not in _ARTICLES]   # (a stop word breaks a phrase; an article does not)
+        for w in _WORD.findall(low):
+            chinese += self.hanzi(w)
         for n in range(1, _MAX_PHRASE + 1):
             for i in range(len(seq) - n + 1):
                 part = seq[i:i + n]
@@ -211,10 +291,25 @@ class Bridge:
         return english, chinese
 
 
+def _splits(word: str, known, most: int = 3) -> list[list[str]]:
+    """Every way to cut ``word`` into at most ``most`` pieces ``known`` accepts (pinyin
+    syllables are 1 to 6 letters)."""
+    if not word:
+        return [[]]
+    if most == 0:
+        return []
+    out = []
+    for n in range(min(6, len(word)), 0, -1):
+        head = word[:n]
+        if known(head):
+            out += [[head] + rest for rest in _splits(word[n:], known, most - 1)]
+    return out
+
+
 _lock = threading.Lock()
 _bridge: Bridge | None = None
 _missing = False
-BRIDGE_VERSION = 2   # the tables' layout (their file also names the analyzer and these rules)
+BRIDGE_VERSION = 3   # the tables' layout (their file also names the analyzer and these rules)
 
 
 class _Tables(msgspec.Struct, array_like=True):
@@ -263,11 +358,10 @@ def _read_cache(path: str) -> Bridge | None:
     except (OSError, msgspec.DecodeError) as exc:
         log.warning("the dictionary cache %s is unreadable (%s): it is made again", path, exc)
         return None
-    if len(t.tables) != 2:
+    if len(t.tables) != 4:
         return None
-    zh, en = (_Table(np.frombuffer(k, np.uint64), np.frombuffer(e, np.int64), b)
-              for k, e, b in t.tables)
-    return Bridge(zh, en)
+    return Bridge(*(_Table(np.frombuffer(k, np.uint64), np.frombuffer(e, np.int64), b)
+                    for k, e, b in t.tables))
 
 
 def _write_cache(path: str, bridge: Bridge) -> None:
@@ -277,7 +371,8 @@ def _write_cache(path: str, bridge: Bridge) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as f:
             f.write(msgspec.msgpack.encode(_Tables([
-                (t.keys.tobytes(), t.ends.tobytes(), t.blob) for t in (bridge._zh, bridge._en)])))
+                (t.keys.tobytes(), t.ends.tobytes(), t.blob)
+                for t in (bridge._zh, bridge._en, bridge._py, bridge._lexicon)])))
         os.replace(tmp, path)
     except OSError as exc:
         log.info("the dictionary cache %s was not written (%s)", path, exc)
@@ -365,7 +460,7 @@ def translated_terms(text: str) -> np.ndarray:
     out = []
     if english:
         out.append(term_hashes(english, pairs=False))
-    if chinese:
-        h = term_hashes(chinese, pairs=False)
+    if chinese:   # one text: the words' bigrams are the same, and hashed in one pass
+        h = term_hashes([" ".join(chinese)], pairs=False)
         out.append(h[~cjk_unigram_mask(h)])
     return np.unique(np.concatenate(out)) if out else np.zeros(0, np.uint64)
