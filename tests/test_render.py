@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fsmem.format.errors import MissingDependency
 from fsmem.format.model import BlockRef, Event, ToolOutput
 from fsmem.memory.render import (HEADER, HITS_HEADER, MIN_BODY_TOKENS, AdditiveEstimator,
                           BudgetSplit, HeuristicEstimator, HitView, RuneEstimator,
@@ -298,7 +299,11 @@ def test_tiktoken_estimator_or_its_install_hint():
         with pytest.raises(ImportError, match=r"pip install 'fsmem\[tiktoken\]'"):
             TiktokenEstimator()
         return
-    est = TiktokenEstimator()
+    try:
+        est = TiktokenEstimator()
+    except MissingDependency as exc:   # tiktoken fetches its encodings at first use
+        assert "TIKTOKEN_CACHE_DIR" in str(exc) and "cl100k_base" in str(exc)
+        pytest.skip("tiktoken is installed but its encoding is not cached and cannot be downloaded here")
     assert est.count("") == 0 and 0 < est.count("hello world") <= 3
     out = render([ev(i, "你好 " * 100, "answer " * 100) for i in range(20)], 500, estimator=est)
     assert 0 < est.count(out) <= 500
