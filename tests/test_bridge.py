@@ -208,16 +208,21 @@ def _top(root, notes: list[str], query: str) -> str:
 
 def test_a_name_in_one_script_finds_the_note_that_writes_it_in_the_other(tmp_path):
     """Lele is 乐乐 and Duoduo is 朵朵: a question naming a child in one script finds the
-    note about that child in the other, not the same kind of note about the other child."""
-    english = ["Duoduo's swimming class is on Saturday mornings at the Aquatic Center.",
-               "Lele's swimming class is on Sunday afternoons at the Aquatic Center.",
-               "这周的电费比上个月低。", "小区周末停水。"]
-    assert _top(tmp_path / "en", english, "乐乐的游泳课是哪天？") == english[1]
-    assert _top(tmp_path / "en2", english, "朵朵的游泳课是哪天？") == english[0]
-    chinese = ["乐乐最近天天唱国歌，学校升旗要用。", "朵朵最近天天唱 Baby Shark，幼儿园表演要用。",
-               "The electricity bill was lower this week.", "Water is off on Sunday."]
-    assert _top(tmp_path / "zh", chinese, "Which song does Duoduo sing every day?") == chinese[1]
-    assert _top(tmp_path / "zh2", chinese, "Which song does Lele sing every day?") == chinese[0]
+    note about that child in the other, not the same kind of note about the other child,
+    even when that one says more of the question's other words (without the names it would
+    rank first: no tie for the order of commits to break)."""
+    for asked, other in (("Lele", "Duoduo"), ("Duoduo", "Lele")):
+        zh_name = {"Lele": "乐乐", "Duoduo": "朵朵"}[asked]
+        notes = [f"{other}'s swimming class is on Saturday mornings; the swimming class "
+                 "meets at the Aquatic Center.",
+                 f"{asked}'s swimming class is on Sunday afternoons.",
+                 "这周的电费比上个月低。", "小区周末停水。"]
+        assert _top(tmp_path / f"en-{asked}", notes, f"{zh_name}的游泳课是哪天？") == notes[1]
+        other_zh = {"Lele": "乐乐", "Duoduo": "朵朵"}[other]
+        notes = [f"{other_zh}最近天天唱歌，唱国歌，学校升旗要用。", f"{zh_name}最近在唱 Baby Shark。",
+                 "The electricity bill was lower this week.", "Water is off on Sunday."]
+        assert _top(tmp_path / f"zh-{asked}", notes,
+                    f"Which song does {asked} sing every day?") == notes[1]
 
 
 def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):
