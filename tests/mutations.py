@@ -678,6 +678,14 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "search: a query's translated words count nothing": (
         "fsmem/search/ranking.py", "TRANSLATION_WEIGHT = 1.0", "TRANSLATION_WEIGHT = 0.0",
         _t("bridge", "test_an_english_question_finds_a_chinese_note_without_an_embedder")),
+    "search: a Chinese word's English glosses count as one stem (GLOSS_WEIGHT 1.0)": (
+        "fsmem/search/ranking.py", "GLOSS_WEIGHT = 1.5", "GLOSS_WEIGHT = 1.0",
+        _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
+    "search: the glosses weighed as the English words' translations": (
+        "fsmem/search/index.py",
+        "            idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.GLOSS_WEIGHT)",
+        "            idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.TRANSLATION_WEIGHT)",
+        _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
     "search: a Chinese query's words not translated": (
         "fsmem/search/bridge.py", "                            english += meanings",
         "                            pass",

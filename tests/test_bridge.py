@@ -230,9 +230,9 @@ def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):
     (the dictionary is not even loaded); a Chinese note among English ones: translated."""
     calls: list[str] = []
 
-    def record(text: str) -> np.ndarray:
+    def record(text: str) -> tuple[np.ndarray, np.ndarray]:
         calls.append(text)
-        return np.zeros(0, np.uint64)
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
     monkeypatch.setattr(index_mod, "translated_terms", record)
     for sub, notes, query in (("en", _NOTES[2:5], "highway tolls this month"),
                               ("zh", [_NOTES[0], _NOTES[1], _NOTES[5]], "狗的牙齿")):
@@ -271,9 +271,9 @@ def test_fusion_ranks_the_other_script_by_the_embedder_not_by_translations(tmp_p
     0.969-0.985 with them)."""
     calls: list[str] = []
 
-    def record(text: str) -> np.ndarray:
+    def record(text: str) -> tuple[np.ndarray, np.ndarray]:
         calls.append(text)
-        return np.zeros(0, np.uint64)
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
     monkeypatch.setattr(index_mod, "translated_terms", record)
     mem = Memory.open(str(tmp_path / "m"), durability="off")
     for n in _NOTES:

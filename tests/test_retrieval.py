@@ -116,15 +116,21 @@ def test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias
     their own language's notes). Per query each script's rows are shifted by a share of
     their median (ranking.balance_scripts): measured 0.795 fused, 0.767 dense. Lexical alone
     reaches these notes only through the dictionary bridge (fsmem.search.bridge: 0.014 ->
-    0.425); fusion stays above it."""
+    0.616); fusion stays above it."""
     docs, queries = load_fixture()
     lang = {d["id"]: d["lang"] for d in docs}
     translated = [q for q in queries if is_translation(q, lang)]
     assert len(translated) >= 60
     mem, unit_of = build(str(tmp_path / "m"), docs, RecordedE5("retrieval"))
     mem.flush_vectors()
-    got = {r: evaluate(mem, unit_of, translated, r)["recall@5"] for r in ("bm25", "dense", "fusion")}
+    full = {r: evaluate(mem, unit_of, translated, r) for r in ("bm25", "dense", "fusion")}
     mem.close()
+    got = {r: f["recall@5"] for r, f in full.items()}
     assert got["fusion"] >= 0.75 and got["dense"] >= 0.7, got
-    assert got["bm25"] >= 0.35, got   # the word bridge: 0.014 without it
-    assert got["fusion"] > got["bm25"] + 0.25, got
+    # the word bridge: 0.014 without it, 0.466 with glosses counted as one English stem
+    assert got["bm25"] >= 0.58, got
+    # a Chinese question for an English note: its words' glosses at ranking.GLOSS_WEIGHT
+    # (a Chinese word matches its own script as characters and a bigram): 0.358 at 1.0, 0.566
+    zh = full["bm25"]["by_kind"]["zh"]["recall@5"]
+    assert zh >= 0.52, full["bm25"]["by_kind"]["zh"]
+    assert got["fusion"] > got["bm25"] + 0.15, got

@@ -450,17 +450,17 @@ def query_scripts(text: str) -> tuple[bool, bool]:
     return any(w not in STOP_WORDS for w in _WORD.findall(rest)), cjk
 
 
-def translated_terms(text: str) -> np.ndarray:
-    """The hashed terms of ``text``'s words in the other script, unique (no CJK character
-    terms: a translated Chinese word counts by its bigrams); empty without the dictionary."""
+def translated_terms(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """The hashed terms of ``text``'s words in the other script, unique: (the English glosses
+    of its Chinese words, the Chinese words of its English ones: no CJK character terms, a
+    translated Chinese word counts by its bigrams); empty without the dictionary."""
+    none = np.zeros(0, np.uint64)
     bridge = load()
     if bridge is None:
-        return np.zeros(0, np.uint64)
+        return none, none
     english, chinese = bridge.translate(text)
-    out = []
-    if english:
-        out.append(term_hashes(english, pairs=False))
-    if chinese:   # one text: the words' bigrams are the same, and hashed in one pass
-        h = term_hashes([" ".join(chinese)], pairs=False)
-        out.append(h[~cjk_unigram_mask(h)])
-    return np.unique(np.concatenate(out)) if out else np.zeros(0, np.uint64)
+    glosses = np.unique(term_hashes(english, pairs=False)) if english else none
+    if not chinese:
+        return glosses, none
+    h = term_hashes([" ".join(chinese)], pairs=False)   # one text: the same bigrams, one pass
+    return glosses, np.unique(h[~cjk_unigram_mask(h)])

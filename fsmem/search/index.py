@@ -1106,20 +1106,25 @@ class Index(IndexFiles):
             pend.shares = _row_cjk_share(pend.post, pend.lens)
         return np.concatenate([c[2], pend.shares])
 
-    def _translated(self, text: str, own: np.ndarray, pend: "_PendingRows") -> np.ndarray:
+    def _translated(self, text: str, own: np.ndarray, pend: "_PendingRows"
+                    ) -> tuple[np.ndarray, np.ndarray]:
         """The terms of the query's words in the other script (``fsmem.search.bridge``), not
-        among its own; only when the store holds text in a script the query's words are not
+        among its own, as (its Chinese words' English glosses, its English words' Chinese
+        words); only when the store holds text in a script the query's words are not
         in: an English query and a row with Chinese in it, a Chinese query and a row mostly
         in Latin script (``ranking.cjk_share`` under a half: a Chinese turn's indexed date
         words, "Sunday 7 May 2023", are Latin too). A one-script store never loads the
         dictionary."""
         latin, cjk = query_scripts(text)
+        none = np.zeros(0, np.uint64)
         if not (latin or cjk):
-            return np.zeros(0, np.uint64)
+            return none, none
         rows = self._row_shares(pend)
         if not len(rows) or not ((latin and rows.max() > 0) or (cjk and rows.min() < 0.5)):
-            return np.zeros(0, np.uint64)
-        return np.setdiff1d(translated_terms(text), own, assume_unique=True)
+            return none, none
+        glosses, words = translated_terms(text)
+        return (np.setdiff1d(glosses, own, assume_unique=True),
+                np.setdiff1d(words, own, assume_unique=True))
 
     def _reach(self, text: str, rows: np.ndarray) -> np.ndarray | None:
         """Per row (compacted, then pending; ``rows``: their ``_row_shares``),
@@ -1201,8 +1206,10 @@ class Index(IndexFiles):
             return scores, 0.0
         spk = query_speaker_terms(own)
         day = hash_terms(dates) if dates else np.zeros(0, np.uint64)
-        other = self._translated(text, own, pend) if translate else np.zeros(0, np.uint64)
-        q_terms = np.unique(np.concatenate([own, spk, day, other]), return_counts=True)[0]
+        none = np.zeros(0, np.uint64)
+        gloss, words = self._translated(text, own, pend) if translate else (none, none)
+        q_terms = np.unique(np.concatenate([own, spk, day, gloss, words]),
+                            return_counts=True)[0]
         ev_alive, all_alive = self._event_alive()
         hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
         if not all_alive:   # rows of removed units: no score, not counted in df
@@ -1229,8 +1236,10 @@ class Index(IndexFiles):
         idf[pair & mine] *= np.float32(ranking.PAIR_WEIGHT)
         idf[np.isin(q_terms, spk) & ~mine] *= np.float32(ranking.SPEAKER_WEIGHT)
         idf[np.isin(q_terms, day) & ~mine] *= np.float32(ranking.DATE_WEIGHT)
-        if len(other):
-            idf[np.isin(q_terms, other) & ~mine] *= np.float32(ranking.TRANSLATION_WEIGHT)
+        if len(words):
+            idf[np.isin(q_terms, words) & ~mine] *= np.float32(ranking.TRANSLATION_WEIGHT)
+        if len(gloss):
+            idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.GLOSS_WEIGHT)
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores, mass

@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
            "KIND_EVENT", "KIND_TURN", "KIND_SPOKEN", "SPEAKER_WEIGHT", "DATE_WEIGHT",
-           "TRANSLATION_WEIGHT",
+           "TRANSLATION_WEIGHT", "GLOSS_WEIGHT",
            "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE", "SCRIPT_BALANCE",
            "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
@@ -73,6 +73,11 @@ DATE_WEIGHT = 3.0
 # counts at this share of its idf: a translation is the same word (0.6 / 1.0 / 1.2 measured:
 # docs/DECISIONS.md "Search").
 TRANSLATION_WEIGHT = 1.0
+# A Chinese query word's English glosses (烤箱 -> "oven") count at this share: in its own script
+# the word matches as its characters and its bigram, in English as one stem, so at 1.0 an
+# English note is outranked by any Chinese note sharing a phrase (1.0 / 1.5 / 2.0 / 3.0
+# measured: docs/DECISIONS.md "Search").
+GLOSS_WEIGHT = 1.5
 _DEFAULT_CHAT = ("user", "agent", "assistant")
 
 
