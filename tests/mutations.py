@@ -691,8 +691,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "                        if i >= end:",
         _t("bridge", "test_overlapping_chinese_words_are_read_both_ways")),
     "search: a Chinese query's words not translated": (
-        "fsmem/search/bridge.py", "                            english += meanings",
-        "                            pass",
+        "fsmem/search/bridge.py", "                                english += meanings",
+        "                                pass",
         _t("bridge", "test_a_chinese_question_finds_an_english_note_without_an_embedder")),
     "search: translated only for a Chinese query over a mostly Chinese store": (
         "fsmem/search/index.py", "(cjk and rows.min() < 0.5)", "(cjk and rows.min() < 0)",

@@ -205,6 +205,9 @@ def test_an_english_question_finds_a_note_in_traditional_chinese(tmp_path):
 def test_a_chinese_question_finds_an_english_note_without_an_embedder(tmp_path):
     got = _ranked(tmp_path, "年糕的疫苗哪天打？在哪家医院？")
     assert _NOTES[4] in got, got
+    # without the name (年糕 reaches "Niangao" by its pinyin too): by the words' glosses alone
+    got = _ranked(tmp_path / "unnamed", "每年的疫苗哪天打？在哪家动物医院？")
+    assert got[0] == _NOTES[4], got
 
 
 def _top(root, notes: list[str], query: str) -> str:
