@@ -174,11 +174,11 @@ _NOTES = [
 ]
 
 
-def _ranked(tmp_path, query: str) -> list[str]:
+def _ranked(tmp_path, query: str, notes: list[str] = _NOTES, top_k: int = 3) -> list[str]:
     mem = Memory.open(str(tmp_path / "m"), durability="off")
     try:
-        ids = [mem.commit(n, source="note") for n in _NOTES]
-        return [_NOTES[ids.index(h.unit_id)] for h in mem.query(query, top_k=3)]
+        ids = [mem.commit(n, source="note") for n in notes]
+        return [notes[ids.index(h.unit_id)] for h in mem.query(query, top_k=top_k)]
     finally:
         mem.close()
 
@@ -211,12 +211,7 @@ def test_a_chinese_question_finds_an_english_note_without_an_embedder(tmp_path):
 
 
 def _top(root, notes: list[str], query: str) -> str:
-    mem = Memory.open(str(root), durability="off")
-    try:
-        ids = [mem.commit(n, source="note") for n in notes]
-        return notes[ids.index(mem.query(query, top_k=1)[0].unit_id)]
-    finally:
-        mem.close()
+    return _ranked(root, query, notes, top_k=1)[0]
 
 
 def test_a_name_in_one_script_finds_the_note_that_writes_it_in_the_other(tmp_path):

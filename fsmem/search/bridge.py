@@ -278,10 +278,10 @@ class Bridge:
                                 english += meanings
                         break
         chinese: list[str] = []
-        low = _CJK_RUN.sub(" ", norm).lower()
-        seq = [_stem(w) if w not in STOP_WORDS else "" for w in _WORD.findall(low)
+        found = _WORD.findall(_CJK_RUN.sub(" ", norm).lower())
+        seq = [_stem(w) if w not in STOP_WORDS else "" for w in found
                if w not in _ARTICLES]   # (a stop word breaks a phrase; an article does not)
-        for w in _WORD.findall(low):
+        for w in found:
             chinese += self.hanzi(w)
         for n in range(1, _MAX_PHRASE + 1):
             for i in range(len(seq) - n + 1):

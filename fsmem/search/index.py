@@ -1205,8 +1205,8 @@ class Index(IndexFiles):
         if not len(own):
             return scores, 0.0
         spk = query_speaker_terms(own)
-        day = hash_terms(dates) if dates else np.zeros(0, np.uint64)
         none = np.zeros(0, np.uint64)
+        day = hash_terms(dates) if dates else none
         gloss, words = self._translated(text, own, pend) if translate else (none, none)
         q_terms = np.unique(np.concatenate([own, spk, day, gloss, words]),
                             return_counts=True)[0]
