@@ -754,6 +754,16 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/bridge.py", "                    words.update(dict.fromkeys((simp, trad)))",
         "                    words.update(dict.fromkeys((simp,)))",
         _t("bridge", "test_an_english_word_reaches_the_common_chinese_words_glossed_by_it")),
+    "search: an acronym after its gloss is no meaning (ECG does not reach 心电图)": (
+        "fsmem/search/bridge.py", '            out += _acronyms(g, "".join(words))',
+        "            pass",
+        _t("bridge", "test_an_acronym_in_an_english_question_finds_the_chinese_word_it_stands_for")),
+    "search: a parenthesized tag is an acronym whatever its first letter (PRC)": (
+        "fsmem/search/bridge.py", "        if ab[0] != letters[0]:", "        if False:",
+        _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),
+    "search: a parenthesized tag is an acronym whatever letters the gloss has (TCM)": (
+        "fsmem/search/bridge.py", "        if all(ch in rest for ch in ab):", "        if True:",
+        _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

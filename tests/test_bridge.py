@@ -52,6 +52,11 @@ this line has no brackets at all
 長城 长城 [chang2 cheng2] /Great Wall/
 飢餓 饥饿 [ji1 e4] /hunger/
 變化 变化 [bian4 hua4] /to change/
+心電圖 心电图 [xin1 dian4 tu2] /electrocardiogram (ECG)/
+人工智能 人工智能 [ren2 gong1 zhi4 neng2] /artificial intelligence (AI)/
+舌診 舌诊 [she2 zhen3] /tongue diagnosis (TCM)/
+最高人民法院 最高人民法院 [Zui4 gao1 Ren2 min2 Fa3 yuan4] /Supreme People's Court (PRC)/
+三焦 三焦 [san1 jiao1] /(TCM)/
 """
 _LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
 
@@ -120,6 +125,22 @@ def test_names_are_romanized_and_romanized_names_reach_their_characters(tiny):
         # not pinyin, not lowercase
     english, chinese = tiny.translate("What does Duoduo sing? 乐乐说")
     assert "lele" in english and "朵朵" in chinese
+
+
+def test_an_acronym_after_its_gloss_is_a_meaning_of_its_own(tiny):
+    """English notes write ECG, AI, GPS; CC-CEDICT puts the acronym in parentheses after
+    the gloss it abbreviates: it is a meaning both ways. A parenthesized tag whose letters
+    are not the gloss's is no meaning: TCM after "tongue diagnosis" (no c, no m), PRC after
+    "Supreme People's Court" (its letters, but not from the first), a tag alone."""
+    assert tiny.glosses("心电图") == ["electrocardiogram", "ecg"]
+    assert tiny.words("ecg") == ["心电图", "心電圖"]
+    assert tiny.glosses("人工智能") == ["artificial intelligence", "ai"]
+    assert tiny.words("ai") == ["人工智能"]
+    assert tiny.glosses("舌诊") == ["tongue diagnosis"]
+    assert tiny.glosses("最高人民法院") == ["supreme people's court"]
+    assert tiny.glosses("三焦") is None
+    assert tiny.words("tcm") == [] and tiny.words("prc") == []
+    assert tiny.translate("What did the ECG show?") == ([], ["心电图", "心電圖"])
 
 
 def test_malformed_dictionary_lines_are_skipped(tiny):
@@ -208,6 +229,16 @@ def test_a_chinese_question_finds_an_english_note_without_an_embedder(tmp_path):
     # without the name (年糕 reaches "Niangao" by its pinyin too): by the words' glosses alone
     got = _ranked(tmp_path / "unnamed", "每年的疫苗哪天打？在哪家动物医院？")
     assert got[0] == _NOTES[4], got
+
+
+def test_an_acronym_in_an_english_question_finds_the_chinese_word_it_stands_for(tmp_path):
+    """"ECG" is 心电图 in CC-CEDICT's gloss "electrocardiogram (ECG)": the Chinese note of
+    the check-up ranks first, above English notes sharing one of the question's other words."""
+    notes = ["体检心电图提示窦性心律不齐，医生说很常见，不需要处理。",
+             "The cooking show on Friday evenings is the kids' favourite.",
+             "The annual physical is booked for March; bring the insurance card.",
+             "体检前一天晚上十点以后不能吃东西。"]
+    assert _top(tmp_path, notes, "What did the ECG show at the physical?") == notes[0]
 
 
 def _top(root, notes: list[str], query: str) -> str:

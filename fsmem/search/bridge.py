@@ -62,6 +62,7 @@ _MAX_PHRASE = 3       # the longest English gloss used (words)
 _CJK_RUN = re.compile(f"[{CJK_CHARS}]+")   # the analyzer's CJK: the same text is Chinese
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 _PAREN = re.compile(r"\([^)]*\)")
+_ACRONYM = re.compile(r"\(([A-Z]{2,6})\)")   # "electrocardiogram (ECG)"
 # glosses that are references or notes, not meanings
 _NOT_MEANING = ("variant of", "old variant", "see ", "surname ", "abbr.", "cl:", "also written",
                 "used in", "japanese variant", "erhua variant", "classifier", "pr.", "also pr.")
@@ -100,7 +101,8 @@ def _readings(reads: dict[str, dict[str, None]], uses: dict[str, int]) -> dict[s
 
 def _meanings(field: str) -> list[str]:
     """A dictionary entry's glosses that are meanings, without parentheses and fillers, a
-    leading "to" dropped: "to weigh (sth)" -> "weigh"."""
+    leading "to" dropped: "to weigh (sth)" -> "weigh"; an acronym in parentheses after the
+    words it abbreviates is a meaning of its own ("electrocardiogram (ECG)" -> "ecg")."""
     out = []
     for g in field.split("/"):
         low = g.lower()
@@ -113,6 +115,23 @@ def _meanings(field: str) -> list[str]:
             words = words[1:]
         if 0 < len(words) <= _MAX_PHRASE:
             out.append(" ".join(words))
+        if words and "(" in g:
+            out += _acronyms(g, "".join(words))
+    return out
+
+
+def _acronyms(gloss: str, letters: str) -> list[str]:
+    """The parenthesized acronyms of ``gloss`` whose letters are, in order, letters of its
+    words (``letters``), the first its first: "artificial intelligence (AI)" -> ["ai"];
+    a tag that is not ("latent menstruation (TCM)", "(PRC)") is none."""
+    out = []
+    for m in _ACRONYM.finditer(gloss):
+        ab = m.group(1).lower()
+        if ab[0] != letters[0]:
+            continue
+        rest = iter(letters)
+        if all(ch in rest for ch in ab):   # (``in`` on an iterator: a subsequence)
+            out.append(ab)
     return out
 
 
