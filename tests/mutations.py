@@ -764,6 +764,26 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "search: a parenthesized tag is an acronym whatever letters the gloss has (TCM)": (
         "fsmem/search/bridge.py", "        if all(ch in rest for ch in ab):", "        if True:",
         _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),
+    "search: a British spelling not read as the dictionary's American one": (
+        "fsmem/search/bridge.py",
+        '        found = [self.american(w) for w in _WORD.findall(_CJK_RUN.sub(" ", norm).lower())]',
+        '        found = _WORD.findall(_CJK_RUN.sub(" ", norm).lower())',
+        _t("bridge", "test_a_british_spelling_crosses_the_scripts_both_ways")),
+    "search: a Chinese word's glosses without their British spellings": (
+        "fsmem/search/bridge.py", "                                english += meanings + self.british(meanings)",
+        "                                english += meanings",
+        _t("bridge", "test_a_british_spelling_crosses_the_scripts_both_ways")),
+    "search: a gloss word kept before the British words' table (tyre, the city)": (
+        "fsmem/search/bridge.py", "        found = _BRITISH_WORDS.get(word)\n",
+        "        found = None if self._lexicon.get(word) is not None else _BRITISH_WORDS.get(word)\n",
+        _t("bridge", "test_british_spellings_reach_the_dictionarys_american_ones_and_back")),
+    "search: a possessive British word not read (mum's)": (
+        "fsmem/search/bridge.py", """        word = word.removesuffix("'s")\n""", "",
+        _t("bridge", "test_british_spellings_reach_the_dictionarys_american_ones_and_back")),
+    "search: a British spelling rewritten whether or not the dictionary has the result": (
+        "fsmem/search/bridge.py", "            if other != word and (self._lexicon.get(other) is not None\n",
+        "            if other != word or (self._lexicon.get(other) is not None\n",
+        _t("bridge", "test_british_spellings_reach_the_dictionarys_american_ones_and_back")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

@@ -57,6 +57,13 @@ this line has no brackets at all
 舌診 舌诊 [she2 zhen3] /tongue diagnosis (TCM)/
 最高人民法院 最高人民法院 [Zui4 gao1 Ren2 min2 Fa3 yuan4] /Supreme People's Court (PRC)/
 三焦 三焦 [san1 jiao1] /(TCM)/
+公里 公里 [gong1 li3] /kilometer/
+媽媽 妈妈 [ma1 ma5] /mama/mother/
+顏色 颜色 [yan2 se4] /color/
+喜愛 喜爱 [xi3 ai4] /to like/favorite/
+旅行 旅行 [lu:3 xing2] /to travel/journey/
+輪胎 轮胎 [lun2 tai1] /tire/
+提爾 提尔 [Ti2 er3] /Tyre (city in Lebanon)/
 """
 _LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
 
@@ -141,6 +148,30 @@ def test_an_acronym_after_its_gloss_is_a_meaning_of_its_own(tiny):
     assert tiny.glosses("三焦") is None
     assert tiny.words("tcm") == [] and tiny.words("prc") == []
     assert tiny.translate("What did the ECG show?") == ([], ["心电图", "心電圖"])
+
+
+def test_british_spellings_reach_the_dictionarys_american_ones_and_back(tiny):
+    """CC-CEDICT glosses in American spelling; notes and questions are often British.
+    An English word that is no gloss word is read in its American spelling when that one
+    is (kilometres, favourite, colour, travelled; mum, tyre: a few words by a table, tyre
+    before the city of Tyre); a word that is a gloss word, or has no such spelling, is kept
+    (hour, tour, Lele, glamour). A Chinese word's glosses add their British spellings (and Mum for
+    mother), so a Chinese
+    question meets an English note that writes them."""
+    for british, american in (("kilometres", "kilometers"), ("favourite", "favorite"),
+                              ("colours", "colors"), ("travelled", "traveled"),
+                              ("mum's", "mother"), ("tyre", "tire")):
+        assert tiny.american(british) == american, british
+    for word in ("hour", "tour", "kilometer", "lele", "xyzzy", "glamour"):
+        assert tiny.american(word) == word
+    chinese = tiny.translate("Mum's favourite colour, and how many kilometres on the tyre?")[1]
+    for word in ("妈妈", "喜爱", "颜色", "公里", "轮胎"):
+        assert word in chinese, word
+    assert "提尔" not in chinese
+    english = tiny.translate("妈妈喜爱的颜色")[0]
+    assert english[:4] == ["mama", "mother", "mum", "like"], english
+    for word in ("favorite", "favourite", "color", "colour"):
+        assert word in english, word
 
 
 def test_malformed_dictionary_lines_are_skipped(tiny):
@@ -239,6 +270,19 @@ def test_an_acronym_in_an_english_question_finds_the_chinese_word_it_stands_for(
              "The annual physical is booked for March; bring the insurance card.",
              "体检前一天晚上十点以后不能吃东西。"]
     assert _top(tmp_path, notes, "What did the ECG show at the physical?") == notes[0]
+
+
+def test_a_british_spelling_crosses_the_scripts_both_ways(tmp_path):
+    """The dictionary says "mother", "favorite" and "color"; the notes and the questions say
+    "Mum", "favourite" and "colour": Mum's note in the other script ranks first, above
+    Dad's, which says the rest of it (in American spelling, which needed no bridge)."""
+    en = ["Mum's favourite colour is purple; a purple scarf is always a safe gift.",
+          "Dad's favorite color is blue.", "The living room is still open.", "爸爸周末去钓鱼。"]
+    assert _top(tmp_path / "zh", en, "妈妈最喜欢什么颜色？") == en[0]
+    zh = ["妈妈最喜欢的颜色是紫色，围巾买紫色的准没错。", "爸爸最喜欢的颜色是蓝色。",
+          "Which colour the living room should be is still open.",
+          "My favourite running route is along the river."]
+    assert _top(tmp_path / "en", zh, "What is Mum's favourite colour?") == zh[0]
 
 
 def _top(root, notes: list[str], query: str) -> str:

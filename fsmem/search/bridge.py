@@ -36,6 +36,7 @@ before, and says so once in its log.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import itertools
 import logging
@@ -69,10 +70,44 @@ _NOT_MEANING = ("variant of", "old variant", "see ", "surname ", "abbr.", "cl:",
 _ARTICLES = frozenset(("a", "an", "the"))
 _SYLLABLE = re.compile(r"[A-Za-z:]+[1-5]")   # one syllable's reading, its tone last
 _MAX_READINGS = 3     # a character's readings romanized (乐: le, yue)
+_MEMO = 1 << 14       # words whose spelling a bridge remembers (then it starts again)
 PER_SYLLABLE = 12    # characters a romanized name's syllable reaches (the most used first)
 _SYLLABLES = "\0syllables"   # the readings table's key of the list of every syllable
 _ROMAN = re.compile(r"[a-z]{4,18}")   # a word that may be a romanized name (two syllables+)
 _FILLER = frozenset(("sth", "sb", "one's", "someone", "something", "oneself"))
+# British words and the dictionary's words for them, checked before the glosses' words
+# ("tyre" is also the city of Tyre, "grey" a surname); and back, the glosses' words and the
+# British ones for them (妈妈 is "mama; mommy; mother": Mum)
+_BRITISH_WORDS = {"mum": "mother", "mums": "mothers", "mummy": "mommy", "grey": "gray",
+                  "tyre": "tire", "tyres": "tires", "nappy": "diaper", "nappies": "diapers",
+                  "jewellery": "jewelry", "pyjamas": "pajamas", "cosy": "cozy",
+                  "mould": "mold", "plough": "plow", "kerb": "curb"}
+_AMERICAN_WORDS = {"mom": "mum", "mother": "mum", "mama": "mum", "mommy": "mummy",
+                   "gray": "grey", "tire": "tyre", "diaper": "nappy", "jewelry": "jewellery",
+                   "pajamas": "pyjamas", "cozy": "cosy", "mold": "mould", "plow": "plough",
+                   "curb": "kerb"}
+# British spellings -> American ones, tried on a word that is no gloss word (first the one a
+# gloss has); and back, American -> British, on the glosses (a spelling no note holds
+# matches nothing)
+_TO_AMERICAN = tuple((re.compile(a), b) for a, b in (
+    (r"(?<=..[bt])re(s|d)?$", r"er\1"),                  # kilometre(s), centre(d), fibre
+    (r"(?<=...)our", "or"),                              # colour, favourite, neighbourhood
+    (r"(?<=..)is(e|es|ed|ing|ation|ations|er|ers)$", r"iz\1"),   # organise(d), organisation
+    (r"(?<=..)ys(e|es|ed|ing)$", r"yz\1"),                # analyse
+    (r"(?<=..[aeiou])ll(ed|ing|er|ers)$", r"l\1"),        # travelled, cancelling
+    (r"(?<=..)ogue(s?)$", r"og\1"),                       # dialogue
+    (r"(?<=..)mme(s?)$", r"m\1"),                         # programme
+    (r"(?<=..)ence$", "ense"),                            # licence, defence
+    (r"(?<=.)ae", "e")))                                  # paediatrician
+_TO_BRITISH = tuple((re.compile(a), b) for a, b in (
+    (r"(?<=..[bt])er(s|ed)?$", r"re\1"),
+    (r"(?<=...)or(?=s?$|ite|hood|ful|able|ed|ing)", "our"),
+    (r"(?<=..)iz(e|es|ed|ing|ation|ations|er|ers)$", r"is\1"),
+    (r"(?<=..)yz(e|es|ed|ing)$", r"ys\1"),
+    (r"(?<=..[aeiou])l(ed|ing|er|ers)$", r"ll\1"),
+    (r"(?<=..)og(s?)$", r"ogue\1"),
+    (r"(?<=..)gram(s?)$", r"gramme\1"),
+    (r"(?<=..)ense$", "ence")))
 # interrogatives, pronouns, modals and connectives: their glosses ("somewhere", "amount",
 # "possible") would match everything
 ZH_FUNCTION_WORDS = frozenset("""
@@ -181,6 +216,7 @@ class Bridge:
         self._py = py   # Chinese character -> its readings without tones, "/" between
         self._lexicon = lexicon   # the English words of the glosses (values empty)
         self._syllables = frozenset((py.get(_SYLLABLES) or "").split("/"))
+        self._spelled: dict[str, str] = {}   # american's answers (a query's words repeat)
 
     @classmethod
     def parse(cls, cedict: str, levels: dict[str, int]) -> "Bridge":
@@ -278,9 +314,43 @@ class Bridge:
                 out += [a + b for x, y in itertools.pairwise(chars) for a in x for b in y]
         return out
 
+    def american(self, word: str) -> str:
+        """A British word in the dictionary's American spelling ("kilometres" ->
+        "kilometers", "mum's" -> "mother"); a gloss word, or one with no such spelling, as
+        it is."""
+        found = self._spelled.get(word)
+        if found is None:
+            if len(self._spelled) >= _MEMO:
+                self._spelled.clear()
+            found = self._spelled[word] = self._american(word)
+        return found
+
+    def _american(self, word: str) -> str:
+        word = word.removesuffix("'s")
+        found = _BRITISH_WORDS.get(word)
+        if found is not None:
+            return found
+        if self._lexicon.get(word) is not None:
+            return word
+        for rule, to in _TO_AMERICAN:
+            other = rule.sub(to, word, count=1)
+            if other != word and (self._lexicon.get(other) is not None
+                                  or self._en.get(_stem(other)) is not None):
+                return other
+        return word
+
+    @staticmethod
+    def british(meanings: list[str]) -> list[str]:
+        """The British spellings of the words of these glosses (none that is the same),
+        each once."""
+        out: dict[str, None] = {}
+        for word in _WORD.findall(" ".join(meanings)):
+            out.update(dict.fromkeys(_british(word)))
+        return list(out)
+
     def translate(self, text: str) -> tuple[list[str], list[str]]:
-        """(English glosses of the Chinese words of ``text``, Chinese words for its English
-        words and phrases)."""
+        """(English glosses of the Chinese words of ``text``, their British spellings too;
+        Chinese words for its English words and phrases, British ones read as American)."""
         norm = unicodedata.normalize("NFKC", text)
         english: list[str] = []
         for run in _CJK_RUN.findall(norm):
@@ -294,10 +364,10 @@ class Bridge:
                         if i + n > end:   # a word inside one taken is no other reading
                             end = i + n
                             if w not in ZH_FUNCTION_WORDS:
-                                english += meanings
+                                english += meanings + self.british(meanings)
                         break
         chinese: list[str] = []
-        found = _WORD.findall(_CJK_RUN.sub(" ", norm).lower())
+        found = [self.american(w) for w in _WORD.findall(_CJK_RUN.sub(" ", norm).lower())]
         seq = [_stem(w) if w not in STOP_WORDS else "" for w in found
                if w not in _ARTICLES]   # (a stop word breaks a phrase; an article does not)
         for w in found:
@@ -308,6 +378,17 @@ class Bridge:
                 if all(part):
                     chinese += self.words(" ".join(part))
         return english, chinese
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _british(word: str) -> tuple[str, ...]:
+    """A gloss word's British spellings (``_AMERICAN_WORDS``, ``_TO_BRITISH``)."""
+    out = [_AMERICAN_WORDS[word]] if word in _AMERICAN_WORDS else []
+    for rule, to in _TO_BRITISH:
+        other = rule.sub(to, word, count=1)
+        if other != word:
+            out.append(other)
+    return tuple(out)
 
 
 def _splits(word: str, known, most: int = 3) -> list[list[str]]:
