@@ -687,12 +687,12 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "            idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.TRANSLATION_WEIGHT)",
         _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
     "search: a Chinese query segmented by longest match only (放下次 loses 下次)": (
-        "fsmem/search/bridge.py", "                        if i + n > end:",
-        "                        if i >= end:",
+        "fsmem/search/bridge.py", "                    if i + n > end:",
+        "                    if i >= end:",
         _t("bridge", "test_overlapping_chinese_words_are_read_both_ways")),
     "search: a Chinese query's words not translated": (
-        "fsmem/search/bridge.py", "                                english += meanings",
-        "                                pass",
+        "fsmem/search/bridge.py", "                english += meanings + self.british(meanings)",
+        "                pass",
         _t("bridge", "test_a_chinese_question_finds_an_english_note_without_an_embedder")),
     "search: translated only for a Chinese query over a mostly Chinese store": (
         "fsmem/search/index.py", "(cjk and rows.min() < 0.5)", "(cjk and rows.min() < 0)",
@@ -770,8 +770,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         '        found = _WORD.findall(_CJK_RUN.sub(" ", norm).lower())',
         _t("bridge", "test_a_british_spelling_crosses_the_scripts_both_ways")),
     "search: a Chinese word's glosses without their British spellings": (
-        "fsmem/search/bridge.py", "                                english += meanings + self.british(meanings)",
-        "                                english += meanings",
+        "fsmem/search/bridge.py", "                english += meanings + self.british(meanings)",
+        "                english += meanings",
         _t("bridge", "test_a_british_spelling_crosses_the_scripts_both_ways")),
     "search: a gloss word kept before the British words' table (tyre, the city)": (
         "fsmem/search/bridge.py", "        found = _BRITISH_WORDS.get(word)\n",
@@ -784,6 +784,22 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/bridge.py", "            if other != word and (self._lexicon.get(other) is not None\n",
         "            if other != word or (self._lexicon.get(other) is not None\n",
         _t("bridge", "test_british_spellings_reach_the_dictionarys_american_ones_and_back")),
+    "search: a Chinese question's synonyms not looked up": (
+        "fsmem/search/index.py", "        syn = self._synonyms(text, np.concatenate([own, gloss, words]), pend) \\\n",
+        "        syn = none if True else None \\\n",
+        _t("bridge", "test_a_chinese_question_finds_a_note_that_says_it_with_a_synonym")),
+    "search: synonyms looked up for a query without Chinese (an English store loads the dictionary)": (
+        "fsmem/search/index.py", "        if not query_scripts(text)[1]:\n            return none\n", "",
+        _t("bridge", "test_a_one_script_store_never_loads_the_dictionary")),
+    "search: every word a Chinese word's meaning reaches is its synonym": (
+        "fsmem/search/bridge.py", "                        out.update(dict.fromkeys(found[:PER_SYNONYM]))",
+        "                        out.update(dict.fromkeys(found))",
+        _t("bridge", "test_a_chinese_words_synonyms_are_the_words_sharing_a_meaning_with_it")),
+    "search: a Chinese word's synonyms hold the word itself or function words": (
+        "fsmem/search/bridge.py",
+        "                                 if w not in c and c not in w and c not in ZH_FUNCTION_WORDS]",
+        "                                 if True]",
+        _t("bridge", "test_a_chinese_words_synonyms_are_the_words_sharing_a_meaning_with_it")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

@@ -63,6 +63,9 @@ this line has no brackets at all
 喜愛 喜爱 [xi3 ai4] /to like/favorite/
 旅行 旅行 [lu:3 xing2] /to travel/journey/
 輪胎 轮胎 [lun2 tai1] /tire/
+車胎 车胎 [che1 tai1] /tire/
+號碼 号码 [hao4 ma3] /number/
+多少 多少 [duo1 shao3] /number/amount/
 提爾 提尔 [Ti2 er3] /Tyre (city in Lebanon)/
 """
 _LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
@@ -172,6 +175,18 @@ def test_british_spellings_reach_the_dictionarys_american_ones_and_back(tiny):
     assert english[:4] == ["mama", "mother", "mum", "like"], english
     for word in ("favorite", "favourite", "color", "colour"):
         assert word in english, word
+
+
+def test_a_chinese_words_synonyms_are_the_words_sharing_a_meaning_with_it(tiny):
+    """车胎 and 轮胎 are both "tire": per meaning, the first PER_SYNONYM (2) of the words it
+    reaches, simplified then traditional, without the word itself, a word it holds or one
+    holding it, or a function word (多少 is also "number")."""
+    assert bridge.PER_SYNONYM == 2
+    assert tiny.synonyms("车胎上次换的") == ["車胎", "轮胎"]
+    # "toll station" -> 收費站; "toll" -> 过路费, 過路費 (not 通行税: two per meaning)
+    assert tiny.synonyms("收费站") == ["收費站", "过路费", "過路費"]
+    assert tiny.synonyms("号码") == ["號碼"]
+    assert tiny.synonyms("toll station") == [] and tiny.synonyms("什么") == []
 
 
 def test_malformed_dictionary_lines_are_skipped(tiny):
@@ -285,6 +300,18 @@ def test_a_british_spelling_crosses_the_scripts_both_ways(tmp_path):
     assert _top(tmp_path / "en", zh, "What is Mum's favourite colour?") == zh[0]
 
 
+def test_a_chinese_question_finds_a_note_that_says_it_with_a_synonym(tmp_path):
+    """In a store wholly in Chinese: 大夫 is 医生 and 西红柿 is 番茄 (they share a meaning in
+    the dictionary). The note saying the synonym ranks above the one saying the question's
+    other words more often."""
+    for sub, notes, query in (
+            ("doctor", ["医生说要多喝水。", "老师说，要多读书，多说话。", "周末去公园。"],
+             "大夫怎么说？"),
+            ("tomato", ["番茄炒蛋要多放糖。", "青椒炒蛋，炒蛋要嫩。", "周末去公园。"],
+             "西红柿炒蛋怎么做？")):
+        assert _top(tmp_path / sub, notes, query) == notes[0], sub
+
+
 def _top(root, notes: list[str], query: str) -> str:
     return _ranked(root, query, notes, top_k=1)[0]
 
@@ -309,14 +336,23 @@ def test_a_name_in_one_script_finds_the_note_that_writes_it_in_the_other(tmp_pat
 
 
 def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):
-    """English notes asked in English, Chinese notes asked in Chinese: nothing translated
-    (the dictionary is not even loaded); a Chinese note among English ones: translated."""
+    """English notes asked in English, Chinese notes asked in Chinese: nothing translated;
+    an English store never loads the dictionary (a Chinese one looks up the synonyms of a
+    Chinese question's words); a Chinese note among English ones: translated."""
     calls: list[str] = []
+    synonyms: list[str] = []
 
     def record(text: str) -> tuple[np.ndarray, np.ndarray]:
         calls.append(text)
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+
+    def record_synonyms(text: str) -> np.ndarray:
+        synonyms.append(text)
+        return np.zeros(0, np.uint64)
     monkeypatch.setattr(index_mod, "translated_terms", record)
+    monkeypatch.setattr(index_mod, "synonym_terms", record_synonyms)
+    monkeypatch.setattr(bridge, "_bridge", None)
+    monkeypatch.setattr(bridge, "load", lambda: pytest.fail("the dictionary was loaded"))
     for sub, notes, query in (("en", _NOTES[2:5], "highway tolls this month"),
                               ("zh", [_NOTES[0], _NOTES[1], _NOTES[5]], "狗的牙齿")):
         mem = Memory.open(str(tmp_path / sub), durability="off")
@@ -324,12 +360,13 @@ def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):
             mem.commit(n, source="note")
         mem.query(query, top_k=3)
         mem.close()
-    assert calls == []
+    assert calls == [] and synonyms == ["狗的牙齿"]
     mem = Memory.open(str(tmp_path / "en"), durability="off")
     mem.commit(_NOTES[0], source="note")
     mem.query("highway tolls this month", top_k=3)
     mem.close()
     assert calls and calls[-1] == "highway tolls this month"
+    assert synonyms == ["狗的牙齿"]   # an English question has no Chinese words
 
 
 def test_without_the_dictionary_search_works_and_says_so_once(tmp_path, monkeypatch, caplog):

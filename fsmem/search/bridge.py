@@ -19,11 +19,17 @@ Niangao now, what did the vet say about treats?" shares no term with
   writes a Chinese name; and an English word that is not one of the glosses' words and
   splits into two or three syllables gives the bigrams of those syllables' common
   characters ("Duoduo" -> 朵朵, 多多, ...). In English text such a spelling is a name; in
-  Chinese text only the pairs a note holds count.
+  Chinese text only the pairs a note holds count;
+- British spellings, which the dictionary's glosses do not use: an English word that is no
+  gloss word is read in its American spelling (kilometres, favourite, Mum's), and a Chinese
+  word's glosses add their British ones (colour, mum);
+- acronyms after their glosses are meanings too ("electrocardiogram (ECG)": ECG <-> 心电图).
 
 The translated terms join the query at the weight of its own (``Index._bm25_rows``), and
 only when the index holds rows in the other script: an English store asked in English never
-loads the dictionary. Nothing is added at commit: the index and the on-disk format are
+loads the dictionary. In its own script a Chinese question's words add their synonyms, the
+Chinese words sharing a meaning with them (``Bridge.synonyms``: 车胎 and 轮胎 are both "tire",
+大夫 and 医生 "doctor"), at a lower weight, in any store holding Chinese. Nothing is added at commit: the index and the on-disk format are
 unchanged, so every existing store gains it as it is.
 
 The dictionary is parsed once per machine (about 2 s) into two compact tables (hashed keys,
@@ -44,6 +50,7 @@ import os
 import re
 import threading
 import unicodedata
+from collections.abc import Iterator
 from hashlib import blake2b
 
 import msgspec
@@ -52,11 +59,12 @@ import numpy as np
 from .analyze import (ANALYZER_VERSION, CJK_CHARS, STOP_WORDS, _stem, cjk_unigram_mask,
                       term_hashes)
 
-__all__ = ["Bridge", "load", "state", "cache_dir", "query_scripts", "translated_terms", "PER_WORD",
-           "ZH_FUNCTION_WORDS", "BRIDGE_VERSION"]
+__all__ = ["Bridge", "load", "state", "cache_dir", "query_scripts", "translated_terms",
+           "synonym_terms", "PER_SYNONYM", "PER_WORD", "ZH_FUNCTION_WORDS", "BRIDGE_VERSION"]
 
 log = logging.getLogger(__name__)
 
+PER_SYNONYM = 2       # Chinese words a Chinese word's meaning reaches as its synonyms
 PER_WORD = 4          # Chinese words an English word or phrase reaches (common ones first)
 _MAX_HEAD = 6         # the longest Chinese word looked up
 _MAX_PHRASE = 3       # the longest English gloss used (words)
@@ -348,6 +356,39 @@ class Bridge:
             out.update(dict.fromkeys(_british(word)))
         return list(out)
 
+    def _chinese_words(self, run: str) -> Iterator[tuple[str, list[str]]]:
+        """The dictionary words of a Chinese run with their meanings: each place's longest
+        word that reaches past the words taken before it (longest match left to right reads
+        荣放下次 as 放下 and loses 下次); function words left out."""
+        end = 0   # where the words taken so far end
+        for i in range(len(run) - 1):
+            for n in range(min(_MAX_HEAD, len(run) - i), 1, -1):
+                w = run[i:i + n]
+                meanings = self.glosses(w)
+                if meanings is not None:
+                    if i + n > end:   # a word inside one taken is no other reading
+                        end = i + n
+                        if w not in ZH_FUNCTION_WORDS:
+                            yield w, meanings
+                    break
+
+    def synonyms(self, text: str) -> list[str]:
+        """Chinese words sharing a meaning with the Chinese words of ``text`` (车胎 -> "tire"
+        -> 車胎, 轮胎): per meaning, the first ``PER_SYNONYM`` of the words it reaches (the
+        common first, each simplified, then traditional) that neither hold the word nor are
+        held in it (the word itself among them), function words left out (号码, "number",
+        reaches 多少)."""
+        out: dict[str, None] = {}
+        for run in _CJK_RUN.findall(unicodedata.normalize("NFKC", text)):
+            for w, meanings in self._chinese_words(run):
+                for m in meanings:
+                    st = _stems(m)
+                    if st:
+                        found = [c for c in self.words(" ".join(st))
+                                 if w not in c and c not in w and c not in ZH_FUNCTION_WORDS]
+                        out.update(dict.fromkeys(found[:PER_SYNONYM]))
+        return list(out)
+
     def translate(self, text: str) -> tuple[list[str], list[str]]:
         """(English glosses of the Chinese words of ``text``, their British spellings too;
         Chinese words for its English words and phrases, British ones read as American)."""
@@ -355,17 +396,8 @@ class Bridge:
         english: list[str] = []
         for run in _CJK_RUN.findall(norm):
             english += self.romanized(run)
-            end = 0   # where the words taken so far end
-            for i in range(len(run) - 1):
-                for n in range(min(_MAX_HEAD, len(run) - i), 1, -1):
-                    w = run[i:i + n]
-                    meanings = self.glosses(w)
-                    if meanings is not None:
-                        if i + n > end:   # a word inside one taken is no other reading
-                            end = i + n
-                            if w not in ZH_FUNCTION_WORDS:
-                                english += meanings + self.british(meanings)
-                        break
+            for _w, meanings in self._chinese_words(run):
+                english += meanings + self.british(meanings)
         chinese: list[str] = []
         found = [self.american(w) for w in _WORD.findall(_CJK_RUN.sub(" ", norm).lower())]
         seq = [_stem(w) if w not in STOP_WORDS else "" for w in found
@@ -548,6 +580,18 @@ def query_scripts(text: str) -> tuple[bool, bool]:
     cjk = _CJK_RUN.search(text) is not None
     rest = _CJK_RUN.sub(" ", text).lower() if cjk else text.lower()
     return any(w not in STOP_WORDS for w in _WORD.findall(rest)), cjk
+
+
+def synonym_terms(text: str) -> np.ndarray:
+    """The hashed terms of the synonyms of ``text``'s Chinese words (``Bridge.synonyms``),
+    unique, as their bigrams (no CJK character terms); empty without the dictionary."""
+    none = np.zeros(0, np.uint64)
+    bridge = load()
+    found = bridge.synonyms(text) if bridge is not None else []
+    if not found:
+        return none
+    h = term_hashes([" ".join(found)], pairs=False)
+    return np.unique(h[~cjk_unigram_mask(h)])
 
 
 def translated_terms(text: str) -> tuple[np.ndarray, np.ndarray]:

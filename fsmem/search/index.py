@@ -39,7 +39,7 @@ from fsmem.search.analyze import (
     is_pair,
     term_hashes,
 )
-from fsmem.search.bridge import query_scripts, translated_terms
+from fsmem.search.bridge import query_scripts, synonym_terms, translated_terms
 from fsmem.search.index_entry import (
     IndexEntry,
     add_row_terms,
@@ -1114,7 +1114,7 @@ class Index(IndexFiles):
         in: an English query and a row with Chinese in it, a Chinese query and a row mostly
         in Latin script (``ranking.cjk_share`` under a half: a Chinese turn's indexed date
         words, "Sunday 7 May 2023", are Latin too). A one-script store never loads the
-        dictionary."""
+        dictionary for them (a Chinese one does for the synonyms: ``_synonyms``)."""
         latin, cjk = query_scripts(text)
         none = np.zeros(0, np.uint64)
         if not (latin or cjk):
@@ -1125,6 +1125,18 @@ class Index(IndexFiles):
         glosses, words = translated_terms(text)
         return (np.setdiff1d(glosses, own, assume_unique=True),
                 np.setdiff1d(words, own, assume_unique=True))
+
+    def _synonyms(self, text: str, taken: np.ndarray, pend: _PendingRows) -> np.ndarray:
+        """The terms of the synonyms of the query's Chinese words (``fsmem.search.bridge``:
+        车胎 -> 轮胎), not among ``taken``; only for a query with Chinese in it and a store
+        holding some: a store without Chinese never loads the dictionary for them."""
+        none = np.zeros(0, np.uint64)
+        if not query_scripts(text)[1]:
+            return none
+        rows = self._row_shares(pend)
+        if not len(rows) or rows.max() <= 0:
+            return none
+        return np.setdiff1d(synonym_terms(text), taken, assume_unique=False)
 
     def _reach(self, text: str, rows: np.ndarray) -> np.ndarray | None:
         """Per row (compacted, then pending; ``rows``: their ``_row_shares``),
@@ -1195,7 +1207,8 @@ class Index(IndexFiles):
         row's speaker, at ``ranking.SPEAKER_WEIGHT``), the date terms ``dates`` (its
         relative dates resolved, ``fsmem.search.when``, at ``ranking.DATE_WEIGHT``) and, with
         ``translate``, its words in the other script (``_translated``, at
-        ``ranking.TRANSLATION_WEIGHT``); none counts in the idf mass."""
+        ``ranking.TRANSLATION_WEIGHT`` and ``GLOSS_WEIGHT``) and its Chinese words' synonyms
+        (``_synonyms``, at ``ranking.SYNONYM_WEIGHT``); none counts in the idf mass."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
@@ -1208,7 +1221,9 @@ class Index(IndexFiles):
         none = np.zeros(0, np.uint64)
         day = hash_terms(dates) if dates else none
         gloss, words = self._translated(text, own, pend) if translate else (none, none)
-        q_terms = np.unique(np.concatenate([own, spk, day, gloss, words]),
+        syn = self._synonyms(text, np.concatenate([own, gloss, words]), pend) \
+            if translate else none
+        q_terms = np.unique(np.concatenate([own, spk, day, gloss, words, syn]),
                             return_counts=True)[0]
         ev_alive, all_alive = self._event_alive()
         hits = _term_postings(self.post, q_terms)   # one slice per query term, no copies
@@ -1240,6 +1255,8 @@ class Index(IndexFiles):
             idf[np.isin(q_terms, words) & ~mine] *= np.float32(ranking.TRANSLATION_WEIGHT)
         if len(gloss):
             idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.GLOSS_WEIGHT)
+        if len(syn):
+            idf[np.isin(q_terms, syn) & ~mine] *= np.float32(ranking.SYNONYM_WEIGHT)
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
             ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
         return scores, mass

@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
            "KIND_EVENT", "KIND_TURN", "KIND_SPOKEN", "SPEAKER_WEIGHT", "DATE_WEIGHT",
-           "TRANSLATION_WEIGHT", "GLOSS_WEIGHT",
+           "TRANSLATION_WEIGHT", "GLOSS_WEIGHT", "SYNONYM_WEIGHT",
            "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE", "SCRIPT_BALANCE",
            "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
@@ -78,6 +78,10 @@ TRANSLATION_WEIGHT = 1.0
 # English note is outranked by any Chinese note sharing a phrase (1.0 / 1.5 / 2.0 / 3.0
 # measured: docs/DECISIONS.md "Search").
 GLOSS_WEIGHT = 1.5
+# A Chinese query word's synonyms (the Chinese words sharing a meaning with it: 车胎 -> 轮胎)
+# count at this share: another word for the same thing, less sure than the word (0.3 / 0.5 /
+# 0.6 / 0.75 / 1.0 measured: docs/DECISIONS.md "Search").
+SYNONYM_WEIGHT = 0.75
 _DEFAULT_CHAT = ("user", "agent", "assistant")
 
 
