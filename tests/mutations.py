@@ -726,9 +726,23 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/bridge.py", "    except (OSError, msgspec.DecodeError) as exc:",
         "    except FileNotFoundError as exc:",
         _t("bridge", "test_the_derived_tables_are_cached_outside_the_store_and_read_back")),
-    "search: fusion ranks the other script by translated words too": (
-        "fsmem/search/index.py", 'translate=ranker != "fusion")', "translate=True)",
-        _t("bridge", "test_fusion_ranks_the_other_script_by_the_embedder_not_by_translations")),
+    "search: fusion leaves the other script to the embedder alone (no translated words)": (
+        "fsmem/search/index.py", 'translate=ranker != "fusion" or reach is not None,',
+        'translate=ranker != "fusion",',
+        _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
+    "search: fusion adds the translated words to the rows its own words reach": (
+        "fsmem/search/index.py", '                apart=ranker == "fusion")', "                apart=False)",
+        _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
+    "search: the translated words kept apart are the query's own words too": (
+        "fsmem/search/index.py",
+        "            ranking.bm25_add_term(extra if extra is not None and moved[qi] else scores,",
+        "            ranking.bm25_add_term(scores,",
+        _t("bridge", "test_fusion_ranks_an_other_script_row_by_its_translated_words_or_the_embedder")),
+    "search: an out-of-reach row's translated score ignored by fuse": (
+        "fsmem/search/ranking.py",
+        "            other = np.maximum(other, minmax(reach_lexical, live)[sel])",
+        "            pass",
+        _t("bridge", "test_fusion_ranks_an_other_script_row_by_its_translated_words_or_the_embedder")),
     "doctor: the word bridge said installed whatever is there": (
         "fsmem/search/bridge.py", '    return {"installed": src is not None, "cache": path,',
         '    return {"installed": True, "cache": path,',
@@ -800,6 +814,29 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "                                 if w not in c and c not in w and c not in ZH_FUNCTION_WORDS]",
         "                                 if True]",
         _t("bridge", "test_a_chinese_words_synonyms_are_the_words_sharing_a_meaning_with_it")),
+    "search: a character no word of a Chinese query holds gives no meaning (鞋 is not shoe)": (
+        "fsmem/search/bridge.py",
+        "                meanings = None if taken or ch in ZH_FUNCTION_CHARS else self.char_glosses(ch)",
+        "                meanings = None",
+        _t("bridge", "test_a_chinese_question_finds_an_english_note_by_a_one_character_word")),
+    "search: a character of a word taken also glossed alone (长 of 长城 as long)": (
+        "fsmem/search/bridge.py", "                            held[i:i + n] = [True] * n",
+        "                            pass",
+        _t("bridge", "test_a_character_no_word_holds_gives_its_first_meanings")),
+    "search: a function character glossed (月 as month)": (
+        "fsmem/search/bridge.py",
+        "                meanings = None if taken or ch in ZH_FUNCTION_CHARS else self.char_glosses(ch)",
+        "                meanings = None if taken else self.char_glosses(ch)",
+        _t("bridge", "test_a_character_no_word_holds_gives_its_first_meanings")),
+    "search: every meaning of a lone character counts (捐 as tax)": (
+        "fsmem/search/bridge.py",
+        "                    english += meanings[:PER_CHAR] + self.british(meanings[:PER_CHAR])",
+        "                    english += meanings + self.british(meanings)",
+        _t("bridge", "test_a_character_no_word_holds_gives_its_first_meanings")),
+    "search: a gloss naming a Chinese word kept as a meaning": (
+        "fsmem/search/bridge.py", "                or _CJK_RUN.search(g):   # (\"opposite: new 新\": a reference)",
+        "                or False:",
+        _t("bridge", "test_a_character_no_word_holds_gives_its_first_meanings")),
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),

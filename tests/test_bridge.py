@@ -66,6 +66,9 @@ this line has no brackets at all
 車胎 车胎 [che1 tai1] /tire/
 號碼 号码 [hao4 ma3] /number/
 多少 多少 [duo1 shao3] /number/amount/
+舊 旧 [jiu4] /old/opposite: new 新/
+捐 捐 [juan1] /to contribute/to donate/to tax/
+月 月 [yue4] /moon/month/
 提爾 提尔 [Ti2 er3] /Tyre (city in Lebanon)/
 """
 _LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
@@ -187,6 +190,20 @@ def test_a_chinese_words_synonyms_are_the_words_sharing_a_meaning_with_it(tiny):
     assert tiny.synonyms("收费站") == ["收費站", "过路费", "過路費"]
     assert tiny.synonyms("号码") == ["號碼"]
     assert tiny.synonyms("toll station") == [] and tiny.synonyms("什么") == []
+
+
+def test_a_character_no_word_holds_gives_its_first_meanings(tiny):
+    """旧 ("old") and 捐 ("to donate") are words of one character: where no dictionary
+    word of the query holds a character, its first PER_CHAR (2) meanings count (捐 is not
+    "tax"); a character inside a word is that word's (长 of 长城 is not "long"); a function
+    character is none (月, "month", is in every English date); a gloss naming a Chinese
+    word is a reference, not a meaning."""
+    assert bridge.PER_CHAR == 2
+    assert tiny.char_glosses("旧") == ["old"] and tiny.glosses("旧") is None
+    assert tiny.char_glosses("捐") == ["contribute", "donate", "tax"]
+    assert tiny.translate("旧捐")[0] == ["jiujuan", "old", "contribute", "donate"]   # (a name?)
+    assert tiny.translate("长城")[0] == ["great wall"]
+    assert tiny.translate("月")[0] == [] and "月" in bridge.ZH_FUNCTION_CHARS
 
 
 def test_malformed_dictionary_lines_are_skipped(tiny):
@@ -312,6 +329,19 @@ def test_a_chinese_question_finds_a_note_that_says_it_with_a_synonym(tmp_path):
         assert _top(tmp_path / sub, notes, query) == notes[0], sub
 
 
+def test_a_chinese_question_finds_an_english_note_by_a_one_character_word(tmp_path):
+    """鞋 is "shoe", 旧 "old", 捐 "donate": no dictionary word of the question holds them,
+    yet they are what it asks; the English note saying them ranks first, above a Chinese
+    note sharing the name and English notes sharing a word the question's words give."""
+    notes = ["Duoduo wears size 27 shoes and size 110 clothes.",
+             "Duoduo's ballet class is on Wednesday afternoons.",
+             "The shoe rack by the door is full.", "朵朵的生日在五月。"]
+    assert _top(tmp_path / "shoes", notes, "朵朵穿多大的鞋？") == notes[0]
+    notes = ["Old clothes go into the donation bin by Gate 2.",
+             "The clothes dryer is in the bathroom.", "小区的垃圾分类是每天早上七点到九点。"]
+    assert _top(tmp_path / "clothes", notes, "旧衣服可以捐到哪里？") == notes[0]
+
+
 def _top(root, notes: list[str], query: str) -> str:
     return _ranked(root, query, notes, top_k=1)[0]
 
@@ -384,26 +414,36 @@ def test_without_the_dictionary_search_works_and_says_so_once(tmp_path, monkeypa
     assert len(said) == 1, said
 
 
-def test_fusion_ranks_the_other_script_by_the_embedder_not_by_translations(tmp_path, monkeypatch):
-    """The lexical ranker (and rrf) translate; fusion does not: its script reach hands a row
-    in the other script to the embedder, and the translated words' loose matches measured
-    worse there (retrieval3's lived view fused at 2,000 tokens 0.985-1.000 without them,
-    0.969-0.985 with them)."""
-    calls: list[str] = []
+def test_fusion_ranks_an_other_script_row_by_its_translated_words_or_the_embedder(tmp_path):
+    """Fusion's script reach hands a row in the other script to the embedder; the translated
+    words' score competes there (the better of the two, each scaled over the rows), and stays
+    out of the rows the query's own words reach. The search keeps the translated words'
+    scores apart from the query's own (``Index.bm25_rows_apart``). On the documents this is
+    fused docs-translation 0.781 -> 0.945 (tests/test_retrieval.py)."""
+    from fsmem.search import ranking
+    lexical = np.array([2.0, 1.0, 0.0, 0.0], np.float32)   # an English question's own words
+    dense = np.array([0.4, 0.0, 0.45, 0.5], np.float32)     # (the second row has no vector)
+    reach = np.array([1.0, 1.0, 0.0, 1.0], np.float32)      # the third row is Chinese
+    translated = np.array([2.0, 1.0, 3.0, 0.0], np.float32)   # with the words' translations
+    alone = ranking.fuse(lexical, dense, "fusion", weight=0.5, reach=reach)
+    both = ranking.fuse(lexical, dense, "fusion", weight=0.5, reach=reach,
+                        reach_lexical=translated)
+    assert alone[2] < alone[0] and both[2] > both[0]
+    assert np.allclose(np.delete(alone, 2), np.delete(both, 2))   # the rows in reach: as before
+    weak = ranking.fuse(lexical, dense, "fusion", weight=0.5, reach=reach,
+                        reach_lexical=np.array([2.0, 1.0, 0.1, 0.0], np.float32))
+    assert np.allclose(weak, alone)   # a weaker translated score than the embedder's: no part
 
-    def record(text: str) -> tuple[np.ndarray, np.ndarray]:
-        calls.append(text)
-        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    monkeypatch.setattr(index_mod, "translated_terms", record)
     mem = Memory.open(str(tmp_path / "m"), durability="off")
     for n in _NOTES:
         mem.commit(n, source="note")
-    mem.index.search("highway tolls this month", 3, "fusion")
-    assert calls == []
-    mem.index.search("highway tolls this month", 3, "bm25")
-    mem.index.search("highway tolls", 3, "rrf")
+    own, mass, translated = mem.index.bm25_rows_apart("highway tolls this month", apart=True)
+    plain = mem.index.bm25_rows("highway tolls this month", translate=False)
+    whole = mem.index.bm25_rows("highway tolls this month")
     mem.close()
-    assert calls == ["highway tolls this month", "highway tolls"]
+    assert np.allclose(own, plain[0]) and mass == plain[1]
+    assert translated is not None and np.allclose(own + translated, whole[0])
+    assert translated.max() > 0
 
 
 def test_doctor_says_whether_the_dictionary_is_there_and_where_its_tables_are(tmp_path,

@@ -103,9 +103,10 @@ def test_default_fusion_on_documents_with_recorded_e5(tmp_path):
     fused = evaluate(mem, unit_of, core, "fusion")
     alone = [evaluate(mem, unit_of, core, r)["recall@5"] for r in ("bm25", "dense")]
     mem.close()
-    assert fused["recall@5"] >= 0.97, fused
+    assert fused["recall@5"] >= 0.97, fused   # 0.983 (0.977 before the translated words
+    #                                            could stand in for an other-script row)
     assert fused["recall@5"] > max(alone), (fused["recall@5"], alone)
-    assert fused["by_kind"]["cross_script"]["recall@5"] >= 0.85, fused["by_kind"]["cross_script"]
+    assert fused["by_kind"]["cross_script"]["recall@5"] >= 0.93, fused["by_kind"]["cross_script"]
 
 
 def test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias(tmp_path):
@@ -126,15 +127,17 @@ def test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias
     full = {r: evaluate(mem, unit_of, translated, r) for r in ("bm25", "dense", "fusion")}
     mem.close()
     got = {r: f["recall@5"] for r, f in full.items()}
-    assert got["fusion"] >= 0.75 and got["dense"] >= 0.7, got
+    # fusion: 0.781 while it left the other script to the embedder alone; 0.945 with the
+    # better of the embedder's stand-in and the translated words' score there (ranking.fuse)
+    assert got["fusion"] >= 0.93 and got["dense"] >= 0.7, got
     # the word bridge: 0.014 without it, 0.466 with glosses counted as one English stem, 0.616
-    # at ranking.GLOSS_WEIGHT, 0.644 with overlapping words segmented both ways
-    assert got["bm25"] >= 0.62, got
+    # at ranking.GLOSS_WEIGHT, 0.644 with overlapping words segmented both ways, 0.671 with
+    # British spellings, 0.781 with the meanings of characters no word holds
+    assert got["bm25"] >= 0.76, got
     # a Chinese question for an English note: its words' glosses at ranking.GLOSS_WEIGHT
     # (a Chinese word matches its own script as characters and a bigram): 0.358 at 1.0, 0.566,
-    # then 0.604 (荣放下次 read as 放下 and as 下次)
+    # then 0.604 (荣放下次 read as 放下 and as 下次), 0.623, then 0.774 (鞋, 旧, 捐)
     zh = full["bm25"]["by_kind"]["zh"]["recall@5"]
-    assert zh >= 0.58, full["bm25"]["by_kind"]["zh"]
-    # fusion, which leaves the other script to the embedder, never below lexical here
-    # (0.781 against 0.644 with these recorded vectors)
+    assert zh >= 0.75, full["bm25"]["by_kind"]["zh"]
+    # fusion never below lexical here (0.945 against 0.781 with these recorded vectors)
     assert got["fusion"] > got["bm25"], got

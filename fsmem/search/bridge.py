@@ -60,7 +60,8 @@ from .analyze import (ANALYZER_VERSION, CJK_CHARS, STOP_WORDS, _stem, cjk_unigra
                       term_hashes)
 
 __all__ = ["Bridge", "load", "state", "cache_dir", "query_scripts", "translated_terms",
-           "synonym_terms", "PER_SYNONYM", "PER_WORD", "ZH_FUNCTION_WORDS", "BRIDGE_VERSION"]
+           "synonym_terms", "PER_CHAR", "PER_SYNONYM", "PER_WORD", "ZH_FUNCTION_CHARS",
+           "ZH_FUNCTION_WORDS", "BRIDGE_VERSION"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,14 @@ _NOT_MEANING = ("variant of", "old variant", "see ", "surname ", "abbr.", "cl:",
 _ARTICLES = frozenset(("a", "an", "the"))
 _SYLLABLE = re.compile(r"[A-Za-z:]+[1-5]")   # one syllable's reading, its tone last
 _MAX_READINGS = 3     # a character's readings romanized (乐: le, yue)
+PER_CHAR = 2          # meanings of a Chinese character no word of the query holds
+_CHAR = "\x01"        # the Chinese table's key prefix of a single character's meanings
+# characters whose meanings are grammar, numbers, pronouns, time units or too general a verb
+# to stand for a question's content ("的", "是", "月": "month" is in every English date)
+ZH_FUNCTION_CHARS = frozenset(
+    "的了是在有和就都也还又很要会能不没吗呢吧啊个这那哪什么怎多少几谁我你他她它们上下里中"
+    "一二三四五六七八九十百千万两把被给让对从到向与及或而且但却如果因为所以可以得地着过去来说"
+    "做看想用次每第些天年月日号点分时周半前后再才只最更太已其之为以于")
 _MEMO = 1 << 14       # words whose spelling a bridge remembers (then it starts again)
 PER_SYLLABLE = 12    # characters a romanized name's syllable reaches (the most used first)
 _SYLLABLES = "\0syllables"   # the readings table's key of the list of every syllable
@@ -149,7 +158,8 @@ def _meanings(field: str) -> list[str]:
     out = []
     for g in field.split("/"):
         low = g.lower()
-        if not g or low.startswith(_NOT_MEANING) or "|" in g or "[" in g or "?" in g:
+        if not g or low.startswith(_NOT_MEANING) or "|" in g or "[" in g or "?" in g \
+                or _CJK_RUN.search(g):   # ("opposite: new 新": a reference)
             continue
         if "(" in low:
             low = _PAREN.sub(" ", low)
@@ -247,6 +257,9 @@ class Bridge:
                     syl = reading.rstrip("12345").lower().replace("u:", "v")
                     for ch in (simp, trad):
                         reads.setdefault(ch, {})[syl] = None
+                    meanings = _meanings(field)
+                    for ch in (simp, trad) if trad != simp else (simp,):
+                        zh.setdefault(_CHAR + ch, []).extend(meanings)
                 if not field or len(simp) < 2 or len(simp) > _MAX_HEAD \
                         or not _CJK_RUN.fullmatch(simp):
                     continue
@@ -282,6 +295,12 @@ class Bridge:
         """The meanings of a Chinese word (None: not in the dictionary)."""
         found = self._zh.get(word)
         return None if found is None else found.split("/")
+
+    def char_glosses(self, ch: str) -> list[str] | None:
+        """The meanings of one Chinese character, every reading's, in the dictionary's order
+        (None: no entry, or none that is a meaning)."""
+        found = self._zh.get(_CHAR + ch)
+        return found.split("/") if found else None
 
     def words(self, stems: str) -> list[str]:
         """Up to ``PER_WORD`` Chinese words glossed by these English stems, common first,
@@ -356,10 +375,12 @@ class Bridge:
             out.update(dict.fromkeys(_british(word)))
         return list(out)
 
-    def _chinese_words(self, run: str) -> Iterator[tuple[str, list[str]]]:
+    def _chinese_words(self, run: str, held: list[bool] | None = None
+                       ) -> Iterator[tuple[str, list[str]]]:
         """The dictionary words of a Chinese run with their meanings: each place's longest
         word that reaches past the words taken before it (longest match left to right reads
-        荣放下次 as 放下 and loses 下次); function words left out."""
+        荣放下次 as 放下 and loses 下次); function words left out. ``held``: each character
+        of the run marked True when a word taken holds it (a function word too)."""
         end = 0   # where the words taken so far end
         for i in range(len(run) - 1):
             for n in range(min(_MAX_HEAD, len(run) - i), 1, -1):
@@ -368,6 +389,8 @@ class Bridge:
                 if meanings is not None:
                     if i + n > end:   # a word inside one taken is no other reading
                         end = i + n
+                        if held is not None:
+                            held[i:i + n] = [True] * n
                         if w not in ZH_FUNCTION_WORDS:
                             yield w, meanings
                     break
@@ -396,8 +419,13 @@ class Bridge:
         english: list[str] = []
         for run in _CJK_RUN.findall(norm):
             english += self.romanized(run)
-            for _w, meanings in self._chinese_words(run):
+            held = [False] * len(run)
+            for _w, meanings in self._chinese_words(run, held):
                 english += meanings + self.british(meanings)
+            for ch, taken in zip(run, held):   # a character no word holds: 鞋, 旧, 捐
+                meanings = None if taken or ch in ZH_FUNCTION_CHARS else self.char_glosses(ch)
+                if meanings:
+                    english += meanings[:PER_CHAR] + self.british(meanings[:PER_CHAR])
         chinese: list[str] = []
         found = [self.american(w) for w in _WORD.findall(_CJK_RUN.sub(" ", norm).lower())]
         seq = [_stem(w) if w not in STOP_WORDS else "" for w in found
@@ -441,7 +469,7 @@ def _splits(word: str, known, most: int = 3) -> list[list[str]]:
 _lock = threading.Lock()
 _bridge: Bridge | None = None
 _missing = False
-BRIDGE_VERSION = 3   # the tables' layout (their file also names the analyzer and these rules)
+BRIDGE_VERSION = 4   # the tables' layout (their file also names the analyzer and these rules)
 
 
 class _Tables(msgspec.Struct, array_like=True):

@@ -970,10 +970,16 @@ class Index(IndexFiles):
         nxt = np.concatenate([self.ev_next, pend.next]).astype(np.int64)
         prev[pend.fix[0]], nxt[pend.fix[2]] = pend.fix[1], pend.fix[3]   # (see _links)
         idf_mass = 0.0
+        reach = translated = None
+        if ranker == "fusion":   # how far the query's own words can see each row
+            reach = self._reach(text, self._row_shares(pend))
         if ranker != "dense":
-            # fusion hands the other script to the embedder (``_reach``): the translated
-            # words' loose matches measured worse there (docs/DECISIONS.md "Search")
-            raw, idf_mass = self.bm25_rows(text, pend, others, translate=ranker != "fusion")
+            # fusion ranks by the query's own words; where they cannot reach (a row in the
+            # other script) the translated words' scores compete with the embedder's
+            # (``ranking.fuse``), not added to the rest (docs/DECISIONS.md "Search")
+            raw, idf_mass, translated = self.bm25_rows_apart(
+                text, pend, others, translate=ranker != "fusion" or reach is not None,
+                apart=ranker == "fusion")
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
@@ -986,13 +992,13 @@ class Index(IndexFiles):
             cosine = self.dense_rows(self._relative_dates(text, pend)[1] if ranker != "dense"
                                      else text, pend)
             balance = self._balances_scripts()
-            shares = self._row_shares(pend) if balance or ranker == "fusion" else None
+            shares = self._row_shares(pend) if balance else None
             # a multilingual embedder's cosines sit lower across scripts (ranking.SCRIPT_BALANCE)
             dense = ranking.balance_scripts(cosine, shares) if balance else cosine
-            reach = self._reach(text, shares) if ranker == "fusion" else None
             ev = dense if ranker == "dense" else \
                 ranking.fuse(ev, dense, ranker, weight=weight, live=ev_alive, reach=reach,
-                             lexical_share=ranking.lexical_share(cov), reach_dense=cosine)
+                             lexical_share=ranking.lexical_share(cov), reach_dense=cosine,
+                             reach_lexical=None if translated is None else raw + translated)
             if ranking.SMOOTH_FUSED or ranker == "dense":
                 ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
@@ -1191,14 +1197,22 @@ class Index(IndexFiles):
                   others: "Sequence[Index]" = (), translate: bool = True
                   ) -> tuple[np.ndarray, float]:
         """``_bm25_rows`` with the query's relative dates resolved (``_relative_dates``)."""
+        return self.bm25_rows_apart(text, pend, others, translate)[:2]
+
+    def bm25_rows_apart(self, text: str, pend: _PendingRows | None = None,
+                        others: Sequence[Index] = (), translate: bool = True,
+                        apart: bool = False) -> tuple[np.ndarray, float, np.ndarray | None]:
+        """``bm25_rows``, and with ``apart`` the scores of the query's translated words and
+        synonyms kept out of the first array, in a second one (None: there are none)."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         dates, text = self._relative_dates(text, pend)
-        return self._bm25_rows(text, pend, others, dates, translate)
+        return self._bm25_rows(text, pend, others, dates, translate, apart)
 
     def _bm25_rows(self, text: str, pend: "_PendingRows | None" = None,
                    others: "Sequence[Index]" = (), dates: Sequence[str] = (),
-                   translate: bool = True) -> tuple[np.ndarray, float]:
+                   translate: bool = True, apart: bool = False
+                   ) -> tuple[np.ndarray, float, np.ndarray | None]:
         """Okapi BM25 (``ranking.K1``, ``ranking.B``) of ``text`` for every event row, the
         compacted rows first, then the pending ones (rows of removed units score 0), and the
         sum of the query terms' idf (``ranking.coverage``): returned, never kept on the
@@ -1208,7 +1222,8 @@ class Index(IndexFiles):
         relative dates resolved, ``fsmem.search.when``, at ``ranking.DATE_WEIGHT``) and, with
         ``translate``, its words in the other script (``_translated``, at
         ``ranking.TRANSLATION_WEIGHT`` and ``GLOSS_WEIGHT``) and its Chinese words' synonyms
-        (``_synonyms``, at ``ranking.SYNONYM_WEIGHT``); none counts in the idf mass."""
+        (``_synonyms``, at ``ranking.SYNONYM_WEIGHT``); none counts in the idf mass. With
+        ``apart`` those last two add to a third array instead (None when there are none)."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         n_base = len(self.ev_len)
@@ -1216,7 +1231,7 @@ class Index(IndexFiles):
         # with counts: numpy >= 2.3's plain np.unique imports numpy.ma (~10 ms of a CLI query)
         own = np.unique(term_hashes([text]), return_counts=True)[0]
         if not len(own):
-            return scores, 0.0
+            return scores, 0.0, None
         spk = query_speaker_terms(own)
         none = np.zeros(0, np.uint64)
         day = hash_terms(dates) if dates else none
@@ -1257,9 +1272,14 @@ class Index(IndexFiles):
             idf[np.isin(q_terms, gloss) & ~mine] *= np.float32(ranking.GLOSS_WEIGHT)
         if len(syn):
             idf[np.isin(q_terms, syn) & ~mine] *= np.float32(ranking.SYNONYM_WEIGHT)
+        extra = None
+        if apart and (len(gloss) or len(words) or len(syn)):
+            extra = np.zeros_like(scores)
+            moved = np.isin(q_terms, np.concatenate([gloss, words, syn])) & ~mine
         for qi, rows, tf in hits:   # a term's rows are distinct: a plain indexed add
-            ranking.bm25_add_term(scores, rows, tf, idf[qi], doclen, avgdl)
-        return scores, mass
+            ranking.bm25_add_term(extra if extra is not None and moved[qi] else scores,
+                                  rows, tf, idf[qi], doclen, avgdl)
+        return scores, mass, extra
 
     def term_stats(self, q_terms: np.ndarray) -> tuple[np.ndarray, int, float]:
         """For BM25 over several indexes as one corpus: the live rows holding each of the

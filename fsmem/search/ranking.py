@@ -251,7 +251,8 @@ def balance_scripts(dense: np.ndarray, row_share: np.ndarray,
 def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.5,
          live: np.ndarray | None = None, rrf_k: int = 60,
          reach: np.ndarray | None = None, lexical_share: float = 1.0,
-         reach_dense: np.ndarray | None = None) -> np.ndarray:
+         reach_dense: np.ndarray | None = None,
+         reach_lexical: np.ndarray | None = None) -> np.ndarray:
     """Combine the two signals: ``fusion`` = weighted sum of min-max scaled scores (a real
     embedder's similarities sit in a narrow band, so dividing by the maximum would flatten
     them); ``rrf`` = reciprocal-rank fusion over each signal's positive scores.
@@ -259,12 +260,15 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     ``reach`` (per row, ``ranking.reach``) makes the lexical part of a row count only as far
     as the lexical signal can see that row, its scaled dense score (to ``REACH_POWER``)
     standing in for the rest: a row in the query's script is fused as before, one wholly in
-    the other script by the embedder alone (the search gives fusion the lexical scores of the
-    query's own words: its translated words, ``fsmem.search.bridge``, measured worse there).
+    the other script by the embedder alone, or by ``reach_lexical`` where that is better.
     ``lexical_share`` (the query's, from the function of that name) multiplies the min-max
     scaled lexical scores first.
     ``reach_dense``: the dense scores that stand in for the lexical part (default ``dense``;
-    the search passes the cosines before ``balance_scripts``, which was measured better)."""
+    the search passes the cosines before ``balance_scripts``, which was measured better).
+    ``reach_lexical``: the lexical scores with the query's words in the other script too
+    (``fsmem.search.bridge``); scaled like the others, the better of them and the stand-in
+    is an out-of-reach row's (the translations alone, or added to the rest, measured worse:
+    docs/DECISIONS.md "Search")."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
@@ -284,5 +288,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
         r = reach[sel]
         stand = d if reach_dense is None or reach_dense is dense else \
             np.where(has, minmax(reach_dense, has), np.float32(0))
-        lex[sel] = r * lex[sel] + (1 - r) * stand[sel] ** np.float32(REACH_POWER)
+        other = stand[sel] ** np.float32(REACH_POWER)
+        if reach_lexical is not None:
+            other = np.maximum(other, minmax(reach_lexical, live)[sel])
+        lex[sel] = r * lex[sel] + (1 - r) * other
     return ((1 - weight) * lex + weight * d).astype(np.float32)
