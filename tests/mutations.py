@@ -671,8 +671,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         _t("retrieval",
            "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
     "search: the balanced cosines stand in for an other-script row's lexical part": (
-        "fsmem/search/index.py", "lexical_share=ranking.lexical_share(cov), reach_dense=cosine)",
-        "lexical_share=ranking.lexical_share(cov), reach_dense=None)",
+        "fsmem/search/index.py", "lexical_share=ranking.lexical_share(cov), reach_dense=cosine,",
+        "lexical_share=ranking.lexical_share(cov), reach_dense=None,",
         _t("retrieval", "test_default_fusion_on_documents_with_recorded_e5")),
     # the word bridge (fsmem.search.bridge): a query's words in the other script
     "search: a query's translated words count nothing": (

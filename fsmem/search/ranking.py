@@ -267,8 +267,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, how: str, *, weight: float = 0.
     the search passes the cosines before ``balance_scripts``, which was measured better).
     ``reach_lexical``: the lexical scores with the query's words in the other script too
     (``fsmem.search.bridge``); scaled like the others, the better of them and the stand-in
-    is an out-of-reach row's (the translations alone, or added to the rest, measured worse:
-    docs/DECISIONS.md "Search")."""
+    is an out-of-reach row's (their mean, a weighted mix, or the translations added to every
+    row measured worse: docs/DECISIONS.md "Search")."""
     if how == "rrf":
         out = np.zeros_like(lexical)
         for s in (lexical, dense):
