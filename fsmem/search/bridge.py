@@ -23,14 +23,17 @@ Niangao now, what did the vet say about treats?" shares no term with
 - British spellings, which the dictionary's glosses do not use: an English word that is no
   gloss word is read in its American spelling (kilometres, favourite, Mum's), and a Chinese
   word's glosses add their British ones (colour, mum);
-- acronyms after their glosses are meanings too ("electrocardiogram (ECG)": ECG <-> 心电图).
+- acronyms after their glosses are meanings too ("electrocardiogram (ECG)": ECG <-> 心电图);
+- a character of a Chinese query that no word taken holds gives its first ``PER_CHAR``
+  meanings (鞋 "shoe", 旧 "old"), unless it is a function character (``ZH_FUNCTION_CHARS``).
 
 The translated terms join the query at the weight of its own (``Index._bm25_rows``), and
 only when the index holds rows in the other script: an English store asked in English never
 loads the dictionary. In its own script a Chinese question's words add their synonyms, the
 Chinese words sharing a meaning with them (``Bridge.synonyms``: 车胎 and 轮胎 are both "tire",
-大夫 and 医生 "doctor"), at a lower weight, in any store holding Chinese. Nothing is added at commit: the index and the on-disk format are
-unchanged, so every existing store gains it as it is.
+大夫 and 医生 "doctor"), at a lower weight, in any store holding Chinese. Nothing is added at
+commit: the index and the on-disk format are unchanged, so every existing store gains it as
+it is.
 
 The dictionary is parsed once per machine (about 2 s) into two compact tables (hashed keys,
 one blob of values) kept in the user's cache directory (``cache_dir``, never in a store:
