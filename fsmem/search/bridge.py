@@ -378,6 +378,11 @@ class Bridge:
             out.update(dict.fromkeys(_british(word)))
         return list(out)
 
+    def _segment(self, run: str) -> tuple[tuple[tuple[str, list[str]], ...], tuple[bool, ...]]:
+        """``_chinese_words`` of a run and its ``held`` marks, worked out once for the run's
+        translation and its synonyms (a search asks for both; ``_segmented``)."""
+        return _segmented(self, run)
+
     def _chinese_words(self, run: str, held: list[bool] | None = None
                        ) -> Iterator[tuple[str, list[str]]]:
         """The dictionary words of a Chinese run with their meanings: each place's longest
@@ -406,7 +411,7 @@ class Bridge:
         reaches 多少)."""
         out: dict[str, None] = {}
         for run in _CJK_RUN.findall(unicodedata.normalize("NFKC", text)):
-            for w, meanings in self._chinese_words(run):
+            for w, meanings in self._segment(run)[0]:
                 for m in meanings:
                     st = _stems(m)
                     if st:
@@ -422,8 +427,8 @@ class Bridge:
         english: list[str] = []
         for run in _CJK_RUN.findall(norm):
             english += self.romanized(run)
-            held = [False] * len(run)
-            for _w, meanings in self._chinese_words(run, held):
+            taken_words, held = self._segment(run)
+            for _w, meanings in taken_words:
                 english += meanings + self.british(meanings)
             for ch, taken in zip(run, held):   # a character no word holds: 鞋, 旧, 捐
                 meanings = None if taken or ch in ZH_FUNCTION_CHARS else self.char_glosses(ch)
@@ -441,6 +446,13 @@ class Bridge:
                 if all(part):
                     chinese += self.words(" ".join(part))
         return english, chinese
+
+
+@functools.lru_cache(maxsize=1 << 10)   # (more than a long query's runs: punctuation cuts them)
+def _segmented(bridge: Bridge, run: str
+               ) -> tuple[tuple[tuple[str, list[str]], ...], tuple[bool, ...]]:
+    held = [False] * len(run)
+    return tuple(bridge._chinese_words(run, held)), tuple(held)
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -616,13 +628,8 @@ def query_scripts(text: str) -> tuple[bool, bool]:
 def synonym_terms(text: str) -> np.ndarray:
     """The hashed terms of the synonyms of ``text``'s Chinese words (``Bridge.synonyms``),
     unique, as their bigrams (no CJK character terms); empty without the dictionary."""
-    none = np.zeros(0, np.uint64)
     bridge = load()
-    found = bridge.synonyms(text) if bridge is not None else []
-    if not found:
-        return none
-    h = term_hashes([" ".join(found)], pairs=False)
-    return np.unique(h[~cjk_unigram_mask(h)])
+    return _bigram_terms(bridge.synonyms(text) if bridge is not None else [])
 
 
 def translated_terms(text: str) -> tuple[np.ndarray, np.ndarray]:
@@ -635,7 +642,13 @@ def translated_terms(text: str) -> tuple[np.ndarray, np.ndarray]:
         return none, none
     english, chinese = bridge.translate(text)
     glosses = np.unique(term_hashes(english, pairs=False)) if english else none
-    if not chinese:
-        return glosses, none
-    h = term_hashes([" ".join(chinese)], pairs=False)   # one text: the same bigrams, one pass
-    return glosses, np.unique(h[~cjk_unigram_mask(h)])
+    return glosses, _bigram_terms(chinese)
+
+
+def _bigram_terms(words: list[str]) -> np.ndarray:
+    """The unique hashed terms of these Chinese words without their single characters' (a
+    word counts by its bigrams), hashed as one text: the same bigrams, one pass."""
+    if not words:
+        return np.zeros(0, np.uint64)
+    h = term_hashes([" ".join(words)], pairs=False)
+    return np.unique(h[~cjk_unigram_mask(h)])
