@@ -711,8 +711,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "    words = [w for w in words if w not in STOP_WORDS]\n    if not words:",
         _t("bridge", "test_glosses_that_are_not_meanings_do_not_make_translations")),
     "search: the bridge takes the dictionary's first words, not the common ones": (
-        "fsmem/search/bridge.py", "                level = levels.get(simp, 9)",
-        "                level = 0",
+        "fsmem/search/bridge.py", "            level = levels.get(simp, 9)",
+        "            level = 0",
         _t("bridge", "test_an_english_word_reaches_the_common_chinese_words_glossed_by_it")),
     "search: an English phrase is not a key of its own": (
         "fsmem/search/bridge.py", "        for n in range(1, _MAX_PHRASE + 1):",
@@ -775,6 +775,25 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "search: a parenthesized tag is an acronym whatever its first letter (PRC)": (
         "fsmem/search/bridge.py", "        if ab[0] != letters[0]:", "        if False:",
         _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),
+    "search: a word glossed by a reference has no meanings (体检, abbr. for 体格检查)": (
+        "fsmem/search/bridge.py", "                add(simp, trad, list(meanings))",
+        "                pass",
+        _t("bridge", "test_a_chinese_question_finds_an_english_note_through_a_word_glossed_by_a_reference")),
+    "search: a reference takes every reading's meanings (份量 is also a vector component)": (
+        "fsmem/search/bridge.py",
+        "            meanings = zh.get(word) if reading is None else by_reading.get((word, reading))",
+        "            meanings = zh.get(word)",
+        _t("bridge", "test_a_word_glossed_by_a_reference_has_the_meanings_of_the_word_it_names")),
+    "search: a place's dictionary name is no meaning (丽江 is not Lijiang)": (
+        "fsmem/search/bridge.py",
+        "                meanings = _own_name(field, reading, meanings) + meanings",
+        "                pass",
+        _t("bridge", "test_a_place_name_crosses_the_scripts_by_its_dictionary_name")),
+    "search: any proper noun's first gloss word is its name (一千零一夜 is 'the')": (
+        "fsmem/search/bridge.py",
+        '    if name in meanings or name != _TONES.sub("", reading).replace(" ", "").lower():',
+        "    if name in meanings:",
+        _t("bridge", "test_a_place_described_by_its_gloss_has_its_name_as_a_meaning")),
     "search: a parenthesized tag is an acronym whatever letters the gloss has (TCM)": (
         "fsmem/search/bridge.py", "        if all(ch in rest for ch in ab):", "        if True:",
         _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),

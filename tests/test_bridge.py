@@ -70,6 +70,14 @@ this line has no brackets at all
 捐 捐 [juan1] /to contribute/to donate/to tax/
 月 月 [yue4] /moon/month/
 提爾 提尔 [Ti2 er3] /Tyre (city in Lebanon)/
+體格檢查 体格检查 [ti3 ge2 jian3 cha2] /physical examination/health checkup/
+體檢 体检 [ti3 jian3] /abbr. for 體格檢查|体格检查[ti3 ge2 jian3 cha2]/
+分量 分量 [fen1 liang4] /(vector) component/
+分量 分量 [fen4 liang5] /quantity/weight/
+份量 份量 [fen4 liang5] /see 分量[fen4 liang5]/
+上外 上外 [Shang4 Wai4] /abbr. for 上海外國語大學|上海外国语大学[Shang4 hai3 Wai4 guo2 yu3 Da4 xue2]/
+麗江 丽江 [Li4 jiang1] /Lijiang prefecture-level city in northwest Yunnan/
+一千零一夜 一千零一夜 [Yi1 qian1 Ling2 Yi1 Ye4] /The Book of One Thousand and One Nights/
 """
 _LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
 
@@ -206,6 +214,30 @@ def test_a_character_no_word_holds_gives_its_first_meanings(tiny):
     assert tiny.translate("月")[0] == [] and "月" in bridge.ZH_FUNCTION_CHARS
 
 
+def test_a_word_glossed_by_a_reference_has_the_meanings_of_the_word_it_names(tiny):
+    """体检 is glossed only "abbr. for 體格檢查|体格检查[ti3 ge2 jian3 cha2]" and 份量 only
+    "see 分量[fen4 liang5]": such a word has the meanings of the word it names (of that
+    reading: 分量 read fen1 liang4 is "component"), both ways; a reference to a word the
+    dictionary lacks gives none. A word with meanings of its own keeps just those (乾杯)."""
+    assert tiny.glosses("体检") == ["physical examination", "health checkup"]
+    assert tiny.glosses("體檢") == tiny.glosses("体检")
+    assert {"体检", "體檢", "体格检查"} <= set(tiny.words("health checkup"))
+    assert tiny.glosses("份量") == ["quantity", "weight"]
+    assert tiny.glosses("上外") is None
+    assert tiny.glosses("干杯") == ["drink a toast", "cheers!"]
+    assert tiny.translate("体检")[0][-2:] == ["physical examination", "health checkup"]
+
+
+def test_a_place_described_by_its_gloss_has_its_name_as_a_meaning(tiny):
+    """丽江 is glossed "Lijiang prefecture-level city in northwest Yunnan" (too long to be a
+    meaning): a proper noun whose gloss begins with its own reading has that name as its
+    meaning, both ways; a title whose words are not its reading has none."""
+    assert tiny.glosses("丽江") == ["lijiang"] and tiny.glosses("麗江") == ["lijiang"]
+    assert tiny.words("lijiang") == ["丽江", "麗江"]
+    assert tiny.glosses("一千零一夜") is None
+    assert "lijiang" in tiny.translate("丽江")[0]
+
+
 def test_malformed_dictionary_lines_are_skipped(tiny):
     assert tiny.glosses("壞行") is None and tiny.glosses("坏行") is None
     assert tiny.translate("this line has no brackets at all") == ([], [])
@@ -340,6 +372,34 @@ def test_a_chinese_question_finds_an_english_note_by_a_one_character_word(tmp_pa
     notes = ["Old clothes go into the donation bin by Gate 2.",
              "The clothes dryer is in the bathroom.", "小区的垃圾分类是每天早上七点到九点。"]
     assert _top(tmp_path / "clothes", notes, "旧衣服可以捐到哪里？") == notes[0]
+
+
+def test_a_chinese_question_finds_an_english_note_through_a_word_glossed_by_a_reference(
+        tmp_path):
+    """体检 is glossed only "abbr. for 体格检查" (physical examination, health checkup): its
+    meanings are that word's, so the English note of the checkup ranks first, above an
+    English note sharing "annual" twice and the date."""
+    notes = ["The annual health checkup is booked for August 22; no food after midnight.",
+             "The annual school fair and the annual book sale are both on August 22.",
+             "周三的体育课改到周四。"]
+    assert _top(tmp_path, notes, "年度体检约在哪天？") == notes[0]
+
+
+def test_a_place_name_crosses_the_scripts_by_its_dictionary_name(tmp_path):
+    """丽江 is "Lijiang prefecture-level city in northwest Yunnan" and 北京 "Beijing, capital
+    of ...": the name is a meaning both ways, so the note naming the place ranks first,
+    above a note saying the words its characters mean (丽 beautiful, 江 river) or the
+    question's other word (办公室, office)."""
+    notes = ["Lijiang: three nights in the old town, then the train to Dali.",
+             "The beautiful river walk by the old town is best at night.",
+             "周末去公园。"]
+    assert _top(tmp_path / "lijiang", notes, "丽江住几晚？") == notes[0]
+    zh = ["丽江古城住三晚，然后坐火车去大理。", "The river walk is beautiful at night.",
+          "The old town is best at night."]
+    assert _top(tmp_path / "zh", zh, "How many nights in Lijiang?") == zh[0]
+    notes = ["The Beijing team moves in March.",
+             "The office of the capital museum moves in March.", "周末去公园。"]
+    assert _top(tmp_path / "beijing", notes, "北京办公室什么时候搬？") == notes[0]
 
 
 def _top(root, notes: list[str], query: str) -> str:

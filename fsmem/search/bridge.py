@@ -24,6 +24,9 @@ Niangao now, what did the vet say about treats?" shares no term with
   gloss word is read in its American spelling (kilometres, favourite, Mum's), and a Chinese
   word's glosses add their British ones (colour, mum);
 - acronyms after their glosses are meanings too ("electrocardiogram (ECG)": ECG <-> 心电图);
+- a word glossed only by a reference to another ("abbr. for 体格检查", "see 分量[fen4
+  liang5]") has that word's meanings (of the reading named), and a proper noun whose gloss
+  describes it has its own name ("Lijiang prefecture-level city in ..." -> lijiang);
 - a character of a Chinese query that no word taken holds gives its first ``PER_CHAR``
   meanings (鞋 "shoe", 旧 "old"), unless it is a function character (``ZH_FUNCTION_CHARS``).
 
@@ -79,6 +82,12 @@ _ACRONYM = re.compile(r"\(([A-Z]{2,6})\)")   # "electrocardiogram (ECG)"
 # glosses that are references or notes, not meanings
 _NOT_MEANING = ("variant of", "old variant", "see ", "surname ", "abbr.", "cl:", "also written",
                 "used in", "japanese variant", "erhua variant", "classifier", "pr.", "also pr.")
+# a gloss that names the word it stands for, and that word's reading: "abbr. for
+# 體格檢查|体格检查[ti3 ge2 jian3 cha2]", "see 分量[fen4 liang5]" (the simplified form is last)
+_REFERENCE = re.compile(r"^(?:abbr\. for|(?:old |erhua |japanese )?variant of|see(?: also)?|"
+                        rf"also written)\s+(?:[{CJK_CHARS}]+\|)?([{CJK_CHARS}]+)"
+                        r"(?:\[([^\]]+)\])?", re.IGNORECASE)
+_TONES = re.compile(r"[1-5]")
 _ARTICLES = frozenset(("a", "an", "the"))
 _SYLLABLE = re.compile(r"[A-Za-z:]+[1-5]")   # one syllable's reading, its tone last
 _MAX_READINGS = 3     # a character's readings romanized (乐: le, yue)
@@ -176,6 +185,21 @@ def _meanings(field: str) -> list[str]:
     return out
 
 
+def _own_name(field: str, reading: str, meanings: list[str]) -> list[str]:
+    """A proper noun's name when its gloss describes it and begins with its own reading:
+    丽江 [Li4 jiang1] "Lijiang prefecture-level city in northwest Yunnan" -> ["lijiang"],
+    北京 "Beijing, capital of the People's Republic of China" -> ["beijing"]; [] for anything
+    else (a title, a common word: its reading is not capitalized) or a name among
+    ``meanings`` already."""
+    first = _WORD.match(field)
+    if not reading[:1].isupper() or first is None:
+        return []
+    name = first.group().lower()
+    if name in meanings or name != _TONES.sub("", reading).replace(" ", "").lower():
+        return []
+    return [name]
+
+
 def _acronyms(gloss: str, letters: str) -> list[str]:
     """The parenthesized acronyms of ``gloss`` whose letters are, in order, letters of its
     words (``letters``), the first its first: "artificial intelligence (AI)" -> ["ai"];
@@ -247,6 +271,17 @@ class Bridge:
         reads: dict[str, dict[str, None]] = {}   # a character -> its toneless readings
         lexicon: set[str] = set()                 # every English word of the glosses
         uses: dict[str, int] = {}                 # a character -> the words it is part of
+        by_reading: dict[tuple[str, str], list[str]] = {}   # (word, its reading) -> meanings
+        named: list[tuple[str, str, str, str | None]] = []  # words glossed by a reference
+
+        def add(simp: str, trad: str, meanings: list[str]) -> None:
+            for h in (simp, trad) if trad != simp else (simp,):
+                zh.setdefault(h, []).extend(meanings)
+            level = levels.get(simp, 9)
+            for pos, g in enumerate(meanings):
+                st = _stems(g)
+                if st:
+                    en.setdefault(" ".join(st), []).append((level, pos, simp, trad))
         with open(cedict, encoding="utf-8") as f:
             for line in f:
                 if line[:1] == "#":
@@ -269,15 +304,18 @@ class Bridge:
                 for ch in set(simp):
                     uses[ch] = uses.get(ch, 0) + 1
                 meanings = _meanings(field)
+                meanings = _own_name(field, reading, meanings) + meanings
                 if not meanings:
+                    ref = _REFERENCE.search(field)
+                    if ref:   # 体检: "abbr. for 體格檢查|体格检查[ti3 ge2 jian3 cha2]"
+                        named.append((simp, trad, ref.group(1), ref.group(2)))
                     continue
-                for h in (simp, trad) if trad != simp else (simp,):
-                    zh.setdefault(h, []).extend(meanings)
-                level = levels.get(simp, 9)
-                for pos, g in enumerate(meanings):
-                    st = _stems(g)
-                    if st:
-                        en.setdefault(" ".join(st), []).append((level, pos, simp, trad))
+                by_reading.setdefault((simp, reading), []).extend(meanings)
+                add(simp, trad, meanings)
+        for simp, trad, word, reading in named:   # (their own pass: the word may come later)
+            meanings = zh.get(word) if reading is None else by_reading.get((word, reading))
+            if meanings:
+                add(simp, trad, list(meanings))
         top: dict[str, str] = {}
         for key, found in en.items():
             words: dict[str, None] = {}   # each word simplified, then traditional if it differs
@@ -484,7 +522,7 @@ def _splits(word: str, known, most: int = 3) -> list[list[str]]:
 _lock = threading.Lock()
 _bridge: Bridge | None = None
 _missing = False
-BRIDGE_VERSION = 4   # the tables' layout (their file also names the analyzer and these rules)
+BRIDGE_VERSION = 5   # the tables' layout (their file also names the analyzer and these rules)
 
 
 class _Tables(msgspec.Struct, array_like=True):
