@@ -78,8 +78,16 @@ this line has no brackets at all
 上外 上外 [Shang4 Wai4] /abbr. for 上海外國語大學|上海外国语大学[Shang4 hai3 Wai4 guo2 yu3 Da4 xue2]/
 麗江 丽江 [Li4 jiang1] /Lijiang prefecture-level city in northwest Yunnan/
 一千零一夜 一千零一夜 [Yi1 qian1 Ling2 Yi1 Ye4] /The Book of One Thousand and One Nights/
+芝 芝 [zhi1] /Zoysia pungens/
+麻 麻 [ma2] /hemp/
+知 知 [zhi1] /to know/
+馬 马 [ma3] /horse/
+紙馬 纸马 [zhi3 ma3] /paper horse/
+芝麻 芝麻 [zhi1 ma5] /sesame/
+知道 知道 [zhi1 dao5] /to know/
+馬上 马上 [ma3 shang4] /at once/
 """
-_LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2}
+_LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2, "芝麻": 5}
 
 
 @pytest.fixture
@@ -146,6 +154,16 @@ def test_names_are_romanized_and_romanized_names_reach_their_characters(tiny):
         # not pinyin, not lowercase
     english, chinese = tiny.translate("What does Duoduo sing? 乐乐说")
     assert "lele" in english and "朵朵" in chinese
+
+
+def test_a_romanized_name_reaches_the_dictionary_words_read_so_first(tiny):
+    """Pets and children are named after things (芝麻 "sesame" is Zhima, 年糕 Niangao): a
+    romanized name reaches the dictionary's words read that way (the common first: 芝麻
+    before 纸马, read zhi3 ma3) before the bigrams of its syllables' common characters,
+    whose few per syllable may not hold the name's."""
+    got = tiny.hanzi("zhima")
+    assert got[:3] == ["芝麻", "纸马", "紙馬"] and "知马" in got and got.count("芝麻") == 1, got
+    assert tiny.hanzi("mazhi")[:1] != ["芝麻"]
 
 
 def test_an_acronym_after_its_gloss_is_a_meaning_of_its_own(tiny):
@@ -400,6 +418,16 @@ def test_a_place_name_crosses_the_scripts_by_its_dictionary_name(tmp_path):
     notes = ["The Beijing team moves in March.",
              "The office of the capital museum moves in March.", "周末去公园。"]
     assert _top(tmp_path / "beijing", notes, "北京办公室什么时候搬？") == notes[0]
+
+
+def test_an_english_question_names_a_pet_whose_chinese_name_is_a_word(tmp_path):
+    """The hamster is 芝麻 (sesame), "Zhima" in English: 芝 is not among the common
+    characters read zhi, yet the name reaches the Chinese note, which ranks above the
+    English note that spells the name and says nothing of fruit."""
+    notes = ["仓鼠芝麻不能吃柑橘，别的水果一周一小块。",
+             "Zhima's cage is cleaned every Saturday; Zhima hides in the wheel.",
+             "知道了，明天再说。"]
+    assert _top(tmp_path, notes, "What fruit can Zhima not eat?") == notes[0]
 
 
 def _top(root, notes: list[str], query: str) -> str:

@@ -17,9 +17,10 @@ Niangao now, what did the vet say about treats?" shares no term with
 - names, which no dictionary holds, by their pinyin: each two adjacent characters of its
   Chinese give their readings run together (乐乐 -> "lele", 年糕 -> "niangao"), how English
   writes a Chinese name; and an English word that is not one of the glosses' words and
-  splits into two or three syllables gives the bigrams of those syllables' common
-  characters ("Duoduo" -> 朵朵, 多多, ...). In English text such a spelling is a name; in
-  Chinese text only the pairs a note holds count;
+  splits into two or three syllables gives the dictionary's words read so ("Zhima" -> 芝麻,
+  sesame: pets and children are named after things), then the bigrams of those syllables'
+  common characters ("Duoduo" -> 朵朵, 多多, ...). In English text such a spelling is a
+  name; in Chinese text only the pairs a note holds count;
 - British spellings, which the dictionary's glosses do not use: an English word that is no
   gloss word is read in its American spelling (kilometres, favourite, Mum's), and a Chinese
   word's glosses add their British ones (colour, mum);
@@ -102,6 +103,7 @@ ZH_FUNCTION_CHARS = frozenset(
 _MEMO = 1 << 14       # words whose spelling a bridge remembers (then it starts again)
 PER_SYLLABLE = 12    # characters a romanized name's syllable reaches (the most used first)
 _SYLLABLES = "\0syllables"   # the readings table's key of the list of every syllable
+_SPOKEN = "\x02"      # the readings table's key prefix of the words a reading names
 _ROMAN = re.compile(r"[a-z]{4,18}")   # a word that may be a romanized name (two syllables+)
 _FILLER = frozenset(("sth", "sb", "one's", "someone", "something", "oneself"))
 # British words and the dictionary's words for them, checked before the glosses' words
@@ -160,6 +162,18 @@ def _readings(reads: dict[str, dict[str, None]], uses: dict[str, int]) -> dict[s
         chars.sort(key=lambda c: (-uses[c], c))
         out[syl] = "".join(chars[:PER_SYLLABLE])
     out[_SYLLABLES] = "/".join(sorted(by_syl))
+    return out
+
+
+def _spoken(spoken: dict[str, list[tuple[int, str, str]]]) -> dict[str, str]:
+    """A reading run together -> the first ``PER_WORD`` dictionary words read so, common
+    first, each simplified then traditional ("zhima" -> 芝麻), under ``_SPOKEN``."""
+    out = {}
+    for said, found in spoken.items():
+        words: dict[str, None] = {}
+        for _level, simp, trad in sorted(found)[:PER_WORD]:
+            words.update(dict.fromkeys((simp, trad)))
+        out[_SPOKEN + said] = "/".join(words)
     return out
 
 
@@ -272,6 +286,7 @@ class Bridge:
         lexicon: set[str] = set()                 # every English word of the glosses
         uses: dict[str, int] = {}                 # a character -> the words it is part of
         by_reading: dict[tuple[str, str], list[str]] = {}   # (word, its reading) -> meanings
+        spoken: dict[str, list[tuple[int, str, str]]] = {}  # "zhima" -> (level, 芝麻, 芝麻)
         named: list[tuple[str, str, str, str | None]] = []  # words glossed by a reference
 
         def add(simp: str, trad: str, meanings: list[str]) -> None:
@@ -303,6 +318,10 @@ class Bridge:
                     continue
                 for ch in set(simp):
                     uses[ch] = uses.get(ch, 0) + 1
+                syls = reading.split()
+                if len(syls) == len(simp) <= 3 and all(map(_SYLLABLE.fullmatch, syls)):
+                    said = "".join(x.rstrip("12345").lower().replace("u:", "v") for x in syls)
+                    spoken.setdefault(said, []).append((levels.get(simp, 9), simp, trad))
                 meanings = _meanings(field)
                 meanings = _own_name(field, reading, meanings) + meanings
                 if not meanings:
@@ -329,7 +348,7 @@ class Bridge:
             top[key] = "/".join(words)
         return cls(_Table.build({k: "/".join(dict.fromkeys(v)) for k, v in zh.items()}),
                    _Table.build(top),
-                   _Table.build(_readings(reads, uses)),
+                   _Table.build({**_readings(reads, uses), **_spoken(spoken)}),
                    _Table.build(dict.fromkeys(lexicon, "")))
 
     def glosses(self, word: str) -> list[str] | None:
@@ -375,12 +394,13 @@ class Bridge:
                 best = [split]
             elif len(split) == len(best[0]):
                 best.append(split)
-        out: list[str] = []
+        found = self._py.get(_SPOKEN + word)   # 芝麻 for "zhima": 芝 is no common zhi
+        out: list[str] = found.split("/") if found else []
         for split in best:
             if 2 <= len(split) <= 3:
                 chars = [self._py.get(syl) or "" for syl in split]
                 out += [a + b for x, y in itertools.pairwise(chars) for a in x for b in y]
-        return out
+        return list(dict.fromkeys(out))
 
     def american(self, word: str) -> str:
         """A British word in the dictionary's American spelling ("kilometres" ->
