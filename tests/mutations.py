@@ -794,6 +794,22 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         '    if name in meanings or name != _TONES.sub("", reading).replace(" ", "").lower():',
         "    if name in meanings:",
         _t("bridge", "test_a_place_described_by_its_gloss_has_its_name_as_a_meaning")),
+    "search: a romanized name reaches only its syllables' common characters (not 芝麻)": (
+        "fsmem/search/bridge.py", "        found = self._py.get(_SPOKEN + word)",
+        "        found = None",
+        _t("bridge", "test_an_english_question_names_a_pet_whose_chinese_name_is_a_word")),
+    "search: the words a reading names in the dictionary's order, not the common first": (
+        "fsmem/search/bridge.py", "        for _level, simp, trad in sorted(found)[:PER_WORD]:",
+        "        for _level, simp, trad in found[:PER_WORD]:",
+        _t("bridge", "test_a_romanized_name_reaches_the_dictionary_words_read_so_first")),
+    "ctrl-c: asyncio's shutdown report of an MCP task a Ctrl-C ended is printed": (
+        "fsmem/interfaces/mcp_server.py", "    logger.addFilter(quiet)\n", "",
+        _t("ctrl_c", "test_a_ctrl_c_that_ends_the_mcp_servers_tasks_is_not_logged_as_an_error")),
+    "ctrl-c: asyncio's report of any task group holding a Ctrl-C is dropped": (
+        "fsmem/interfaces/mcp_server.py",
+        "            return exc.split((KeyboardInterrupt, asyncio.CancelledError))[1] is not None",
+        "            return exc.subgroup(KeyboardInterrupt) is None",
+        _t("ctrl_c", "test_a_ctrl_c_that_ends_the_mcp_servers_tasks_is_not_logged_as_an_error")),
     "search: a parenthesized tag is an acronym whatever letters the gloss has (TCM)": (
         "fsmem/search/bridge.py", "        if all(ch in rest for ch in ab):", "        if True:",
         _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),

@@ -24,10 +24,12 @@ stdio by default; ``--http`` serves streamable HTTP on 127.0.0.1 only.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -41,7 +43,7 @@ from fsmem.interfaces.tools import TOOLS, call, definitions, unit_json, validate
 from fsmem.memory.facade import Memory
 
 __all__ = ["MemoryService", "build_server", "serve_stdio", "serve_http", "add_cli",
-           "MEDIA_INLINE_MAX", "RESOURCE_PAGE"]
+           "quiet_interrupted_shutdown", "MEDIA_INLINE_MAX", "RESOURCE_PAGE"]
 
 log = logging.getLogger("fsmem.mcp_server")
 
@@ -254,12 +256,40 @@ def build_server(service: MemoryService) -> Any:
                        tools=_sdk_tools(types, service), log_level="WARNING")
 
 
+class _InterruptedShutdown(logging.Filter):
+    """Drops asyncio's report of a task that ended with nothing but a Ctrl-C (a
+    KeyboardInterrupt, alone or in a group with cancellations): asyncio.run's shutdown logs
+    it as an error with a traceback, and the CLI answers a Ctrl-C with one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        if isinstance(exc, BaseExceptionGroup):
+            import asyncio  # lazy: loaded by the server already
+            return exc.split((KeyboardInterrupt, asyncio.CancelledError))[1] is not None
+        return True
+
+
+@contextlib.contextmanager
+def quiet_interrupted_shutdown() -> Iterator[None]:
+    """While the server runs: asyncio's logger drops the report of a task a Ctrl-C ended."""
+    quiet = _InterruptedShutdown()
+    logger = logging.getLogger("asyncio")
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def serve_stdio(service: MemoryService) -> None:
     """Serve MCP over stdin/stdout until the client closes them."""
     server = build_server(service)
     import anyio  # lazy: start-up, loaded only when used
     try:
-        anyio.run(server.run_stdio_async)
+        with quiet_interrupted_shutdown():
+            anyio.run(server.run_stdio_async)
     except BaseExceptionGroup as group:
         # a Ctrl-C met one of the server's tasks: anyio's task group wraps it; the CLI
         # answers a KeyboardInterrupt with one line (a group would be a traceback)
