@@ -810,6 +810,29 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "            return exc.split((KeyboardInterrupt, asyncio.CancelledError))[1] is not None",
         "            return exc.subgroup(KeyboardInterrupt) is None",
         _t("ctrl_c", "test_a_ctrl_c_that_ends_the_mcp_servers_tasks_is_not_logged_as_an_error")),
+    "search: a Chinese question's interrogative words are its terms (L2 index)": (
+        "fsmem/search/index.py",
+        "        return self._bm25_rows(text if asking else unasked(text), pend, others, dates,",
+        "        return self._bm25_rows(text, pend, others, dates,",
+        _t("analyze", "test_a_turn_that_only_asks_when_does_not_answer_when")),
+    "search: a Chinese question's interrogative words are its terms (a unit's events)": (
+        "fsmem/search/index_entry.py",
+        "    q_terms = np.unique(term_hashes([unasked(query)]), return_counts=True)[0]",
+        "    q_terms = np.unique(term_hashes([query]), return_counts=True)[0]",
+        _t("analyze", "test_a_turn_that_only_asks_when_does_not_answer_when")),
+    "search: a Chinese question's interrogative words are its terms (the facts)": (
+        "fsmem/memory/search_all.py",
+        "    q_terms = np.unique(term_hashes([unasked(text)]), return_counts=True)[0]",
+        "    q_terms = np.unique(term_hashes([text]), return_counts=True)[0]",
+        _t("analyze", "test_a_turn_that_only_asks_when_does_not_answer_when")),
+    "search: fusion leaves out the interrogative words its coverage rule was calibrated with": (
+        "fsmem/search/index.py", '                apart=ranker == "fusion", asking=ranker != "bm25")',
+        '                apart=ranker == "fusion", asking=False)',
+        _t("retrieval", "test_default_fusion_is_not_worse_than_lexical_on_conversations")),
+    "search: an interrogative word leaves its bigrams across it (是什, 候去)": (
+        "fsmem/search/analyze.py", '    return _ASKED_RE.sub(" ", query)',
+        '    return _ASKED_RE.sub("", query)',
+        _t("analyze", "test_a_chinese_questions_interrogative_words_are_not_its_terms")),
     "search: a parenthesized tag is an acronym whatever letters the gloss has (TCM)": (
         "fsmem/search/bridge.py", "        if all(ch in rest for ch in ab):", "        if True:",
         _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fsmem import Event, Memory
-from fsmem.search.analyze import (ANALYZER_VERSION, STOP_WORDS, analyze, date_text, hash_terms,
-                           is_pair, term_hashes)
+from fsmem.search.analyze import (ANALYZER_VERSION, STOP_WORDS, ZH_QUESTION_WORDS, analyze,
+                                  date_text, hash_terms, is_pair, term_hashes, unasked)
 from fsmem.format.timestamps import Timestamp
 
 
@@ -316,3 +316,43 @@ def test_text_glued_to_cjk_gives_the_analyzers_terms(text):
     assert sorted(hashes[rows == 3].tolist()) == want
     assert sorted(hashes[rows == 4].tolist()) == sorted(
         hash_terms(analyze("May 7 2023") + analyze(text)).tolist())
+
+
+_ASKING_TURNS = [("周宇", "什么时候搬的？"), ("林晓", "上周六搬的，东西比想象的多一倍。"),
+                 ("周宇", "去了，我们登了大峰，雪山上风很大，头疼得厉害。"),
+                 ("林晓", "你们什么时候回来？"), ("周宇", "店里什么时候都忙。")]
+
+
+def test_a_chinese_questions_interrogative_words_are_not_its_terms():
+    """什么时候 is three bigram terms that every turn asking "when" holds: a query's
+    interrogative words are left out of its own terms (and the bigrams across them); what
+    it asks about stays; an English query is as it was (its question words are stop words)."""
+    asked = set(hash_terms(analyze(unasked("周宇是什么时候去爬雪山的？"))).tolist())
+    for word in ("什么", "么时", "时候", "是什", "候去"):
+        assert hash_terms([word])[0] not in asked, word
+    for word in ("周宇", "雪山", "爬雪"):
+        assert hash_terms([word])[0] in asked, word
+    assert unasked("为什么不去？") == " 不去？" and unasked("When did Dan go?") == "When did Dan go?"
+    assert "什么时候" in ZH_QUESTION_WORDS and "哪天" in ZH_QUESTION_WORDS
+
+
+def test_a_turn_that_only_asks_when_does_not_answer_when(tmp_path):
+    """周宇's "什么时候搬的？" is short and shares 什么时候 with the question; his turn about
+    the mountain answers it and ranks first: through an index (L2), the BM25 of a unit's
+    events that prune uses, and the BM25 of the facts (L3) in a search of every layer."""
+    from fsmem.memory.search_all import _fact_scores
+    from fsmem.search.index_entry import bm25_scores, term_counts
+    mem = Memory.open(str(tmp_path / "m"), durability="off", auto_prune=False)
+    try:
+        ids = [mem.commit(text, source=who,
+                          timestamp=Timestamp.parse(f"2025-10-0{i + 1}T20:00:00+08:00"))
+               for i, (who, text) in enumerate(_ASKING_TURNS)]
+        hits = mem.query("周宇是什么时候去爬雪山的？", top_k=2)
+    finally:
+        mem.close()
+    assert [h.unit_id for h in hits][:1] == [ids[2]], hits
+    events = ["什么时候搬的？", "去了，我们登了大峰，雪山上风很大，头疼得厉害，吸了两罐氧气。", "好的。"]
+    scores = bm25_scores([term_counts([t]) for t in events], "周宇是什么时候去爬雪山的？")
+    assert int(np.argmax(scores)) == 1, scores
+    facts = _fact_scores("周宇是什么时候去爬雪山的？", ["什么时候搬家", "登上了雪山"], [])
+    assert facts[1] > facts[0], facts

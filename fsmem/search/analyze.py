@@ -31,7 +31,8 @@ import numpy as np
 
 from fsmem.search.lazyre import lazy_compile
 
-__all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "analyze", "date_text", "term_hashes",
+__all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "ZH_QUESTION_WORDS", "analyze",
+           "unasked", "date_text", "term_hashes",
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS", "field_terms"]
 
@@ -57,6 +58,14 @@ through during before after above below to from up down in out on off over under
 further then once here there when where why how all any both each few more most other some
 such no nor not only own same so than too very s t d ll m re ve don can will just
 """.split())
+
+# A Chinese question's interrogative words: how it asks, not what. BM25 over bigrams takes
+# 什么时候 as three terms (什么, 么时, 时候) that every turn asking "when" holds, so "周宇是什么
+# 时候去爬雪山的" ranked 周宇's "什么时候搬的？" above his turn about the mountain. English
+# question words are stop words already. Left out of a query's own terms (``unasked``).
+ZH_QUESTION_WORDS = frozenset((
+    "什么时候", "什么样", "什么", "为什么", "怎么样", "怎么", "怎样", "如何", "哪里", "哪儿", "哪个",
+    "哪些", "哪天", "哪家", "哪一", "多少", "多久", "几点", "几个", "几次", "是不是", "有没有", "是否"))
 
 _CJK = CJK_CHARS = (r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
                     r"\U00020000-\U0002ffff")   # a character class: the CJK text analyzed
@@ -169,6 +178,17 @@ def _is_day_or_year(words: list[str], i: int) -> bool:
     """"may" is a month only beside a day or a year (else it is the verb)."""
     near = words[max(i - 1, 0):i] + words[i + 1:i + 3]
     return any(w[:1].isdigit() for w in near)
+
+
+_ASKED_RE = lazy_compile(__name__, "_ASKED_RE",
+                         "|".join(sorted(ZH_QUESTION_WORDS, key=len, reverse=True)))
+
+
+def unasked(query: str) -> str:
+    """A query as its own terms are taken: each of its Chinese interrogative words
+    (``ZH_QUESTION_WORDS``) a space, so neither it nor a bigram across it is a term. Every
+    lexical scorer of a query uses it (an index, a unit's events at prune, the facts)."""
+    return _ASKED_RE.sub(" ", query)
 
 
 def analyze(text: str) -> list[str]:

@@ -38,6 +38,7 @@ from fsmem.search.analyze import (
     hash_terms,
     is_pair,
     term_hashes,
+    unasked,
 )
 from fsmem.search.bridge import query_scripts, synonym_terms, translated_terms
 from fsmem.search.index_entry import (
@@ -979,7 +980,7 @@ class Index(IndexFiles):
             # (``ranking.fuse``), not added to the rest (docs/DECISIONS.md "Search")
             raw, idf_mass, translated = self.bm25_rows_apart(
                 text, pend, others, translate=ranker != "fusion" or reach is not None,
-                apart=ranker == "fusion")
+                apart=ranker == "fusion", asking=ranker != "bm25")
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
                 ranking.smooth(raw, prev, nxt, pend.extra, smooth)
         if ranker != "bm25":
@@ -1201,13 +1202,18 @@ class Index(IndexFiles):
 
     def bm25_rows_apart(self, text: str, pend: _PendingRows | None = None,
                         others: Sequence[Index] = (), translate: bool = True,
-                        apart: bool = False) -> tuple[np.ndarray, float, np.ndarray | None]:
+                        apart: bool = False, asking: bool = False
+                        ) -> tuple[np.ndarray, float, np.ndarray | None]:
         """``bm25_rows``, and with ``apart`` the scores of the query's translated words and
-        synonyms kept out of the first array, in a second one (None: there are none)."""
+        synonyms kept out of the first array, in a second one (None: there are none). The
+        query's Chinese interrogative words are not its terms (``analyze.unasked``) unless
+        ``asking``: fusion and rrf keep them, they were calibrated with them (without them
+        they lost conversation questions: docs/DECISIONS.md "Search")."""
         self.post   # checked (and rebuilt if damaged) before anything is taken from it
         pend = pend or self._pending_rows()
         dates, text = self._relative_dates(text, pend)
-        return self._bm25_rows(text, pend, others, dates, translate, apart)
+        return self._bm25_rows(text if asking else unasked(text), pend, others, dates,
+                               translate, apart)
 
     def _bm25_rows(self, text: str, pend: "_PendingRows | None" = None,
                    others: "Sequence[Index]" = (), dates: Sequence[str] = (),

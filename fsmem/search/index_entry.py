@@ -16,7 +16,7 @@ from fsmem.format.errors import FsmemError
 from fsmem.format.model import NAME_RE
 from fsmem.format.unit import MANIFEST, block_path, read_manifest_key
 from fsmem.search import ranking
-from fsmem.search.analyze import is_pair, term_hashes, term_hashes_rows
+from fsmem.search.analyze import is_pair, term_hashes, term_hashes_rows, unasked
 from fsmem.search.index_files import _Postings
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.nda
     if not docs or not query.strip():
         return scores
     # with counts: numpy >= 2.3's plain np.unique imports numpy.ma (~10 ms of a CLI prune)
-    q_terms = np.unique(term_hashes([query]), return_counts=True)[0]
+    q_terms = np.unique(term_hashes([unasked(query)]), return_counts=True)[0]
     if not len(q_terms):
         return scores
     # every document's terms at once (terms are unique within a document): no per-doc loop
