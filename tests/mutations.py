@@ -731,7 +731,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         'translate=ranker != "fusion",',
         _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
     "search: fusion adds the translated words to the rows its own words reach": (
-        "fsmem/search/index.py", '                apart=ranker == "fusion")', "                apart=False)",
+        "fsmem/search/index.py", '                apart=ranker == "fusion", asking=',
+        "                apart=False, asking=",
         _t("retrieval", "test_a_note_in_the_other_language_is_found_despite_the_embedders_script_bias")),
     "search: the translated words kept apart are the query's own words too": (
         "fsmem/search/index.py",
