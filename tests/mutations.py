@@ -834,6 +834,14 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/analyze.py", '    return _ASKED_RE.sub(" ", query)',
         '    return _ASKED_RE.sub("", query)',
         _t("analyze", "test_a_chinese_questions_interrogative_words_are_not_its_terms")),
+    "ctrl-c: a Ctrl-C cuts the MCP event loop's shutdown midway": (
+        "fsmem/interfaces/mcp_server.py", "        with _ctrl_c_waits():\n            runner.close()",
+        "        runner.close()",
+        _t("ctrl_c", "test_a_ctrl_c_during_the_mcp_loops_shutdown_waits_for_its_end")),
+    "ctrl-c: a Ctrl-C held through the MCP loop's shutdown is lost": (
+        "fsmem/interfaces/mcp_server.py", "        if held:\n            signal.raise_signal(signal.SIGINT)",
+        "        pass",
+        _t("ctrl_c", "test_a_ctrl_c_during_the_mcp_loops_shutdown_waits_for_its_end")),
     "search: a parenthesized tag is an acronym whatever letters the gloss has (TCM)": (
         "fsmem/search/bridge.py", "        if all(ch in rest for ch in ab):", "        if True:",
         _t("bridge", "test_an_acronym_after_its_gloss_is_a_meaning_of_its_own")),

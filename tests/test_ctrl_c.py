@@ -219,3 +219,46 @@ def test_a_ctrl_c_that_ends_the_mcp_servers_tasks_is_not_logged_as_an_error(capl
             assert len(caplog.records) == 1 and caplog.records[0].exc_info[1] is failed
         report(interrupted)   # outside the server: asyncio's report as ever
         assert len(caplog.records) == 2
+
+
+_SHUTDOWN_CHILD = """
+import signal, sys
+from fsmem.interfaces import mcp_server
+
+cleaned = []
+kept = []
+
+async def gen(name):
+    try:
+        yield name
+    finally:
+        if name == "first":
+            signal.raise_signal(signal.SIGINT)   # the Ctrl-C lands in the loop's shutdown
+        cleaned.append(name)
+
+async def main():
+    for name in ("first", "second"):
+        g = gen(name)
+        await g.__anext__()
+        kept.append(g)   # left suspended: the loop's shutdown closes them
+
+try:
+    mcp_server.run_loop(main)
+except KeyboardInterrupt:
+    print("interrupted", sorted(cleaned), signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+"""
+
+
+def test_a_ctrl_c_during_the_mcp_loops_shutdown_waits_for_its_end():
+    """A Ctrl-C that meets the end of ``fsmem mcp`` (its client gone, the event loop
+    shutting down) cut the shutdown midway: the sweep saw "coroutine
+    'BaseEventLoop.shutdown_asyncgens' was never awaited" after the line. The loop's
+    shutdown is now held whole: the Ctrl-C waits for its end, then is raised as ever. In a
+    child process (as the CLI meets it): the Ctrl-C lands in the first async generator's
+    clean-up; both clean-ups finish, the KeyboardInterrupt comes after, the handler is
+    Python's again, and nothing else is printed."""
+    proc = subprocess.run([sys.executable, "-c", _SHUTDOWN_CHILD], cwd=str(REPO), env=ENV,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stdout.strip() == "interrupted ['first', 'second'] True", (proc.stdout,
+                                                                          proc.stderr)
+    assert proc.stderr == "", proc.stderr

@@ -28,8 +28,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -43,7 +44,7 @@ from fsmem.interfaces.tools import TOOLS, call, definitions, unit_json, validate
 from fsmem.memory.facade import Memory
 
 __all__ = ["MemoryService", "build_server", "serve_stdio", "serve_http", "add_cli",
-           "quiet_interrupted_shutdown", "MEDIA_INLINE_MAX", "RESOURCE_PAGE"]
+           "quiet_interrupted_shutdown", "run_loop", "MEDIA_INLINE_MAX", "RESOURCE_PAGE"]
 
 log = logging.getLogger("fsmem.mcp_server")
 
@@ -206,6 +207,7 @@ def build_server(service: MemoryService) -> Any:
     import anyio  # lazy: start-up, loaded only when used
 
     from mcp.server.lowlevel.helper_types import ReadResourceContents  # lazy: the SDK
+
     # lazy: start-up, loaded only when used (the SDK)
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
     from mcp.shared.exceptions import MCPError  # lazy: start-up, the SDK
@@ -283,13 +285,51 @@ def quiet_interrupted_shutdown() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+@contextlib.contextmanager
+def _ctrl_c_waits() -> Iterator[None]:
+    """A Ctrl-C inside waits for the block's end, then meets the handler it would have met;
+    a second one inside meets it at once (a block that hangs is not held). Only in the main
+    thread with a SIGINT handler of Python's (an ignored SIGINT stays ignored)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:
+            previous(signum, frame)
+        held.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
+
+
+def run_loop(main: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """``main()`` on a new event loop (``asyncio.Runner``, as ``anyio.run`` does), its
+    shutdown held whole: a Ctrl-C that meets the shutdown (the client gone, the loop
+    closing its tasks and async generators) cut it midway, and the interpreter then
+    printed "coroutine ... was never awaited"; now it waits for the shutdown's end."""
+    import asyncio  # lazy: loaded with the SDK
+    runner = asyncio.Runner()
+    try:
+        runner.run(main())
+    finally:
+        with _ctrl_c_waits():
+            runner.close()
+
+
 def serve_stdio(service: MemoryService) -> None:
     """Serve MCP over stdin/stdout until the client closes them."""
     server = build_server(service)
-    import anyio  # lazy: start-up, loaded only when used
     try:
         with quiet_interrupted_shutdown():
-            anyio.run(server.run_stdio_async)
+            run_loop(server.run_stdio_async)
     except BaseExceptionGroup as group:
         # a Ctrl-C met one of the server's tasks: anyio's task group wraps it; the CLI
         # answers a KeyboardInterrupt with one line (a group would be a traceback)
