@@ -792,7 +792,7 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         _t("bridge", "test_a_place_name_crosses_the_scripts_by_its_dictionary_name")),
     "search: any proper noun's first gloss word is its name (一千零一夜 is 'the')": (
         "fsmem/search/bridge.py",
-        '    if name in meanings or name != _TONES.sub("", reading).replace(" ", "").lower():',
+        "    if name in meanings or name != _toneless(reading):",
         "    if name in meanings:",
         _t("bridge", "test_a_place_described_by_its_gloss_has_its_name_as_a_meaning")),
     "search: a romanized name reaches only its syllables' common characters (not 芝麻)": (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_py
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 for _k in ("FSMEM_ROOT", "FSMEM_CAPACITY", "FSMEM_PROTECTED", "FSMEM_DURABILITY"):
@@ -257,8 +257,7 @@ def test_a_ctrl_c_during_the_mcp_loops_shutdown_waits_for_its_end():
     child process (as the CLI meets it): the Ctrl-C lands in the first async generator's
     clean-up; both clean-ups finish, the KeyboardInterrupt comes after, the handler is
     Python's again, and nothing else is printed."""
-    proc = subprocess.run([sys.executable, "-c", _SHUTDOWN_CHILD], cwd=str(REPO), env=ENV,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = run_py(_SHUTDOWN_CHILD)
     assert proc.stdout.strip() == "interrupted ['first', 'second'] True", (proc.stdout,
                                                                           proc.stderr)
     assert proc.stderr == "", proc.stderr

@@ -207,7 +207,6 @@ def build_server(service: MemoryService) -> Any:
     import anyio  # lazy: start-up, loaded only when used
 
     from mcp.server.lowlevel.helper_types import ReadResourceContents  # lazy: the SDK
-
     # lazy: start-up, loaded only when used (the SDK)
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
     from mcp.shared.exceptions import MCPError  # lazy: start-up, the SDK

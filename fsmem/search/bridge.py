@@ -88,7 +88,6 @@ _NOT_MEANING = ("variant of", "old variant", "see ", "surname ", "abbr.", "cl:",
 _REFERENCE = re.compile(r"^(?:abbr\. for|(?:old |erhua |japanese )?variant of|see(?: also)?|"
                         rf"also written)\s+(?:[{CJK_CHARS}]+\|)?([{CJK_CHARS}]+)"
                         r"(?:\[([^\]]+)\])?", re.IGNORECASE)
-_TONES = re.compile(r"[1-5]")
 _ARTICLES = frozenset(("a", "an", "the"))
 _SYLLABLE = re.compile(r"[A-Za-z:]+[1-5]")   # one syllable's reading, its tone last
 _MAX_READINGS = 3     # a character's readings romanized (乐: le, yue)
@@ -199,6 +198,12 @@ def _meanings(field: str) -> list[str]:
     return out
 
 
+def _toneless(reading: str) -> str:
+    """A reading without its tones, its syllables run together, ü as v: "Li4 jiang1" ->
+    "lijiang", "lu:3" -> "lv"."""
+    return "".join(syl.rstrip("12345").lower().replace("u:", "v") for syl in reading.split())
+
+
 def _own_name(field: str, reading: str, meanings: list[str]) -> list[str]:
     """A proper noun's name when its gloss describes it and begins with its own reading:
     丽江 [Li4 jiang1] "Lijiang prefecture-level city in northwest Yunnan" -> ["lijiang"],
@@ -209,7 +214,7 @@ def _own_name(field: str, reading: str, meanings: list[str]) -> list[str]:
     if not reading[:1].isupper() or first is None:
         return []
     name = first.group().lower()
-    if name in meanings or name != _TONES.sub("", reading).replace(" ", "").lower():
+    if name in meanings or name != _toneless(reading):
         return []
     return [name]
 
@@ -307,7 +312,7 @@ class Bridge:
                 field = field.rstrip("/\n")
                 lexicon.update(_WORD.findall(field.lower()))
                 if len(simp) == 1 and _CJK_RUN.fullmatch(simp) and _SYLLABLE.fullmatch(reading):
-                    syl = reading.rstrip("12345").lower().replace("u:", "v")
+                    syl = _toneless(reading)
                     for ch in (simp, trad):
                         reads.setdefault(ch, {})[syl] = None
                     meanings = _meanings(field)
@@ -320,8 +325,8 @@ class Bridge:
                     uses[ch] = uses.get(ch, 0) + 1
                 syls = reading.split()
                 if len(syls) == len(simp) <= 3 and all(map(_SYLLABLE.fullmatch, syls)):
-                    said = "".join(x.rstrip("12345").lower().replace("u:", "v") for x in syls)
-                    spoken.setdefault(said, []).append((levels.get(simp, 9), simp, trad))
+                    spoken.setdefault(_toneless(reading), []).append(
+                        (levels.get(simp, 9), simp, trad))
                 meanings = _meanings(field)
                 meanings = _own_name(field, reading, meanings) + meanings
                 if not meanings:
