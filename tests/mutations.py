@@ -834,6 +834,18 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/analyze.py", '    return _ASKED_RE.sub(" ", query)',
         '    return _ASKED_RE.sub("", query)',
         _t("analyze", "test_a_chinese_questions_interrogative_words_are_not_its_terms")),
+    "search: an irregular English form is not its base word (bought / buy)": (
+        "fsmem/search/analyze.py", "            s = _stem_word(_BASE.get(word, word))",
+        "            s = _stem_word(word)",
+        _t("analyze", "test_a_question_in_the_present_finds_the_turn_in_the_past")),
+    "search: a form that is a word of its own taken as a base word's (a bit / bite)": (
+        "fsmem/search/analyze.py", "bite/bitten ", "bite/bit/bitten ",
+        _t("analyze",
+           "test_an_irregular_english_form_is_its_base_word_unless_it_is_a_word_of_its_own")),
+    "search: a light verb's forms taken as its base word (went / go)": (
+        "fsmem/search/analyze.py", "grow/grew/grown ", "grow/grew/grown go/went/gone ",
+        _t("analyze",
+           "test_an_irregular_english_form_is_its_base_word_unless_it_is_a_word_of_its_own")),
     "ctrl-c: a Ctrl-C cuts the MCP event loop's shutdown midway": (
         "fsmem/interfaces/mcp_server.py", "        with _ctrl_c_waits():\n            runner.close()",
         "        runner.close()",

@@ -36,13 +36,14 @@ __all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "ZH_QUESTION_WORDS", "
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS", "field_terms"]
 
-ANALYZER_VERSION = 4   # part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 5   # part of the index version: a change here rebuilds saved indexes
 # Word pair terms grow with a text's length (nearly one per word) where word terms grow with its
 # vocabulary: a text of more words than this gives word terms only (phrase evidence is for
 # turns and notes; a 1 MB part of an ingested file would hold ~150k distinct pairs).
 PAIR_MAX_WORDS = 1000
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
 # 3: word pair terms (``PAIR_BIT`` set; every other term's top bit clear)
+# 5: irregular English forms taken as their base word (``_IRREGULAR``)
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
 STOP_WORDS = frozenset("""
@@ -117,7 +118,7 @@ def _stem(word: str) -> str:
         with _stem_lock:
             if _stem_word is None:
                 _stem_word = _load_stemmer()
-            s = _stem_word(word)
+            s = _stem_word(_BASE.get(word, word))
         if len(_stems) > _CACHE_MAX:
             _stems.clear()
         _stems[word] = s
@@ -189,6 +190,35 @@ def unasked(query: str) -> str:
     (``ZH_QUESTION_WORDS``) a space, so neither it nor a bigram across it is a term. Every
     lexical scorer of a query uses it (an index, a unit's events at prune, the facts)."""
     return _ASKED_RE.sub(" ", query)
+
+
+# English forms no suffix rule reaches, each taken as its base word before stemming, so
+# "what did she buy" meets "I bought", "where did they find a flat" meets "we found one",
+# "children" meets "child". Left to the stemmer: forms that are also a common word of their
+# own ("bit": a bit; "rose", "bore", "ground", "wound", "bound", "led": LED, "shot", "lay"
+# of lie, "lives": he lives), and the light verbs (come, get, give, go, know, make, mean,
+# say, see, take, tell, think), whose forms in every other turn would only add a frequent
+# term to a question (measured: docs/DECISIONS.md "Search").
+_IRREGULAR = """
+    arise/arose/arisen awake/awoke/awoken beat/beaten become/became begin/began/begun bend/bent
+    bite/bitten bleed/bled blow/blew/blown break/broke/broken breed/bred bring/brought
+    build/built burn/burnt buy/bought catch/caught choose/chose/chosen cling/clung creep/crept
+    deal/dealt dig/dug draw/drew/drawn dream/dreamt drink/drank/drunk drive/drove/driven
+    eat/ate/eaten fall/fell/fallen feed/fed feel/felt fight/fought find/found flee/fled
+    fly/flew/flown forbid/forbade/forbidden forget/forgot/forgotten forgive/forgave/forgiven
+    freeze/froze/frozen grow/grew/grown hang/hung hear/heard hide/hid/hidden hold/held
+    keep/kept kneel/knelt lay/laid lean/leant leap/leapt learn/learnt leave/left lend/lent
+    lose/lost meet/met pay/paid ride/rode/ridden ring/rang/rung run/ran seek/sought sell/sold
+    send/sent shake/shook/shaken shine/shone show/shown shrink/shrank/shrunk sing/sang/sung
+    sink/sank/sunk sit/sat sleep/slept slide/slid speak/spoke/spoken spend/spent spill/spilt
+    spin/spun spit/spat spring/sprang/sprung stand/stood steal/stole/stolen stick/stuck
+    sting/stung strike/struck/stricken swear/swore/sworn sweep/swept swim/swam/swum swing/swung
+    teach/taught tear/tore/torn throw/threw/thrown understand/understood wake/woke/woken
+    wear/wore/worn weep/wept win/won write/wrote/written child/children man/men woman/women
+    person/people foot/feet tooth/teeth mouse/mice goose/geese wife/wives knife/knives
+    shelf/shelves wolf/wolves half/halves loaf/loaves thief/thieves calf/calves
+"""
+_BASE = {form: r.split("/")[0] for r in _IRREGULAR.split() for form in r.split("/")[1:]}
 
 
 def analyze(text: str) -> list[str]:
