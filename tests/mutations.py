@@ -846,6 +846,21 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/analyze.py", "grow/grew/grown ", "grow/grew/grown go/went/gone ",
         _t("analyze",
            "test_an_irregular_english_form_is_its_base_word_unless_it_is_a_word_of_its_own")),
+    "search: an English title and surname give no Chinese name (Dr. Wang / 王医生)": (
+        "fsmem/search/bridge.py",
+        "                chinese += [ch + t for ch in forms for t in _TITLES_EN[title]]",
+        "                chinese += []",
+        _t("bridge", "test_a_titled_surname_crosses_the_scripts_both_ways")),
+    "search: a Chinese surname and title give no English name (林老师 / Teacher Lin)": (
+        "fsmem/search/bridge.py",
+        "            english += self.romanized(run) + self._titled_readings(run)",
+        "            english += self.romanized(run)",
+        _t("bridge", "test_a_titled_surname_crosses_the_scripts_both_ways")),
+    "search: any character called a surname is a common one (力 for Li)": (
+        "fsmem/search/bridge.py",
+        "    for simp in COMMON_SURNAMES:\n        if simp in found:",
+        "    for simp in found:\n        if simp in found:",
+        _t("bridge", "test_a_titled_surname_crosses_the_scripts_both_ways")),
     "ctrl-c: a Ctrl-C cuts the MCP event loop's shutdown midway": (
         "fsmem/interfaces/mcp_server.py", "        with _ctrl_c_waits():\n            runner.close()",
         "        runner.close()",

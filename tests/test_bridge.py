@@ -86,6 +86,16 @@ this line has no brackets at all
 芝麻 芝麻 [zhi1 ma5] /sesame/
 知道 知道 [zhi1 dao5] /to know/
 馬上 马上 [ma3 shang4] /at once/
+王 王 [Wang2] /surname Wang/
+王 王 [wang2] /king or monarch/
+汪 汪 [Wang1] /surname Wang/
+枉 枉 [wang3] /to twist/
+林 林 [Lin2] /surname Lin/woods/
+劉 刘 [Liu2] /surname Liu/
+力 力 [Li4] /surname Li/power/
+李 李 [Li3] /surname Li/plum/
+醫生 医生 [yi1 sheng1] /doctor/
+老師 老师 [lao3 shi1] /teacher/
 """
 _LEVELS = {"过路费": 0, "收费站": 1, "通行税": 2, "芝麻": 5}
 
@@ -254,6 +264,21 @@ def test_a_place_described_by_its_gloss_has_its_name_as_a_meaning(tiny):
     assert tiny.words("lijiang") == ["丽江", "麗江"]
     assert tiny.glosses("一千零一夜") is None
     assert "lijiang" in tiny.translate("丽江")[0]
+
+
+def test_a_titled_surname_crosses_the_scripts_both_ways(tiny):
+    """Dr. Wang is 王医生 and 林老师 is Teacher Lin: a title before a surname in English gives
+    the surname's characters with the title after them (the common surnames: 李 for "Li", not
+    力, whose "surname Li" is rare; both of "Wang"'s), and a common surname before a title in
+    Chinese gives the surname's reading and the title as English writes it. A surname alone is
+    no name ("Wang", "Lin" and "Li" are words and syllables of many things)."""
+    english, chinese = tiny.translate("What did Dr. Wang say? Ask Teacher Li and mr liu")
+    assert {"王医生", "汪医生", "李老师", "刘先生", "劉先生"} <= set(chinese), chinese
+    assert not any(w.startswith(("力", "枉")) for w in chinese), chinese
+    english, chinese = tiny.translate("林老师说王医生")
+    assert {"lin", "teacher", "wang", "dr", "doctor"} <= set(english), english
+    english, chinese = tiny.translate("Wang and Lin said 王说林")
+    assert not {"王医生", "王"} & set(chinese) and not {"wang", "lin"} & set(english)
 
 
 def test_malformed_dictionary_lines_are_skipped(tiny):
@@ -451,6 +476,19 @@ def test_a_name_in_one_script_finds_the_note_that_writes_it_in_the_other(tmp_pat
                  "The electricity bill was lower this week.", "Water is off on Sunday."]
         assert _top(tmp_path / f"zh-{asked}", notes,
                     f"Which song does {asked} sing every day?") == notes[1]
+
+
+def test_a_doctor_named_in_one_script_finds_the_note_that_names_him_in_the_other(tmp_path):
+    """The real dictionary: "Dr. Wang" finds 王医生's note among other doctors' notes, and
+    林医生 finds Dr. Lin's among other doctors' notes on the same cough."""
+    notes = ["李医生说孩子要多喝水，发烧超过三天再去复诊。", "王医生说我的血压偏高，让我少吃盐。",
+             "The orthodontist, Dr. Huang, thinks Lele may need braces.", "张医生下周二出诊。"]
+    assert _top(tmp_path / "zh", notes, "What did Dr. Wang say about my blood pressure?") \
+        == notes[1]
+    notes = ["Dr. Chen says the cough going around is viral: honey at night, no antibiotics.",
+             "Dr. Lin says the cough will pass in a week; keep the kids home until then.",
+             "The school nurse called about a cough going around the class."]
+    assert _top(tmp_path / "en", notes, "林医生说咳嗽怎么办？") == notes[1]
 
 
 def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):

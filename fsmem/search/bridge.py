@@ -104,6 +104,25 @@ PER_SYLLABLE = 12    # characters a romanized name's syllable reaches (the most 
 _SYLLABLES = "\0syllables"   # the readings table's key of the list of every syllable
 _SPOKEN = "\x02"      # the readings table's key prefix of the words a reading names
 _ROMAN = re.compile(r"[a-z]{4,18}")   # a word that may be a romanized name (two syllables+)
+_SURNAME = "\x03"     # the readings table's key prefix: a syllable's common surnames, or a
+                      # common surname's reading
+PER_SURNAME = 2       # common surnames a romanized one reaches ("wang": 王, 汪)
+# The 100 commonest Chinese surnames, commonest first. A surname alone is no name in a
+# query ("Wang", "Lin", "Li" are syllables of many words); after a title it is one.
+COMMON_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何林高罗郑梁谢宋唐许韩冯邓曹彭曾肖田董"
+                   "袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟"
+                   "熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤")
+_SURNAME_OF = re.compile(r"(?:^|/)surname ([A-Z][a-z:]*)(?=/|$| or )")
+# A title after a surname in Chinese (王医生, 林老师) -> how English writes it before the
+# name (Dr. Wang, Teacher Lin); and English titles -> the Chinese ones
+_TITLES_ZH = {"医生": ("dr", "doctor"), "大夫": ("dr", "doctor"), "先生": ("mr",),
+              "太太": ("mrs",), "女士": ("ms",), "小姐": ("miss",), "老师": ("teacher",),
+              "教授": ("prof", "professor"), "阿姨": ("aunt", "auntie"), "叔叔": ("uncle",),
+              "奶奶": ("grandma",), "爷爷": ("grandpa",), "护士": ("nurse",),
+              "教练": ("coach",), "经理": ("manager",)}
+_TITLES_EN = {en: tuple(zh for zh, ens in _TITLES_ZH.items() if en in ens)
+              for en in dict.fromkeys(en for ens in _TITLES_ZH.values() for en in ens)}
+_TITLES_EN.update({"mister": ("先生",), "aunty": ("阿姨",), "granny": ("奶奶",)})
 _FILLER = frozenset(("sth", "sb", "one's", "someone", "something", "oneself"))
 # British words and the dictionary's words for them, checked before the glosses' words
 # ("tyre" is also the city of Tyre, "grey" a surname); and back, the glosses' words and the
@@ -161,6 +180,25 @@ def _readings(reads: dict[str, dict[str, None]], uses: dict[str, int]) -> dict[s
         chars.sort(key=lambda c: (-uses[c], c))
         out[syl] = "".join(chars[:PER_SYLLABLE])
     out[_SYLLABLES] = "/".join(sorted(by_syl))
+    return out
+
+
+def _surnames(found: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """Both ways between the common surnames (``COMMON_SURNAMES``: character -> its
+    traditional form and its surname reading, from the dictionary's "surname X" entries) and
+    romanized ones, under ``_SURNAME``: a syllable -> its first ``PER_SURNAME`` surnames,
+    commonest first, each simplified then traditional; each form -> the reading."""
+    out: dict[str, str] = {}
+    by_syl: dict[str, list[str]] = {}
+    for simp in COMMON_SURNAMES:
+        if simp in found:
+            trad, syl = found[simp]
+            by_syl.setdefault(syl, []).append(simp)
+            for ch in (simp, trad):
+                out[_SURNAME + ch] = syl
+    for syl, chars in by_syl.items():
+        forms = [f for c in chars[:PER_SURNAME] for f in (c, found[c][0])]
+        out[_SURNAME + syl] = "".join(dict.fromkeys(forms))
     return out
 
 
@@ -293,6 +331,7 @@ class Bridge:
         by_reading: dict[tuple[str, str], list[str]] = {}   # (word, its reading) -> meanings
         spoken: dict[str, list[tuple[int, str, str]]] = {}  # "zhima" -> (level, 芝麻, 芝麻)
         named: list[tuple[str, str, str, str | None]] = []  # words glossed by a reference
+        surnames: dict[str, tuple[str, str]] = {}   # 王 -> (王, "wang"), 刘 -> (劉, "liu")
 
         def add(simp: str, trad: str, meanings: list[str]) -> None:
             for h in (simp, trad) if trad != simp else (simp,):
@@ -315,6 +354,9 @@ class Bridge:
                     syl = _toneless(reading)
                     for ch in (simp, trad):
                         reads.setdefault(ch, {})[syl] = None
+                    called = _SURNAME_OF.search(field)
+                    if called and _toneless(called.group(1)) == syl and simp not in surnames:
+                        surnames[simp] = (trad, syl)
                     meanings = _meanings(field)
                     for ch in (simp, trad) if trad != simp else (simp,):
                         zh.setdefault(_CHAR + ch, []).extend(meanings)
@@ -353,7 +395,8 @@ class Bridge:
             top[key] = "/".join(words)
         return cls(_Table.build({k: "/".join(dict.fromkeys(v)) for k, v in zh.items()}),
                    _Table.build(top),
-                   _Table.build({**_readings(reads, uses), **_spoken(spoken)}),
+                   _Table.build({**_readings(reads, uses), **_spoken(spoken),
+                                 **_surnames(surnames)}),
                    _Table.build(dict.fromkeys(lexicon, "")))
 
     def glosses(self, word: str) -> list[str] | None:
@@ -483,13 +526,25 @@ class Bridge:
                         out.update(dict.fromkeys(found[:PER_SYNONYM]))
         return list(out)
 
+    def _titled_readings(self, run: str) -> list[str]:
+        """A common surname before a title in a Chinese run as English writes the name: its
+        reading and the title's English words (林老师 -> "lin", "teacher"; 王医生 -> "wang",
+        "dr", "doctor")."""
+        out: list[str] = []
+        for i, ch in enumerate(run[:-2]):
+            syl = self._py.get(_SURNAME + ch)
+            if syl:
+                out += [w for t, ens in _TITLES_ZH.items() if run.startswith(t, i + 1)
+                        for w in (syl, *ens)]
+        return out
+
     def translate(self, text: str) -> tuple[list[str], list[str]]:
         """(English glosses of the Chinese words of ``text``, their British spellings too;
         Chinese words for its English words and phrases, British ones read as American)."""
         norm = unicodedata.normalize("NFKC", text)
         english: list[str] = []
         for run in _CJK_RUN.findall(norm):
-            english += self.romanized(run)
+            english += self.romanized(run) + self._titled_readings(run)
             taken_words, held = self._segment(run)
             for _w, meanings in taken_words:
                 english += meanings + self.british(meanings)
@@ -503,6 +558,10 @@ class Bridge:
                if w not in _ARTICLES]   # (a stop word breaks a phrase; an article does not)
         for w in found:
             chinese += self.hanzi(w)
+        for title, name in itertools.pairwise(found):   # Dr. Wang -> 王医生, 汪医生
+            forms = self._py.get(_SURNAME + name) if title in _TITLES_EN else None
+            if forms:
+                chinese += [ch + t for ch in forms for t in _TITLES_EN[title]]
         for n in range(1, _MAX_PHRASE + 1):
             for i in range(len(seq) - n + 1):
                 part = seq[i:i + n]
@@ -547,7 +606,7 @@ def _splits(word: str, known, most: int = 3) -> list[list[str]]:
 _lock = threading.Lock()
 _bridge: Bridge | None = None
 _missing = False
-BRIDGE_VERSION = 5   # the tables' layout (their file also names the analyzer and these rules)
+BRIDGE_VERSION = 6   # the tables' layout (their file also names the analyzer and these rules)
 
 
 class _Tables(msgspec.Struct, array_like=True):
