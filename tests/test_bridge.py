@@ -277,6 +277,8 @@ def test_a_titled_surname_crosses_the_scripts_both_ways(tiny):
     assert not any(w.startswith(("力", "枉")) for w in chinese), chinese
     english, chinese = tiny.translate("林老师说王医生")
     assert {"lin", "teacher", "wang", "dr", "doctor"} <= set(english), english
+    english, chinese = tiny.translate("Dinner with the Wangs and the Lis, 去刘家")
+    assert {"王家", "汪家", "李家"} <= set(chinese) and "liu" in english   # a family: X家
     english, chinese = tiny.translate("Wang and Lin said 王说林")
     assert not {"王医生", "王"} & set(chinese) and not {"wang", "lin"} & set(english)
 
@@ -489,6 +491,14 @@ def test_a_doctor_named_in_one_script_finds_the_note_that_names_him_in_the_other
              "Dr. Lin says the cough will pass in a week; keep the kids home until then.",
              "The school nurse called about a cough going around the class."]
     assert _top(tmp_path / "en", notes, "林医生说咳嗽怎么办？") == notes[1]
+
+
+def test_a_practitioner_in_english_finds_the_chinese_note_on_the_field(tmp_path):
+    """"pediatrician" is stemmed as pediatrics, which the dictionary glosses 儿科."""
+    notes = ["爸爸昨晚发烧到38度5，吃了退烧药，今天好多了。",
+             "朵朵上周发烧到39度，儿科说是疱疹性咽峡炎，一周内不能去幼儿园。",
+             "王医生说我的血压偏高，让我少吃盐。"]
+    assert _top(tmp_path, notes, "What did the pediatrician say about the fever?") == notes[1]
 
 
 def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ __all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "ZH_QUESTION_WORDS", "
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS", "field_terms"]
 
-ANALYZER_VERSION = 5   # part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 6   # part of the index version: a change here rebuilds saved indexes
 # Word pair terms grow with a text's length (nearly one per word) where word terms grow with its
 # vocabulary: a text of more words than this gives word terms only (phrase evidence is for
 # turns and notes; a 1 MB part of an ingested file would hold ~150k distinct pairs).
@@ -44,6 +44,7 @@ PAIR_MAX_WORDS = 1000
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
 # 3: word pair terms (``PAIR_BIT`` set; every other term's top bit clear)
 # 5: irregular English forms taken as their base word (``_IRREGULAR``)
+# 6: a practitioner ("-ician") stemmed as the field (``_ICIAN``)
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
 STOP_WORDS = frozenset("""
@@ -118,7 +119,10 @@ def _stem(word: str) -> str:
         with _stem_lock:
             if _stem_word is None:
                 _stem_word = _load_stemmer()
-            s = _stem_word(_BASE.get(word, word))
+            base = _BASE.get(word, word)
+            if "ician" in base and base not in _NOT_ICIAN:
+                base = _ICIAN.sub("ic", base)
+            s = _stem_word(base)
         if len(_stems) > _CACHE_MAX:
             _stems.clear()
         _stems[word] = s
@@ -219,6 +223,11 @@ _IRREGULAR = """
     shelf/shelves wolf/wolves half/halves loaf/loaves thief/thieves calf/calves
 """
 _BASE = {form: r.split("/")[0] for r in _IRREGULAR.split() for form in r.split("/")[1:]}
+# A practitioner named for the field ("-ician") is stemmed as the field: a pediatrician's
+# note answers a question about pediatrics (儿科), a musician's about music; "physician" is
+# not physics.
+_ICIAN = re.compile(r"(?<=...)ician(?=s?$)")
+_NOT_ICIAN = frozenset(("physician", "physicians"))
 
 
 def analyze(text: str) -> list[str]:

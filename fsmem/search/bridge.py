@@ -119,7 +119,7 @@ _TITLES_ZH = {"医生": ("dr", "doctor"), "大夫": ("dr", "doctor"), "先生": 
               "太太": ("mrs",), "女士": ("ms",), "小姐": ("miss",), "老师": ("teacher",),
               "教授": ("prof", "professor"), "阿姨": ("aunt", "auntie"), "叔叔": ("uncle",),
               "奶奶": ("grandma",), "爷爷": ("grandpa",), "护士": ("nurse",),
-              "教练": ("coach",), "经理": ("manager",)}
+              "教练": ("coach",), "经理": ("manager",), "家": ()}   # 张家: the Zhangs
 _TITLES_EN = {en: tuple(zh for zh, ens in _TITLES_ZH.items() if en in ens)
               for en in dict.fromkeys(en for ens in _TITLES_ZH.values() for en in ens)}
 _TITLES_EN.update({"mister": ("先生",), "aunty": ("阿姨",), "granny": ("奶奶",)})
@@ -529,9 +529,9 @@ class Bridge:
     def _titled_readings(self, run: str) -> list[str]:
         """A common surname before a title in a Chinese run as English writes the name: its
         reading and the title's English words (林老师 -> "lin", "teacher"; 王医生 -> "wang",
-        "dr", "doctor")."""
+        "dr", "doctor"; 张家, the Zhangs -> "zhang")."""
         out: list[str] = []
-        for i, ch in enumerate(run[:-2]):
+        for i, ch in enumerate(run[:-1]):
             syl = self._py.get(_SURNAME + ch)
             if syl:
                 out += [w for t, ens in _TITLES_ZH.items() if run.startswith(t, i + 1)
@@ -562,6 +562,8 @@ class Bridge:
             forms = self._py.get(_SURNAME + name) if title in _TITLES_EN else None
             if forms:
                 chinese += [ch + t for ch in forms for t in _TITLES_EN[title]]
+            elif title == "the" and name[-1:] == "s":   # the Zhangs -> 张家
+                chinese += [ch + "家" for ch in self._py.get(_SURNAME + name[:-1]) or ""]
         for n in range(1, _MAX_PHRASE + 1):
             for i in range(len(seq) - n + 1):
                 part = seq[i:i + n]
