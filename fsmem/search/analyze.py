@@ -2,7 +2,9 @@
 
 Latin text: NFKC, lowercase, words; English stop words dropped; every other word stemmed with
 the Snowball English stemmer (PyStemmer's C code; the pure-Python ``snowballstemmer``, which
-gives the same stems, where PyStemmer cannot be imported: ``_load_stemmer``); every two words
+gives the same stems, where PyStemmer cannot be imported: ``_load_stemmer``), an irregular
+form as its base word ("bought" as "buy": ``_IRREGULAR``) and a practitioner as the field
+("pediatrician" as "pediatric": ``_ICIAN``); every two words
 adjacent once stop words are dropped also give one pair term
 ("group support", either order: phrase evidence; its hash has ``PAIR_BIT`` set, so BM25 can
 leave pairs out of a document's length and weigh them apart); numbers normalised ("1,000" ->
