@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -321,6 +322,19 @@ def test_the_derived_tables_are_cached_outside_the_store_and_read_back(tmp_path,
     monkeypatch.setattr(bridge, "_bridge", None)
     assert bridge.load().translate(query) == want
     assert (tmp_path / "file").read_text() == "x"
+
+
+def test_tables_made_with_another_analyzer_are_not_read_back(tmp_path, monkeypatch):
+    """The tables' English keys are the analyzer's stems: a cache made before the analyzer
+    changed (its version bumped or not: a source checkout's edit) is another file."""
+    from fsmem.search import analyze
+    monkeypatch.setenv("FSMEM_CACHE", str(tmp_path / "cache"))
+    st = os.stat(__file__)
+    before = bridge._cache_path(st)
+    edited = tmp_path / "analyze.py"
+    edited.write_bytes(Path(analyze.__file__).read_bytes() + b"\n# another rule\n")
+    monkeypatch.setattr(analyze, "__file__", str(edited))
+    assert bridge._cache_path(st) != before
 
 
 _NOTES = [

@@ -3,8 +3,9 @@
 Latin text: NFKC, lowercase, words; English stop words dropped; every other word stemmed with
 the Snowball English stemmer (PyStemmer's C code; the pure-Python ``snowballstemmer``, which
 gives the same stems, where PyStemmer cannot be imported: ``_load_stemmer``), an irregular
-form as its base word ("bought" as "buy": ``_IRREGULAR``) and a practitioner as the field
-("pediatrician" as "pediatric": ``_ICIAN``); every two words
+form as its base word ("bought" as "buy": ``_IRREGULAR``), a variant as its usual word ("mum"
+as "mother": ``_VARIANTS``) and a practitioner as the field ("pediatrician" as "pediatric":
+``_ICIAN``); every two words
 adjacent once stop words are dropped also give one pair term
 ("group support", either order: phrase evidence; its hash has ``PAIR_BIT`` set, so BM25 can
 leave pairs out of a document's length and weigh them apart); numbers normalised ("1,000" ->
@@ -38,7 +39,7 @@ __all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "ZH_QUESTION_WORDS", "
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS", "field_terms"]
 
-ANALYZER_VERSION = 6   # part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 7   # part of the index version: a change here rebuilds saved indexes
 # Word pair terms grow with a text's length (nearly one per word) where word terms grow with its
 # vocabulary: a text of more words than this gives word terms only (phrase evidence is for
 # turns and notes; a 1 MB part of an ingested file would hold ~150k distinct pairs).
@@ -47,6 +48,7 @@ PAIR_MAX_WORDS = 1000
 # 3: word pair terms (``PAIR_BIT`` set; every other term's top bit clear)
 # 5: irregular English forms taken as their base word (``_IRREGULAR``)
 # 6: a practitioner ("-ician") stemmed as the field (``_ICIAN``)
+# 7: one thing's two words taken as one (``_VARIANTS``: mum -> mother, kids -> child)
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
 STOP_WORDS = frozenset("""
@@ -224,7 +226,18 @@ _IRREGULAR = """
     person/people foot/feet tooth/teeth mouse/mice goose/geese wife/wives knife/knives
     shelf/shelves wolf/wolves half/halves loaf/loaves thief/thieves calf/calves
 """
-_BASE = {form: r.split("/")[0] for r in _IRREGULAR.split() for form in r.split("/")[1:]}
+# One thing in two registers or spellings, taken as one word: family words (Mum, Dad, the
+# kids), British and American words, short forms (TV, fridge, bike, photo). A question says
+# "mother" where the turn says "Mum". Not a word with another common sense ("vet": a
+# veteran, to vet; "ma", "pa"; "flat", "holiday", "fall", "lift", "mobile").
+_VARIANTS = """
+    mother/mum/mom/mummy/mommy/mama/mums/moms father/dad/daddy/papa/dads
+    grandmother/grandma/granny/grandmas grandfather/grandpa/grandad/granddad/grandpas
+    child/kid/kids television/tv/telly refrigerator/fridge/fridges bicycle/bike/bikes
+    photograph/photo/photos film/movie/movies couch/sofa/sofas
+"""
+_BASE = {form: r.split("/")[0] for r in (_IRREGULAR + _VARIANTS).split()
+         for form in r.split("/")[1:]}
 # A practitioner named for the field ("-ician") is stemmed as the field: a pediatrician's
 # note answers a question about pediatrics (儿科), a musician's about music; "physician" is
 # not physics.

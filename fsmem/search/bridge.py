@@ -63,6 +63,7 @@ from hashlib import blake2b
 import msgspec
 import numpy as np
 
+from . import analyze
 from .analyze import (ANALYZER_VERSION, CJK_CHARS, STOP_WORDS, _stem, cjk_unigram_mask,
                       term_hashes)
 
@@ -690,10 +691,14 @@ def _source() -> tuple[str, str, os.stat_result] | None:
 
 
 def _code() -> str:
-    """A digest of this module's source: tables made by other rules are never read back."""
+    """A digest of this module's source and the analyzer's (the tables' English keys are its
+    stems): tables made by other rules are never read back, a version left unbumped too."""
     try:
-        with open(__file__, "rb") as f:
-            return blake2b(f.read(), digest_size=4).hexdigest()
+        digest = blake2b(digest_size=4)
+        for path in (__file__, analyze.__file__):
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        return digest.hexdigest()
     except OSError:   # (no source beside the bytecode)
         return "nosrc"
 
