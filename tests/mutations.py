@@ -880,12 +880,20 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/bridge.py", '"经理": ("manager",), "家": ()}', '"经理": ("manager",)}',
         _t("bridge", "test_a_titled_surname_crosses_the_scripts_both_ways")),
     "search: a practitioner is not stemmed as the field (pediatrician / pediatrics)": (
-        "fsmem/search/analyze.py", '                base = _ICIAN.sub("ic", base)',
-        "                pass",
+        "fsmem/search/analyze.py", "                base = _field(base)\n",
+        "                pass\n",
         _t("bridge", "test_a_practitioner_in_english_finds_the_chinese_note_on_the_field")),
+    "search: a therapist is not stemmed as the therapy": (
+        "fsmem/search/analyze.py", '(re.compile(r"therapist(?=s?$)"), "therapy"),',
+        '(re.compile(r"therapist(?=s?$)"), "therapist"),',
+        _t("analyze", "test_a_practitioner_is_stemmed_as_the_field")),
+    "search: an orthodontist is not stemmed as orthodontics (正畸)": (
+        "fsmem/search/analyze.py", '(re.compile(r"(?<=..)dontist(?=s?$)"), "dontics"))',
+        '(re.compile(r"(?<=..)dontist(?=s?$)"), "dontist"))',
+        _t("bridge", "test_an_orthodontist_in_english_finds_the_chinese_note_on_orthodontics")),
     "search: a physician stemmed as physics": (
-        "fsmem/search/analyze.py", '_NOT_ICIAN = frozenset(("physician", "physicians"))',
-        "_NOT_ICIAN = frozenset()",
+        "fsmem/search/analyze.py", '_NOT_FIELD = frozenset(("physician", "physicians"))',
+        "_NOT_FIELD = frozenset()",
         _t("analyze", "test_a_practitioner_is_stemmed_as_the_field")),
     "ctrl-c: a Ctrl-C cuts the MCP event loop's shutdown midway": (
         "fsmem/interfaces/mcp_server.py", "        with _ctrl_c_waits():\n            runner.close()",

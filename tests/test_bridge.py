@@ -515,6 +515,14 @@ def test_a_practitioner_in_english_finds_the_chinese_note_on_the_field(tmp_path)
     assert _top(tmp_path, notes, "What did the pediatrician say about the fever?") == notes[1]
 
 
+def test_an_orthodontist_in_english_finds_the_chinese_note_on_orthodontics(tmp_path):
+    """"orthodontist" is stemmed as orthodontics, which the dictionary glosses 正畸."""
+    notes = ["乐乐的牙齿有两颗蛀了，牙医说要补。", "乐乐十岁左右开始做正畸。",
+             "乐乐的牙齿刷得不干净，牙医说要用牙线。"]
+    assert _top(tmp_path, notes, "What did the orthodontist say about Lele's teeth?") \
+        == notes[1]
+
+
 def test_a_one_script_store_never_loads_the_dictionary(tmp_path, monkeypatch):
     """English notes asked in English, Chinese notes asked in Chinese: nothing translated;
     an English store never loads the dictionary (a Chinese one looks up the synonyms of a

@@ -5,7 +5,7 @@ the Snowball English stemmer (PyStemmer's C code; the pure-Python ``snowballstem
 gives the same stems, where PyStemmer cannot be imported: ``_load_stemmer``), an irregular
 form as its base word ("bought" as "buy": ``_IRREGULAR``), a variant as its usual word ("mum"
 as "mother": ``_VARIANTS``) and a practitioner as the field ("pediatrician" as "pediatric":
-``_ICIAN``); every two words
+``_FIELDS``); every two words
 adjacent once stop words are dropped also give one pair term
 ("group support", either order: phrase evidence; its hash has ``PAIR_BIT`` set, so BM25 can
 leave pairs out of a document's length and weigh them apart); numbers normalised ("1,000" ->
@@ -39,7 +39,7 @@ __all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "ZH_QUESTION_WORDS", "
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS", "field_terms"]
 
-ANALYZER_VERSION = 7   # part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 8   # part of the index version: a change here rebuilds saved indexes
 # Word pair terms grow with a text's length (nearly one per word) where word terms grow with its
 # vocabulary: a text of more words than this gives word terms only (phrase evidence is for
 # turns and notes; a 1 MB part of an ingested file would hold ~150k distinct pairs).
@@ -47,7 +47,8 @@ PAIR_MAX_WORDS = 1000
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
 # 3: word pair terms (``PAIR_BIT`` set; every other term's top bit clear)
 # 5: irregular English forms taken as their base word (``_IRREGULAR``)
-# 6: a practitioner ("-ician") stemmed as the field (``_ICIAN``)
+# 6: a practitioner ("-ician") stemmed as the field (``_FIELDS``)
+# 8: so are "-therapist" and "-dontist" (``_FIELDS``)
 # 7: one thing's two words taken as one (``_VARIANTS``: mum -> mother, kids -> child)
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
@@ -124,8 +125,8 @@ def _stem(word: str) -> str:
             if _stem_word is None:
                 _stem_word = _load_stemmer()
             base = _BASE.get(word, word)
-            if "ician" in base and base not in _NOT_ICIAN:
-                base = _ICIAN.sub("ic", base)
+            if base.endswith(_PRACTITIONERS) and base not in _NOT_FIELD:
+                base = _field(base)
             s = _stem_word(base)
         if len(_stems) > _CACHE_MAX:
             _stems.clear()
@@ -238,11 +239,24 @@ _VARIANTS = """
 """
 _BASE = {form: r.split("/")[0] for r in (_IRREGULAR + _VARIANTS).split()
          for form in r.split("/")[1:]}
-# A practitioner named for the field ("-ician") is stemmed as the field: a pediatrician's
-# note answers a question about pediatrics (儿科), a musician's about music; "physician" is
-# not physics.
-_ICIAN = re.compile(r"(?<=...)ician(?=s?$)")
-_NOT_ICIAN = frozenset(("physician", "physicians"))
+# A practitioner named for the field is stemmed as the field: a pediatrician's note answers
+# a question about pediatrics (儿科), a physiotherapist's one about physiotherapy (理疗), an
+# orthodontist's orthodontics (正畸), a musician's music; "physician" is not physics. (The
+# stemmer itself takes "dermatologist" and "dermatology" to one stem.)
+_FIELDS = ((re.compile(r"(?<=...)ician(?=s?$)"), "ic"),
+           (re.compile(r"therapist(?=s?$)"), "therapy"),
+           (re.compile(r"(?<=..)dontist(?=s?$)"), "dontics"))
+_PRACTITIONERS = ("ician", "icians", "ist", "ists")
+_NOT_FIELD = frozenset(("physician", "physicians"))
+
+
+def _field(word: str) -> str:
+    """A practitioner's word as the field's ("dermatologists" -> "dermatologys": the
+    stemmer takes both to "dermatolog"); any other word as it is."""
+    for pattern, field in _FIELDS:
+        if pattern.search(word):
+            return pattern.sub(field, word)
+    return word
 
 
 def analyze(text: str) -> list[str]:
