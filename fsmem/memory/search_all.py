@@ -163,9 +163,9 @@ def _fact_scores(text: str, facts: list[str], indexes: "list[Index]") -> list[fl
     import numpy as np  # lazy: numpy arrives with the index
 
     from fsmem.search import ranking  # lazy: start-up (+numpy), loaded with the index
-    from fsmem.search.analyze import is_pair, term_hashes, unasked  # lazy: the same
-    from fsmem.search.index_entry import term_counts  # lazy: the same
-    q_terms = np.unique(term_hashes([unasked(text)]), return_counts=True)[0]
+    from fsmem.search.analyze import is_pair  # lazy: the same
+    from fsmem.search.index_entry import query_terms, term_counts  # lazy: the same
+    q_terms = query_terms(text)
     if not len(q_terms):
         return [0.0] * len(facts)
     df = np.zeros(len(q_terms), np.float32)

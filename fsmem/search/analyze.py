@@ -5,7 +5,7 @@ the Snowball English stemmer (PyStemmer's C code; the pure-Python ``snowballstem
 gives the same stems, where PyStemmer cannot be imported: ``_load_stemmer``), an irregular
 form as its base word ("bought" as "buy": ``_IRREGULAR``), a variant as its usual word ("mum"
 as "mother": ``_VARIANTS``) and a practitioner as the field ("pediatrician" as "pediatric":
-``_FIELDS``); every two words
+``_FIELD``); every two words
 adjacent once stop words are dropped also give one pair term
 ("group support", either order: phrase evidence; its hash has ``PAIR_BIT`` set, so BM25 can
 leave pairs out of a document's length and weigh them apart); numbers normalised ("1,000" ->
@@ -47,9 +47,9 @@ PAIR_MAX_WORDS = 1000
 # 2: CJK unigram/bigram hashes computed from code points (``_cjk_hashes``), not BLAKE2b
 # 3: word pair terms (``PAIR_BIT`` set; every other term's top bit clear)
 # 5: irregular English forms taken as their base word (``_IRREGULAR``)
-# 6: a practitioner ("-ician") stemmed as the field (``_FIELDS``)
-# 8: so are "-therapist" and "-dontist" (``_FIELDS``)
+# 6: a practitioner ("-ician") stemmed as the field (``_FIELD``)
 # 7: one thing's two words taken as one (``_VARIANTS``: mum -> mother, kids -> child)
+# 8: so are "-therapist" and "-dontist" (``_FIELD``)
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
 STOP_WORDS = frozenset("""
@@ -125,7 +125,7 @@ def _stem(word: str) -> str:
             if _stem_word is None:
                 _stem_word = _load_stemmer()
             base = _BASE.get(word, word)
-            if base.endswith(_PRACTITIONERS) and base not in _NOT_FIELD:
+            if base not in _NOT_FIELD:
                 base = _field(base)
             s = _stem_word(base)
         if len(_stems) > _CACHE_MAX:
@@ -243,20 +243,15 @@ _BASE = {form: r.split("/")[0] for r in (_IRREGULAR + _VARIANTS).split()
 # a question about pediatrics (儿科), a physiotherapist's one about physiotherapy (理疗), an
 # orthodontist's orthodontics (正畸), a musician's music; "physician" is not physics. (The
 # stemmer itself takes "dermatologist" and "dermatology" to one stem.)
-_FIELDS = ((re.compile(r"(?<=...)ician(?=s?$)"), "ic"),
-           (re.compile(r"therapist(?=s?$)"), "therapy"),
-           (re.compile(r"(?<=..)dontist(?=s?$)"), "dontics"))
-_PRACTITIONERS = ("ician", "icians", "ist", "ists")
+_FIELD = re.compile(r"(?:(?<=...)ician|therapist|(?<=..)dontist)(?=s?$)")
+_FIELD_OF = {"ician": "ic", "therapist": "therapy", "dontist": "dontics"}
 _NOT_FIELD = frozenset(("physician", "physicians"))
 
 
 def _field(word: str) -> str:
-    """A practitioner's word as the field's ("dermatologists" -> "dermatologys": the
-    stemmer takes both to "dermatolog"); any other word as it is."""
-    for pattern, field in _FIELDS:
-        if pattern.search(word):
-            return pattern.sub(field, word)
-    return word
+    """A practitioner's word as the field's ("physiotherapists" -> "physiotherapys": the
+    stemmer takes both to "physiotherapi"); any other word as it is."""
+    return _FIELD.sub(lambda m: _FIELD_OF[m.group()], word)
 
 
 def analyze(text: str) -> list[str]:

@@ -121,6 +121,7 @@ _TITLES_ZH = {"医生": ("dr", "doctor"), "大夫": ("dr", "doctor"), "先生": 
               "教授": ("prof", "professor"), "阿姨": ("aunt", "auntie"), "叔叔": ("uncle",),
               "奶奶": ("grandma",), "爷爷": ("grandpa",), "护士": ("nurse",),
               "教练": ("coach",), "经理": ("manager",), "家": ()}   # 张家: the Zhangs
+_TITLE_FIRST = frozenset(t[0] for t in _TITLES_ZH)   # where a title may begin
 _TITLES_EN = {en: tuple(zh for zh, ens in _TITLES_ZH.items() if en in ens)
               for en in dict.fromkeys(en for ens in _TITLES_ZH.values() for en in ens)}
 _TITLES_EN.update({"mister": ("先生",), "aunty": ("阿姨",), "granny": ("奶奶",)})
@@ -533,7 +534,7 @@ class Bridge:
         "dr", "doctor"; 张家, the Zhangs -> "zhang")."""
         out: list[str] = []
         for i, ch in enumerate(run[:-1]):
-            syl = self._py.get(_SURNAME + ch)
+            syl = run[i + 1] in _TITLE_FIRST and self._py.get(_SURNAME + ch)
             if syl:
                 out += [w for t, ens in _TITLES_ZH.items() if run.startswith(t, i + 1)
                         for w in (syl, *ens)]

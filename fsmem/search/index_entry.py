@@ -212,13 +212,18 @@ def event_texts(plugins: "Plugins", path: str, ev,
     return out
 
 
+def query_terms(query: str) -> np.ndarray:
+    """The unique hashed terms ``query`` is scored by: its Chinese interrogative words left
+    out (``analyze.unasked``), as every lexical scorer of a query takes it."""
+    return term_counts([unasked(query)])[0]
+
+
 def bm25_scores(docs: list[tuple[np.ndarray, np.ndarray]], query: str) -> np.ndarray:
     """BM25 of ``query`` over a small in-memory collection of (terms, tfs) documents."""
     scores = np.zeros(len(docs), np.float32)
     if not docs or not query.strip():
         return scores
-    # with counts: numpy >= 2.3's plain np.unique imports numpy.ma (~10 ms of a CLI prune)
-    q_terms = np.unique(term_hashes([unasked(query)]), return_counts=True)[0]
+    q_terms = query_terms(query)
     if not len(q_terms):
         return scores
     # every document's terms at once (terms are unique within a document): no per-doc loop
