@@ -887,6 +887,9 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "search: an orthodontist is not stemmed as orthodontics (正畸)": (
         "fsmem/search/analyze.py", '"dontist": "dontics"', '"dontist": "dontist"',
         _t("bridge", "test_an_orthodontist_in_english_finds_the_chinese_note_on_orthodontics")),
+    "search: a practitioners' plural kept beside the field (orthodonticss)": (
+        "fsmem/search/analyze.py", 'dontist)s?$")', 'dontist)(?=s?$)")',
+        _t("analyze", "test_a_practitioner_is_stemmed_as_the_field")),
     "search: a physician stemmed as physics": (
         "fsmem/search/analyze.py", '_NOT_FIELD = frozenset(("physician", "physicians"))',
         "_NOT_FIELD = frozenset()",

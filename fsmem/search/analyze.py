@@ -39,7 +39,7 @@ __all__ = ["ANALYZER_VERSION", "CJK_CHARS", "STOP_WORDS", "ZH_QUESTION_WORDS", "
            "term_hashes_rows", "hash_terms", "memo_sizes", "trim_memos", "cjk_unigram_hashes",
            "cjk_unigram_mask", "is_pair", "PAIR_BIT", "PAIR_MAX_WORDS", "field_terms"]
 
-ANALYZER_VERSION = 8   # part of the index version: a change here rebuilds saved indexes
+ANALYZER_VERSION = 9   # part of the index version: a change here rebuilds saved indexes
 # Word pair terms grow with a text's length (nearly one per word) where word terms grow with its
 # vocabulary: a text of more words than this gives word terms only (phrase evidence is for
 # turns and notes; a 1 MB part of an ingested file would hold ~150k distinct pairs).
@@ -50,6 +50,7 @@ PAIR_MAX_WORDS = 1000
 # 6: a practitioner ("-ician") stemmed as the field (``_FIELD``)
 # 7: one thing's two words taken as one (``_VARIANTS``: mum -> mother, kids -> child)
 # 8: so are "-therapist" and "-dontist" (``_FIELD``)
+# 9: a practitioners' plural as the field ("orthodontists" was "orthodonticss")
 
 # The Snowball project's English stop word list (snowballstem.org/algorithms/english/stop.txt).
 STOP_WORDS = frozenset("""
@@ -243,15 +244,15 @@ _BASE = {form: r.split("/")[0] for r in (_IRREGULAR + _VARIANTS).split()
 # a question about pediatrics (儿科), a physiotherapist's one about physiotherapy (理疗), an
 # orthodontist's orthodontics (正畸), a musician's music; "physician" is not physics. (The
 # stemmer itself takes "dermatologist" and "dermatology" to one stem.)
-_FIELD = re.compile(r"(?:(?<=...)ician|therapist|(?<=..)dontist)(?=s?$)")
+_FIELD = re.compile(r"((?<=...)ician|therapist|(?<=..)dontist)s?$")   # (a plural as one)
 _FIELD_OF = {"ician": "ic", "therapist": "therapy", "dontist": "dontics"}
 _NOT_FIELD = frozenset(("physician", "physicians"))
 
 
 def _field(word: str) -> str:
-    """A practitioner's word as the field's ("physiotherapists" -> "physiotherapys": the
-    stemmer takes both to "physiotherapi"); any other word as it is."""
-    return _FIELD.sub(lambda m: _FIELD_OF[m.group()], word)
+    """A practitioner's word as the field's ("physiotherapists" -> "physiotherapy",
+    "orthodontists" -> "orthodontics"); any other word as it is."""
+    return _FIELD.sub(lambda m: _FIELD_OF[m.group(1)], word)
 
 
 def analyze(text: str) -> list[str]:
