@@ -564,7 +564,7 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "analyze: the stemmer called from two threads at once": (
         "fsmem/search/analyze.py", "        with _stem_lock:", "        if True:",
 
-        _t("analyze", "test_stemming_from_many_threads_gives_the_stems_of_one_thread[pure]")),
+        _t("analyze", "test_a_word_waits_for_the_stemmer_another_thread_is_using")),
     "cli edges: config KEY VALUE rewrites the whole file (the user's comments dropped)": (
         "fsmem/store/config.py", "    return _write_text(path, text)\n",
         "    return write_config(root, want)\n",
@@ -655,7 +655,7 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
     "hosts: index changes run beside searches": (
         "fsmem/search/index.py", "    setattr(Index, _name, _changes(getattr(Index, _name)))",
         "    pass",
-        _t("threads_replay", "test_every_threaded_answer_is_one_the_single_threaded_replay_gave")),
+        _t("search_threads", "test_a_change_of_the_index_waits_for_the_search_under_way")),
     "ctrl-c: an interrupted process waits at exit for a thread left waiting": (
         "fsmem/interfaces/cli/main.py", "            sigint.exit_if_held(130)\n", "",
         _t("ctrl_c_defer", "test_a_ctrl_c_leaves_no_thread_to_hold_the_exit")),

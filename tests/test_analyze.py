@@ -207,6 +207,54 @@ def test_stemming_from_many_threads_gives_the_stems_of_one_thread(which, monkeyp
     assert all(g == want for g in got) and len(got) == 40
 
 
+def test_a_word_waits_for_the_stemmer_another_thread_is_using(monkeypatch):
+    """The race above, shown without racing: while one thread is inside the shared stemmer
+    (held there), a second thread's memo miss waits for it and never enters the stemmer
+    meanwhile; it stems once the first is done."""
+    import sys
+    import threading
+    import time
+
+    from fsmem.search import analyze
+    inside: list[str] = []
+    first_in, go = threading.Event(), threading.Event()
+
+    def stem_word(word: str) -> str:
+        inside.append(word)
+        if len(inside) == 1:
+            first_in.set()
+            go.wait(60)
+        return word[:4]
+    monkeypatch.setattr(analyze, "_stem_word", stem_word)
+    analyze.trim_memos(0)
+    got: dict[str, str] = {}
+    one = threading.Thread(target=lambda: got.setdefault("a", analyze._stem("lanterns")))
+    two = threading.Thread(target=lambda: got.setdefault("b", analyze._stem("bicycles")))
+    one.start()
+    try:
+        assert first_in.wait(60)
+        two.start()
+        deadline = time.monotonic() + 60   # the second thread is in _stem, then given 1 s more
+        while time.monotonic() < deadline:
+            frame = sys._current_frames().get(two.ident)
+            names = []
+            while frame is not None:
+                names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            if "_stem" in names or len(inside) > 1 or not two.is_alive():
+                break
+            time.sleep(0.001)
+        time.sleep(1.0)
+        assert inside == ["lanterns"], "a second word entered the stemmer another thread held"
+    finally:
+        go.set()
+        one.join(60)
+        if two.ident is not None:
+            two.join(60)
+        analyze.trim_memos(0)   # the made-up stems leave with the test
+    assert inside == ["lanterns", "bicycles"] and got == {"a": "lant", "b": "bicy"}
+
+
 STEM_WORDS = Path(__file__).with_name("stem_words.txt")
 
 

@@ -244,3 +244,44 @@ def test_a_unit_indexed_while_vectors_are_computed_is_kept_for_the_next_call(tmp
     idx.zero_vector_units = racing
     index_mod.embed_index(idx)
     assert "u-indexed-meanwhile" in idx.unembedded
+
+
+def test_a_change_of_the_index_waits_for_the_search_under_way(tmp_path):
+    """A search in progress holds the index: a change another thread asks for (here a unit
+    leaving documents/) waits until the search ends, then runs. Shown without a race: the
+    search is held inside its reading, and the change is seen waiting on the index's lock,
+    not finished (as it was when changes ran beside searches)."""
+    import time
+    mem = Memory.open(tmp_path / "s", durability="off", ranker="bm25", auto_prune=False)
+    uid = mem.commit("a note on the boiler pressure valve")
+    idx = mem.index
+    assert idx.search_events("boiler", 5, "bm25")   # prepared: the next search only reads
+    inside, go, changed = threading.Event(), threading.Event(), threading.Event()
+    real = idx._visible
+
+    def held(*args, **kw):
+        inside.set()
+        go.wait(60)
+        return real(*args, **kw)
+    idx._visible = held
+    got: list = []
+    search = threading.Thread(target=lambda: got.append(idx.search_events("boiler", 5, "bm25")))
+    change = threading.Thread(target=lambda: (idx.remove(uid), changed.set()))
+    search.start()
+    try:
+        assert inside.wait(60)
+        change.start()
+        deadline = time.monotonic() + 60
+        while not changed.is_set() and not idx.mutex._waiting and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert not changed.is_set(), "the unit left the index while a search was reading it"
+        assert idx.mutex._waiting == 1
+    finally:
+        go.set()
+        search.join(60)
+        if change.ident is not None:
+            change.join(60)
+    assert changed.is_set()
+    assert [u for u, *_ in got[0]] == [uid]   # the search saw the index as it began
+    assert idx.search_events("boiler", 5, "bm25") == []
+    mem.close()
