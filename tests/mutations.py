@@ -1091,7 +1091,8 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
 
 def run_suite(pkg_root: Path, tests: list[str], workers: int = 0) -> tuple[int, list[str]]:
     """(pytest exit code, the failing tests). Exit 1 means a test failed: a kill; any other
-    non-zero code (collection error, crash) means the mutant was broken, not caught."""
+    code (0: the test passed; a collection error, a crash) means the mutant was not caught,
+    and the last lines the run printed come last in the list."""
     env = {**os.environ, "FSMEM_TEST_PKG_ROOT": str(pkg_root)}
     # A mutant runs in one process (-n 0): with xdist workers, -x ends a red run as
     # "interrupted" (exit 2). The clean run has no -x and takes the workers.
@@ -1101,6 +1102,8 @@ def run_suite(pkg_root: Path, tests: list[str], workers: int = 0) -> tuple[int, 
                           cwd=REPO, env=env, capture_output=True, text=True)
     failed = [ln[len("FAILED "):].split(" - ")[0] for ln in proc.stdout.splitlines()
               if ln.startswith("FAILED ")]
+    if proc.returncode != 1:   # what a survivor's or a broken mutant's run printed last
+        failed.append("\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:]))
     return proc.returncode, failed
 
 
@@ -1140,16 +1143,22 @@ def main(args: list[str]) -> int:
             code, failed = run_suite(copy, tests)
             shutil.rmtree(copy, ignore_errors=True)
             verdict = {0: "SURVIVED", 1: "killed"}.get(code, f"BROKEN({code})")
-            return f"{verdict:>8}: {name}  [{', '.join(failed)}]"
+            if code == 1:
+                return f"{verdict:>8}: {name}  [{', '.join(failed)}]"
+            tail = "\n".join(f"    | {ln}" for ln in failed.pop().splitlines())
+            return f"{verdict:>8}: {name}  [{', '.join(tests)}]\n{tail}"
         # one mutant per core at a time (each runs its one test in one process, -n 0)
         with ThreadPoolExecutor(max_workers=cores) as pool:
             futures = [(name, pool.submit(one, i, name, *m))
                        for i, (name, m) in enumerate(chosen.items())]
-            for name, fut in futures:
+            for _name, fut in futures:
                 line = fut.result()
                 print(line, flush=True)
                 if not line.lstrip().startswith("killed:"):
-                    survivors.append(name)
+                    survivors.append(line)
+    # repeated last, so that a log cut to its end (CI's) still names each one
+    for line in survivors:
+        print(f"not killed: {line.strip()}")
     print(f"{len(chosen) - len(survivors)} of {len(chosen)} mutations killed")
     return 1 if survivors else 0
 
