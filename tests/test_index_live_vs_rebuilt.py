@@ -1,6 +1,6 @@
 """The live index equals a rebuilt one after any sequence (issue 28 item 6): conversation turns
-committed one per unit in any time order, removed, the pending rows folded (compaction) at any
-moment; every query's hits and scores, neighbour smoothing included, are those of an index
+committed one per unit in any time order, some asking (the turn after takes more of their
+score), removed, the pending rows folded (compaction) at any moment; every query's hits and scores, neighbour smoothing included, are those of an index
 rebuilt from the directories. (Found before: a pending turn between two compacted neighbours
 kept a stale link; a removed neighbour's link outlived it.)"""
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fsmem import Event, Memory
 
 WORDS = ["boiler", "valve", "garden", "hose", "lisbon", "train", "dentist", "tooth", "soup",
-         "cumin", "tent", "alps"]
+         "cumin", "tent", "alps", "?"]   # a text ending in "?" asks (ranking.KIND_ASKS)
 QUERIES = ["boiler valve", "garden hose", "train to lisbon", "dentist", "soup cumin", "tent"]
 
 op = st.one_of(
@@ -64,6 +64,9 @@ def _answers(mem: Memory) -> dict[str, list]:
 # ... and one of them 40 minutes (more than one window) from the new turn that makes it so
 @example([("said", 0, "Ben", []), ("said", 10, "Ana", ["boiler"]),
           ("said", 30, "Ana", ["valve"]), ("compact",), ("said", 50, "Ben", [])])
+# ... and the pending turns ask: a question is a spoken row too (ranking.base_kind)
+@example([("said", 10, "Ana", ["boiler"]), ("said", 12, "Ana", ["valve"]), ("compact",),
+          ("said", 9, "Ben", ["?"]), ("said", 13, "Ben", ["?"])])
 def test_live_index_answers_equal_a_rebuilt_index(ops):
     base = Path(tempfile.mkdtemp(prefix="fsmem-live-"))
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 from conftest import REPO
 
@@ -122,6 +123,67 @@ def test_a_topic_less_reply_is_found_through_its_question(tmp_path, path):
     alone = [u for u, _s, _m in mem.index.search_events(q, 5, "bm25", smooth=0)]
     assert units["reply"] not in alone[:2]   # by its own words it is not found
     mem.close()
+
+
+def test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question(tmp_path):
+    """The turn after a question is its answer: it takes more of the question's score than
+    a neighbour does (ranking.REPLY_WEIGHT), so an answer holding part of the asked words
+    ranks above the question, which only asks; a turn after a statement does not."""
+    turns = [
+        ("s", "Priya", "Lena, the bakery interview news: Marek's bakery is hiring again.", _at(0)),
+        ("after_s", "Lena", "Then I start looking at the job ads on Monday.", _at(0, 2)),
+        ("s2", "Priya", "Good plan.", _at(0, 4)),
+        ("q", "Lena", "Tom, any news from the bakery interview?", _at(3)),
+        ("reply", "Tom", "Got the job! I start on the 17th, early shifts.", _at(3, 2)),
+        ("z", "Lena", "Amazing.", _at(3, 4)),
+    ]
+    mem, units = _plain(tmp_path, turns)
+    top = [u for u, _s in mem.index.search("Did Tom get the job after the bakery interview?", 3)]
+    assert top[:2] == [units["reply"], units["q"]], (top, units)
+    mem.close()
+
+
+@pytest.mark.parametrize("ranker", ["dense", "rrf"])
+def test_dense_and_rrf_do_not_weigh_an_answer_more(tmp_path, ranker):
+    """Cosines alone and rrf's reciprocal ranks sit close together: the answer's larger share
+    of its question is fusion's and the lexical ranker's only. The same turns with the
+    question told as a statement rank alike (the hashed embedder reads no "?"); under fusion
+    the answer rises."""
+    def turns(mark: str) -> list:
+        return [
+            ("s", "Priya", "Lena, the bakery interview news: Marek's bakery is hiring again.",
+             _at(0)),
+            ("after_s", "Lena", "Then I start looking at the job ads on Monday.", _at(0, 2)),
+            ("q", "Lena", "Tom, any news from the bakery interview" + mark, _at(3)),
+            ("reply", "Tom", "Got the job! I start on the 17th, early shifts.", _at(3, 2)),
+            ("z", "Lena", "Amazing.", _at(3, 4)),
+        ]
+    q = "Did Tom get the job after the bakery interview?"
+    seen = {}
+    for rk in (ranker, "fusion"):
+        for mark in ("?", "."):
+            mem, units = _plain(tmp_path / f"{rk}{mark}", turns(mark), ranker=rk)
+            label = {u: k for k, u in units.items()}
+            seen[rk, mark] = [(label[u], round(s, 5)) for u, s in mem.index.search(q, 5, rk)]
+            mem.close()
+    assert seen[ranker, "?"] == seen[ranker, "."]
+    assert seen["fusion", "?"][0][0] == "reply" and seen["fusion", "."][0][0] == "q", seen
+
+
+def test_which_turns_ask():
+    from fsmem.search import ranking
+    assert ranking.asks(["Tom, any news from the bakery interview?"])
+    assert ranking.asks(["周宇，面包店的面试有消息了吗？ "])
+    assert ranking.asks(["Look at this:", "Is it a heron?", ""])   # its last text
+    assert ranking.asks(["Wow. Really? When?"])
+    assert ranking.asks(["Congratulations Uncle Dan! How's Ruth?"])   # a reaction, then asks
+    assert not ranking.asks(["Who's watching the animals, you ask? Gloria again."])
+    assert not ranking.asks(["Is it a heron?", "It is a heron."])
+    assert not ranking.asks([])
+    kind = ranking.event_kind("", "", "Tom", True)
+    assert ranking.base_kind(np.array([kind], np.int8))[0] == ranking.KIND_SPOKEN
+    assert ranking.asking(np.array([kind, ranking.KIND_SPOKEN, ranking.KIND_PSEUDO],
+                                   np.int8)).tolist() == [True, False, False]
 
 
 def test_a_burst_of_documents_from_one_source_are_not_neighbours(tmp_path):

@@ -627,12 +627,12 @@ class Index(IndexFiles):
         # The speaker (a source that reads as a name, fsmem.search.speakers) is a field of
         # the row: its name as a word when the text does not begin with it, plus speaker terms.
         speakers = [speaker_of(ev.source) for ev in manifest.events]
+        texts = [event_texts(self.mem.plugins, path, ev, text_of) for ev in manifest.events]
         pieces += [(ev.id, ev.timestamp.ns,
                     ranking.conversation_key(ev.source, ev.role, session),
-                    ranking.event_kind(ev.role, session, sp), _with_speaker(sp, event_texts(
-                        self.mem.plugins, path, ev, text_of))
-                    + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
-                   for ev, sp in zip(manifest.events, speakers)]
+                    ranking.event_kind(ev.role, session, sp, ranking.asks(tx)),
+                    _with_speaker(sp, tx) + [date_text(ev.timestamp.ns, ev.timestamp.offset)])
+                   for ev, sp, tx in zip(manifest.events, speakers, texts)]
         terms, tfs, rows.ptr = term_rows([p[4] for p in pieces])
         if any(speakers):
             skip = len(pieces) - len(speakers)   # the summary row (if any) comes first
@@ -970,6 +970,7 @@ class Index(IndexFiles):
         prev = np.concatenate([self.ev_prev, pend.prev]).astype(np.int64)
         nxt = np.concatenate([self.ev_next, pend.next]).astype(np.int64)
         prev[pend.fix[0]], nxt[pend.fix[2]] = pend.fix[1], pend.fix[3]   # (see _links)
+        asks = ranking.asking(np.concatenate([self.ev_kind] + [e.rows.kind for e in pend.entries]))
         idf_mass = 0.0
         reach = translated = None
         if ranker == "fusion":   # how far the query's own words can see each row
@@ -982,7 +983,7 @@ class Index(IndexFiles):
                 text, pend, others, translate=ranker != "fusion" or reach is not None,
                 apart=ranker == "fusion", asking=ranker != "bm25")
             ev = raw if ranking.SMOOTH_FUSED and ranker != "bm25" else \
-                ranking.smooth(raw, prev, nxt, pend.extra, smooth)
+                ranking.smooth(raw, prev, nxt, pend.extra, smooth, asks)
         if ranker != "bm25":
             cov = ranking.coverage(float(raw.max()) if raw is not None and len(raw) else 0.0,
                                    idf_mass)
@@ -1001,7 +1002,12 @@ class Index(IndexFiles):
                              lexical_share=ranking.lexical_share(cov), reach_dense=cosine,
                              reach_lexical=None if translated is None else raw + translated)
             if ranking.SMOOTH_FUSED or ranker == "dense":
-                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth)
+                # cosines alone, and rrf's reciprocal ranks, sit close together: an
+                # answer's larger share of its question would outweigh what tells them
+                # apart (plain turns of fixtures/retrieval3, dense: 0.815 -> 0.400; rrf
+                # conv-direct -2), so they smooth evenly
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth,
+                                    asks if ranker == "fusion" else None)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:
@@ -1551,7 +1557,8 @@ class _PendingRows:
             # a row's links depend on the rows of its sort group only (its key; every spoken
             # row is one group): ranking.link_neighbours
             def group(key: np.ndarray, kd: np.ndarray) -> np.ndarray:
-                return np.where(kd == ranking.KIND_SPOKEN, np.int64(-1), key.astype(np.int64))
+                return np.where(ranking.base_kind(kd) == ranking.KIND_SPOKEN, np.int64(-1),
+                                key.astype(np.int64))
             ev_alive = idx._event_alive()[0]
             ev_group = group(idx.ev_key, idx.ev_kind)
             dead = ~ev_alive

@@ -38,7 +38,8 @@ log = logging.getLogger("fsmem.index")
 #    when the saver's ranker does not read it
 # 7: a row's speaker (fsmem.search.speakers) as a word and speaker field terms; spoken rows
 #    (ranking.KIND_SPOKEN) neighbour the turns of other speakers
-INDEX_VERSION = 7 * 1000 + ANALYZER_VERSION
+# 8: a row's kind flags an event that asks (ranking.KIND_ASKS): its answer takes its score
+INDEX_VERSION = 8 * 1000 + ANALYZER_VERSION
 _ARRAYS = ("inos", "mkeys", "u_owner", "dense", "created", "nevents", "u_ptr", "ev_len",
            "ev_time", "ev_key", "ev_kind", "ev_prev", "ev_next", "p_terms", "p_ptr", "p_rows",
            "p_tfs")

@@ -18,10 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND_PSEUDO",
-           "KIND_EVENT", "KIND_TURN", "KIND_SPOKEN", "SPEAKER_WEIGHT", "DATE_WEIGHT",
+           "KIND_EVENT", "KIND_TURN", "KIND_SPOKEN", "KIND_ASKS",
+           "REPLY_WEIGHT", "SPEAKER_WEIGHT", "DATE_WEIGHT",
            "TRANSLATION_WEIGHT", "GLOSS_WEIGHT", "SYNONYM_WEIGHT",
            "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE", "SCRIPT_BALANCE",
-           "conversation_key", "event_kind", "link_neighbours", "bm25_add_term", "smooth",
+           "conversation_key", "event_kind", "asks", "base_kind", "asking", "link_neighbours",
+           "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
            "cjk_share", "reach", "balance_scripts", "DEFAULT_RANKER"]
 
@@ -63,6 +65,16 @@ SCRIPT_BALANCE = 0.85
 KIND_PSEUDO, KIND_EVENT, KIND_TURN = -1, 0, 1   # summary/legacy row; event; turn (has a role)
 KIND_SPOKEN = 2   # an event without role or session whose source is a speaker (a plain
                   # ``commit(text, source="Caroline")`` turn): neighbours in a dialogue only
+# A flag on a row's kind (never on KIND_PSEUDO): the event asks (its text ends in a question
+# mark). The turn after it is its answer and takes REPLY_WEIGHT of its score, where any
+# other neighbour takes SMOOTH: "Got it! I start on the 17th" is found by the words of
+# "Tom, any news from the bakery interview?". Lexical and fusion only (dense and rrf scores
+# sit too close together). 0.5 / 0.7 / 0.8 / 1.0 measured, with the question keeping 0.5 /
+# 0.7 / all of its own score, and asking only when its question sentences are half of it
+# (docs/DECISIONS.md "Search": an answer takes more of its question's score).
+KIND_ASKS = 8
+REPLY_WEIGHT = 0.7
+_QUESTION_MARKS = ("?", "？")
 # A query word naming the speaker of a row (``fsmem.search.speakers``) counts at this share of
 # its idf, on top of the word itself (which the turns addressing that person hold too).
 SPEAKER_WEIGHT = 0.5
@@ -96,12 +108,28 @@ def conversation_key(source: str, role: str, session: str = "") -> str:
     return source
 
 
-def event_kind(role: str, session: str = "", speaker: str = "") -> int:
+def event_kind(role: str, session: str = "", speaker: str = "", asks: bool = False) -> int:
     """A turn (may neighbour events of other units) has a role or belongs to a session; an
-    event of neither spoken by a ``speaker`` may neighbour the turns of other speakers."""
-    if role or session:
-        return KIND_TURN
-    return KIND_SPOKEN if speaker else KIND_EVENT
+    event of neither spoken by a ``speaker`` may neighbour the turns of other speakers.
+    ``asks``: flagged KIND_ASKS (the event's text ends in a question mark)."""
+    kind = KIND_TURN if role or session else KIND_SPOKEN if speaker else KIND_EVENT
+    return kind | KIND_ASKS if asks else kind
+
+
+def asks(texts: list[str]) -> bool:
+    """Whether an event asks: its last non-empty text ends in a question mark ("?", "？")."""
+    last = next((t for t in reversed(texts) if t.strip()), "")
+    return last.rstrip().endswith(_QUESTION_MARKS)
+
+
+def base_kind(kind: np.ndarray) -> np.ndarray:
+    """Rows' kinds without the KIND_ASKS flag."""
+    return np.where(kind >= 0, kind & ~np.int8(KIND_ASKS), kind).astype(kind.dtype)
+
+
+def asking(kind: np.ndarray) -> np.ndarray:
+    """Which rows ask (their kind has the KIND_ASKS flag)."""
+    return (kind >= 0) & ((kind & np.int8(KIND_ASKS)) != 0)
 
 
 def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: np.ndarray,
@@ -123,6 +151,7 @@ def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: n
     if n < 2:
         return prev, nxt
     key = np.asarray(key, np.int64)
+    kind = base_kind(np.asarray(kind))
     spoken = kind == KIND_SPOKEN
     group = np.where(spoken, np.int64(-1), key)   # keys are codes >= 0
     order = np.lexsort((time, group) if tie is None else (tie, time, group))
@@ -154,19 +183,26 @@ def bm25_add_term(scores: np.ndarray, rows: np.ndarray, tf: np.ndarray, idf: np.
 
 def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
            extra: tuple[np.ndarray, np.ndarray] | None = None,
-           weight: float | None = None) -> np.ndarray:
+           weight: float | None = None, asks: np.ndarray | None = None) -> np.ndarray:
     """score + weight x max(previous, next neighbour's score); ``extra`` adds (i, j) edges
-    (both directions) found at query time for rows not yet compacted."""
+    (both directions) found at query time for rows not yet compacted. ``asks``: rows that
+    ask a question; the row after one takes REPLY_WEIGHT of its score."""
     weight = SMOOTH if weight is None else weight
     if weight == 0 or not len(scores):
         return scores
+    w = np.float32(weight)
     ext = np.append(scores, np.float32(0))   # row -1 reads the appended 0
-    nb = np.maximum(ext[prev], ext[nxt])
+    if asks is None or not asks.any():
+        nb = w * np.maximum(ext[prev], ext[nxt])
+    else:
+        answers = np.append(asks, False)[prev]
+        nb = np.maximum(np.where(answers, np.float32(max(REPLY_WEIGHT, weight)), w) * ext[prev],
+                        w * ext[nxt])
     if extra is not None and len(extra[0]):
         i, j = extra
-        np.maximum.at(nb, i, scores[j])
-        np.maximum.at(nb, j, scores[i])
-    return scores + np.float32(weight) * nb
+        np.maximum.at(nb, i, w * scores[j])
+        np.maximum.at(nb, j, w * scores[i])
+    return scores + nb
 
 
 def unit_max(scores: np.ndarray, starts: np.ndarray) -> np.ndarray:
