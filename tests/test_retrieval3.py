@@ -125,20 +125,28 @@ def test_a_topic_less_reply_is_found_through_its_question(tmp_path, path):
     mem.close()
 
 
+_BAKERY_Q = "Did Tom get the job after the bakery interview?"
+
+
+def _bakery(mark: str) -> list:
+    """Plain turns where the question ("Tom, any news from the bakery interview?", or told as
+    a statement with ``mark`` ".") holds the asked words and the turn after it the fact."""
+    return [
+        ("s", "Priya", "Lena, the bakery interview news: Marek's bakery is hiring again.", _at(0)),
+        ("after_s", "Lena", "Then I start looking at the job ads on Monday.", _at(0, 2)),
+        ("s2", "Priya", "Good plan.", _at(0, 4)),
+        ("q", "Lena", "Tom, any news from the bakery interview" + mark, _at(3)),
+        ("reply", "Tom", "Got the job! I start on the 17th, early shifts.", _at(3, 2)),
+        ("z", "Lena", "Amazing.", _at(3, 4)),
+    ]
+
+
 def test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question(tmp_path):
     """The turn after a question is its answer: it takes more of the question's score than
     a neighbour does (ranking.REPLY_WEIGHT), so an answer holding part of the asked words
     ranks above the question, which only asks; a turn after a statement does not."""
-    turns = [
-        ("s", "Priya", "Lena, the bakery interview news: Marek's bakery is hiring again.", _at(0)),
-        ("after_s", "Lena", "Then I start looking at the job ads on Monday.", _at(0, 2)),
-        ("s2", "Priya", "Good plan.", _at(0, 4)),
-        ("q", "Lena", "Tom, any news from the bakery interview?", _at(3)),
-        ("reply", "Tom", "Got the job! I start on the 17th, early shifts.", _at(3, 2)),
-        ("z", "Lena", "Amazing.", _at(3, 4)),
-    ]
-    mem, units = _plain(tmp_path, turns)
-    top = [u for u, _s in mem.index.search("Did Tom get the job after the bakery interview?", 3)]
+    mem, units = _plain(tmp_path, _bakery("?"))
+    top = [u for u, _s in mem.index.search(_BAKERY_Q, 3)]
     assert top[:2] == [units["reply"], units["q"]], (top, units)
     mem.close()
 
@@ -149,22 +157,13 @@ def test_dense_and_rrf_do_not_weigh_an_answer_more(tmp_path, ranker):
     of its question is fusion's and the lexical ranker's only. The same turns with the
     question told as a statement rank alike (the hashed embedder reads no "?"); under fusion
     the answer rises."""
-    def turns(mark: str) -> list:
-        return [
-            ("s", "Priya", "Lena, the bakery interview news: Marek's bakery is hiring again.",
-             _at(0)),
-            ("after_s", "Lena", "Then I start looking at the job ads on Monday.", _at(0, 2)),
-            ("q", "Lena", "Tom, any news from the bakery interview" + mark, _at(3)),
-            ("reply", "Tom", "Got the job! I start on the 17th, early shifts.", _at(3, 2)),
-            ("z", "Lena", "Amazing.", _at(3, 4)),
-        ]
-    q = "Did Tom get the job after the bakery interview?"
     seen = {}
     for rk in (ranker, "fusion"):
         for mark in ("?", "."):
-            mem, units = _plain(tmp_path / f"{rk}{mark}", turns(mark), ranker=rk)
+            mem, units = _plain(tmp_path / f"{rk}{mark}", _bakery(mark), ranker=rk)
             label = {u: k for k, u in units.items()}
-            seen[rk, mark] = [(label[u], round(s, 5)) for u, s in mem.index.search(q, 5, rk)]
+            seen[rk, mark] = [(label[u], round(s, 5))
+                              for u, s in mem.index.search(_BAKERY_Q, 5, rk)]
             mem.close()
     assert seen[ranker, "?"] == seen[ranker, "."]
     assert seen["fusion", "?"][0][0] == "reply" and seen["fusion", "."][0][0] == "q", seen
