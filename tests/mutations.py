@@ -746,22 +746,27 @@ DURABILITY: dict[str, tuple[str, str, str, list[str]]] = {
         _t("bridge", "test_fusion_ranks_an_other_script_row_by_its_translated_words_or_the_embedder")),
     "search: the answer to a question takes a neighbour's share of its score": (
         "fsmem/search/ranking.py", "REPLY_WEIGHT = 0.7", "REPLY_WEIGHT = 0.5",
-        _t("retrieval3", "test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question")),
+        _t("retrieval3",
+           "test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question[commit]")),
     "search: an event that asks not flagged": (
         "fsmem/search/index.py", "ranking.event_kind(ev.role, session, sp, ranking.asks(tx)),",
         "ranking.event_kind(ev.role, session, sp),",
-        _t("retrieval3", "test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question")),
-    "search: a question flagged is a kind of its own (never a spoken row's neighbour)": (
+        _t("retrieval3",
+           "test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question[commit]")),
+    "search: a turn that asks is a kind of its own (never another unit's neighbour)": (
         "fsmem/search/ranking.py", "    kind = base_kind(np.asarray(kind))\n",
         "    kind = np.asarray(kind)\n",
-        _t("retrieval3", "test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question")),
-    "search: a pending question's group not the spoken rows' (live links differ)": (
-        "fsmem/search/index.py",
-        "                return np.where(ranking.base_kind(kd) == ranking.KIND_SPOKEN,",
-        "                return np.where(kd == ranking.KIND_SPOKEN,",
+        _t("retrieval3",
+           "test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question[session]")),
+    "search: a question's sort group not the spoken rows' (live links differ)": (
+        "fsmem/search/ranking.py",
+        "    return np.where(base_kind(np.asarray(kind)) == KIND_SPOKEN, np.int64(-1),",
+        "    return np.where(np.asarray(kind) == KIND_SPOKEN, np.int64(-1),",
         ["tests/test_index_live_vs_rebuilt.py::test_live_index_answers_equal_a_rebuilt_index"]),
     "search: dense and rrf weigh an answer more too": (
-        "fsmem/search/index.py", 'asks if ranker == "fusion" else None)', "asks)",
+        "fsmem/search/index.py",
+        '        asks = ranking.asking(np.concatenate(kinds)) if ranker in ("bm25", "fusion") else None',
+        "        asks = ranking.asking(np.concatenate(kinds))",
         _t("retrieval3", "test_dense_and_rrf_do_not_weigh_an_answer_more[rrf]")),
     "search: a Chinese question mark does not ask": (
         "fsmem/search/ranking.py", '_QUESTION_MARKS = ("?", "？")', '_QUESTION_MARKS = ("?",)',

@@ -1,8 +1,9 @@
 """The live index equals a rebuilt one after any sequence (issue 28 item 6): conversation turns
 committed one per unit in any time order, some asking (the turn after takes more of their
-score), removed, the pending rows folded (compaction) at any moment; every query's hits and scores, neighbour smoothing included, are those of an index
-rebuilt from the directories. (Found before: a pending turn between two compacted neighbours
-kept a stale link; a removed neighbour's link outlived it.)"""
+score), removed, the pending rows folded (compaction) at any moment; every query's hits and
+scores, neighbour smoothing included, are those of an index rebuilt from the directories.
+(Found before: a pending turn between two compacted neighbours kept a stale link; a removed
+neighbour's link outlived it.)"""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from fsmem import Memory
+from fsmem import Event, Memory, Timestamp
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -83,7 +83,6 @@ def _stored(tmp_path, turns, path: str) -> tuple[Memory, dict[str, str]]:
         return _plain(tmp_path, turns)
     import json
 
-    from fsmem import Event, Timestamp
     mem = Memory.open(str(tmp_path / "m"), durability="off", auto_prune=False)
     units = {}
     if path == "commit_events":
@@ -141,11 +140,20 @@ def _bakery(mark: str) -> list:
     ]
 
 
-def test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question(tmp_path):
+@pytest.mark.parametrize("path", ["commit", "session"])
+def test_an_answer_holding_part_of_what_is_asked_ranks_above_the_question(tmp_path, path):
     """The turn after a question is its answer: it takes more of the question's score than
     a neighbour does (ranking.REPLY_WEIGHT), so an answer holding part of the asked words
-    ranks above the question, which only asks; a turn after a statement does not."""
-    mem, units = _plain(tmp_path, _bakery("?"))
+    ranks above the question, which only asks; a turn after a statement does not. Plain
+    turns (spoken rows) and turns of one session (each its own unit) alike."""
+    if path == "commit":
+        mem, units = _plain(tmp_path, _bakery("?"))
+    else:
+        mem = Memory.open(str(tmp_path / "m"), durability="off", auto_prune=False)
+        units = {label: mem.commit_events([Event(source=speaker, input=text,
+                                                 timestamp=Timestamp.parse(when))],
+                                          meta={"session": "chat-1"})
+                 for label, speaker, text, when in _bakery("?")}
     top = [u for u, _s in mem.index.search(_BAKERY_Q, 3)]
     assert top[:2] == [units["reply"], units["q"]], (top, units)
     mem.close()

@@ -970,7 +970,12 @@ class Index(IndexFiles):
         prev = np.concatenate([self.ev_prev, pend.prev]).astype(np.int64)
         nxt = np.concatenate([self.ev_next, pend.next]).astype(np.int64)
         prev[pend.fix[0]], nxt[pend.fix[2]] = pend.fix[1], pend.fix[3]   # (see _links)
-        asks = ranking.asking(np.concatenate([self.ev_kind] + [e.rows.kind for e in pend.entries]))
+        # the rows that ask: the turn after one takes more of its score, in the lexical and
+        # the fused smoothing only. Cosines alone, and rrf's reciprocal ranks, sit close
+        # together: the larger share would outweigh what tells them apart (plain turns of
+        # fixtures/retrieval3, dense: 0.815 -> 0.400; rrf conv-direct -2)
+        kinds = [self.ev_kind] + [e.rows.kind for e in pend.entries]
+        asks = ranking.asking(np.concatenate(kinds)) if ranker in ("bm25", "fusion") else None
         idf_mass = 0.0
         reach = translated = None
         if ranker == "fusion":   # how far the query's own words can see each row
@@ -1002,12 +1007,7 @@ class Index(IndexFiles):
                              lexical_share=ranking.lexical_share(cov), reach_dense=cosine,
                              reach_lexical=None if translated is None else raw + translated)
             if ranking.SMOOTH_FUSED or ranker == "dense":
-                # cosines alone, and rrf's reciprocal ranks, sit close together: an
-                # answer's larger share of its question would outweigh what tells them
-                # apart (plain turns of fixtures/retrieval3, dense: 0.815 -> 0.400; rrf
-                # conv-direct -2), so they smooth evenly
-                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth,
-                                    asks if ranker == "fusion" else None)
+                ev = ranking.smooth(ev, prev, nxt, pend.extra, smooth, asks)
         scores = np.where(alive, ranking.unit_max(ev, starts), -np.inf)
         k = min(top_k, int(np.count_nonzero(scores > 0)))
         if k <= 0:
@@ -1556,9 +1556,7 @@ class _PendingRows:
         if n_base:
             # a row's links depend on the rows of its sort group only (its key; every spoken
             # row is one group): ranking.link_neighbours
-            def group(key: np.ndarray, kd: np.ndarray) -> np.ndarray:
-                return np.where(ranking.base_kind(kd) == ranking.KIND_SPOKEN, np.int64(-1),
-                                key.astype(np.int64))
+            group = ranking.neighbour_group
             ev_alive = idx._event_alive()[0]
             ev_group = group(idx.ev_key, idx.ev_kind)
             dead = ~ev_alive

@@ -22,8 +22,8 @@ __all__ = ["K1", "B", "PAIR_WEIGHT", "SMOOTH", "WINDOW_NS", "MATCH_RATIO", "KIND
            "REPLY_WEIGHT", "SPEAKER_WEIGHT", "DATE_WEIGHT",
            "TRANSLATION_WEIGHT", "GLOSS_WEIGHT", "SYNONYM_WEIGHT",
            "DENSE_WEIGHTS", "REACH_POWER", "FULL_COVERAGE", "SCRIPT_BALANCE",
-           "conversation_key", "event_kind", "asks", "base_kind", "asking", "link_neighbours",
-           "bm25_add_term", "smooth",
+           "conversation_key", "event_kind", "asks", "base_kind", "asking", "neighbour_group",
+           "link_neighbours", "bm25_add_term", "smooth",
            "unit_max", "minmax", "coverage", "dense_weight", "lexical_share", "fuse",
            "cjk_share", "reach", "balance_scripts", "DEFAULT_RANKER"]
 
@@ -132,6 +132,13 @@ def asking(kind: np.ndarray) -> np.ndarray:
     return (kind >= 0) & ((kind & np.int8(KIND_ASKS)) != 0)
 
 
+def neighbour_group(key: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """The group a row is sorted in to find its neighbours: its key's code (>= 0), or -1 for
+    every spoken row (``KIND_SPOKEN``, flagged or not): they are one group."""
+    return np.where(base_kind(np.asarray(kind)) == KIND_SPOKEN, np.int64(-1),
+                    np.asarray(key, np.int64))
+
+
 def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: np.ndarray,
                     window_ns: int | None = None, tie: np.ndarray | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
@@ -152,8 +159,8 @@ def link_neighbours(unit: np.ndarray, key: np.ndarray, time: np.ndarray, kind: n
         return prev, nxt
     key = np.asarray(key, np.int64)
     kind = base_kind(np.asarray(kind))
-    spoken = kind == KIND_SPOKEN
-    group = np.where(spoken, np.int64(-1), key)   # keys are codes >= 0
+    group = neighbour_group(key, kind)
+    spoken = group < 0
     order = np.lexsort((time, group) if tie is None else (tie, time, group))
     a, b = order[:-1], order[1:]
     near = (group[a] == group[b]) & (time[b] - time[a] <= window_ns) \
@@ -195,6 +202,7 @@ def smooth(scores: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
     if asks is None or not asks.any():
         nb = w * np.maximum(ext[prev], ext[nxt])
     else:
+        # never below the caller's weight: an answer takes at least what any neighbour does
         answers = np.append(asks, False)[prev]
         nb = np.maximum(np.where(answers, np.float32(max(REPLY_WEIGHT, weight)), w) * ext[prev],
                         w * ext[nxt])
